@@ -1,0 +1,145 @@
+"""Compile rendered C into a cffi extension module, cached by the content of what is built.
+
+The cache key covers the generated sources, the cffi declarations, the compiler and its
+version, the flags, the Python ABI and opgen's version: a stale module is never loaded.
+A build happens in a temporary directory that is renamed into place when complete, so an
+interrupted or concurrent build never leaves a half-written module behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+
+from opgen import __version__
+from opgen.render import Library, write_files
+
+# IEEE semantics: no -ffast-math, and no contraction into FMA, so every target rounds alike.
+# -fno-math-errno only lets sqrt be one instruction; results are unchanged.
+C_FLAGS = ["-O3", "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-math-errno",
+           "-fopenmp-simd", "-DOPGEN_OPENMP_SIMD"]
+WARNING_FLAGS = ["-Wall", "-Wextra", "-Wpedantic"]
+
+
+class BuildError(RuntimeError):
+    """The C compiler or the cffi build failed; the message carries the compiler's output."""
+
+
+def compiler() -> list[str]:
+    return shlex.split(os.environ.get("CC", "cc"))
+
+
+def cache_root() -> Path:
+    root = os.environ.get("OPGEN_CACHE_DIR")
+    if root:
+        return Path(root)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "opgen"
+
+
+def _compiler_identity() -> str:
+    try:
+        result = subprocess.run([*compiler(), "--version"], capture_output=True, text=True, check=False)
+    except OSError as error:
+        raise BuildError(f"C compiler {compiler()[0]!r} cannot be run: {error.strerror} (set CC)") from None
+    return result.stdout
+
+
+def cache_key(library: Library) -> str:
+    digest = hashlib.sha256()
+    for part in (__version__, sys.implementation.cache_tag, sysconfig.get_config_var("EXT_SUFFIX") or "",
+                 " ".join(compiler()), _compiler_identity(), " ".join(C_FLAGS), library.cdef):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    for name in sorted(library.files):
+        digest.update(name.encode() + b"\0" + library.files[name].encode() + b"\0")
+    return digest.hexdigest()[:24]
+
+
+def module_name(key: str) -> str:
+    return f"_opgen_{key}"
+
+
+def _compile_object(source: Path, directory: Path) -> Path:
+    target = source.with_suffix(".o")
+    command = [*compiler(), *C_FLAGS, *WARNING_FLAGS, f"-I{directory}", "-c", str(source), "-o", str(target)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"compiling {source.name} failed:\n{shlex.join(command)}\n{result.stderr.strip()}")
+    return target
+
+
+def build_module(library: Library) -> Path:
+    """Path of the compiled module for `library`, building it when the cache has none."""
+    key = cache_key(library)
+    final = cache_root() / key
+    name = module_name(key)
+    found = _module_file(final, name)
+    if found:
+        return found
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
+    try:
+        write_files(work, library.files)
+        sources = sorted(work.glob("*.c"))
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            objects = list(pool.map(lambda source: _compile_object(source, work), sources))
+        _link_module(library, name, work, objects)
+        try:
+            os.replace(work, final)
+        except OSError:
+            if not _module_file(final, name):  # not a finished twin from a concurrent build
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    found = _module_file(final, name)
+    if not found:
+        raise BuildError(f"the build left no module in {final}")
+    return found
+
+
+def _link_module(library: Library, name: str, work: Path, objects: list[Path]) -> None:
+    import cffi  # imported here: only builds need it
+
+    ffi = cffi.FFI()
+    ffi.cdef(library.cdef)
+    ffi.set_source(name, '#include "opgen.h"', include_dirs=[str(work)],
+                   extra_objects=[str(o) for o in objects], libraries=["m"])
+    try:
+        ffi.compile(tmpdir=str(work), verbose=False)
+    except Exception as error:  # distutils reports compile and link failures in several types
+        raise BuildError(f"building the cffi module failed: {error}") from None
+
+
+def _module_file(directory: Path, name: str) -> Path | None:
+    if not directory.is_dir():
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = directory / f"{name}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+def load_module(path: Path) -> ModuleType:
+    name = path.name.split(".")[0]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise BuildError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module

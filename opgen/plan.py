@@ -1,0 +1,182 @@
+"""Plan variants: every (op, dtype combination, loop form, specialized attribute values).
+
+Naming grammar of a variant (and of its C function):
+    <op>_<dtypes>[_<form>][_<flag> | _no_<flag> ...]
+<dtypes> lists the distinct dtypes of the combination in spec order (f32, bf16_f32);
+<form> is the loop nest: ncx (channel outer, spatial inner) or nxc (channel innermost);
+each boolean attribute the math reads is fixed at generation time and named last.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from opgen import expr
+from opgen.specs import DType, DTypeTable, OpSpec
+
+BLOCK = 16  # elements per unrolled step; also the number of partial sums in a reduction (fixed order)
+FORMS = ("ncx", "nxc")
+
+
+@dataclass(frozen=True)
+class Variant:
+    op: OpSpec
+    name: str
+    dtypes: dict[str, DType]
+    row: dict[str, str]
+    form: str | None
+    constants: dict[str, bool]
+
+    @property
+    def tag(self) -> str:
+        return dtype_tag(self.row)
+
+
+def dtype_tag(row: dict[str, str]) -> str:
+    return "_".join(dict.fromkeys(row.values()))
+
+
+def variants(spec: OpSpec, table: DTypeTable) -> list[Variant]:
+    forms: tuple[str | None, ...] = (None,) if spec.pattern == "elementwise" else FORMS
+    result = []
+    for row in spec.dtypes:
+        for form in forms:
+            for values in itertools.product((True, False), repeat=len(spec.specialized)):
+                constants = dict(zip(spec.specialized, values))
+                parts = [spec.name, dtype_tag(row)]
+                if form:
+                    parts.append(form)
+                parts += [name if value else f"no_{name}" for name, value in constants.items()]
+                dtypes = {name: table.dtypes[dtype] for name, dtype in row.items()}
+                result.append(Variant(spec, "_".join(parts), dtypes, dict(row), form, constants))
+    return result
+
+
+def _load(dtype: DType, pointer: str, compute: str) -> str:
+    text = dtype.load.format(pointer)
+    return text if compute == "float" else f"({compute})({text})"
+
+
+def _store(dtype: DType, value: str, compute: str) -> str:
+    return dtype.store.format(value if compute == "float" else f"(float)({value})")
+
+
+def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
+    """Everything a pattern template needs for one kernel, with the math already in C."""
+    spec = variant.op
+    reference_dtype = variant.dtypes[spec.reference]
+    compute = reference_dtype.wide_compute if spec.compute == "wide" else reference_dtype.compute
+    accumulate = reference_dtype.accumulate
+    tensor_inputs = [t for t in spec.inputs if t.kind == "tensor"]
+    channel_inputs = [t for t in spec.inputs if t.kind == "channel"]
+    numbers = [a.name for a in spec.attributes if a.type == "f32"]
+
+    trees = {section: [(name, expr.fold(expr.parse(text), variant.constants)) for name, text in entries]
+             for section, entries in spec.math.items()}
+    live = _live_names(spec, trees)
+    order = ("channel", "sums", "after", "elements")
+    sections = {s: [(n, t) for n, t in trees.get(s, []) if n in live] for s in order}
+    reads = {s: set().union(*(expr.names(t) for _, t in sections[s])) for s in order}
+
+    def spell(section: str, name: str) -> str:
+        in_compute = section == "elements"
+        if name in numbers:
+            target = compute if in_compute else accumulate
+            return name if target == "float" else f"(({target}){name})"
+        if name == "count":
+            return "count_acc"
+        tensor_names = {t.name for t in tensor_inputs}
+        if name in tensor_names and section == "sums":
+            return f"(({accumulate}){name}_value)" if compute != accumulate else f"{name}_value"
+        if in_compute:
+            return f"{name}_value"
+        return f"{name}_acc"
+
+    def c_text(section: str, tree: Any) -> str:
+        kind = compute if section == "elements" else accumulate
+        spelled = {name: spell(section, name) for name in expr.names(tree)}
+        style = table.compute_types[kind]
+        return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix)
+
+    out_names = {t.name for t in spec.outputs}
+    math = {s: [{"name": n, "c": c_text(s, t), "output": n in out_names} for n, t in sections[s]] for s in order}
+    element_channel_values = [n for n, _ in trees.get("channel", []) + trees.get("after", [])
+                              if n in reads["elements"]]
+
+    inputs = []
+    for tensor in spec.inputs:
+        dtype = variant.dtypes[tensor.name]
+        inputs.append({
+            "name": tensor.name, "kind": tensor.kind, "c_type": dtype.c_type, "optional": tensor.optional,
+            "default_compute": _literal(tensor.default, compute, table),
+            "default_acc": _literal(tensor.default, accumulate, table),
+            "load_compute": _load(dtype, f"{tensor.name}[@]", compute),
+            "load_acc": _load(dtype, f"{tensor.name}[@]", accumulate),
+            "in_elements": tensor.name in reads["elements"],
+            "in_sums": tensor.name in reads["sums"],
+            "in_loop": tensor.name in reads["elements"] | reads["sums"],
+            "in_channel": tensor.name in reads["channel"] | reads["after"],
+            "in_sums_only": tensor.name in reads["sums"] - reads["channel"] - reads["after"],
+        })
+    outputs = []
+    for tensor in spec.outputs:
+        dtype = variant.dtypes[tensor.name]
+        source = "compute" if tensor.kind == "tensor" else "acc"
+        outputs.append({
+            "name": tensor.name, "kind": tensor.kind, "c_type": dtype.c_type, "optional": tensor.optional,
+            "store": _store(dtype, f"{tensor.name}_{'value' if source == 'compute' else 'acc'}",
+                            compute if source == "compute" else accumulate),
+        })
+    sums = [entry["name"] for entry in math["sums"]]
+    return {
+        "name": variant.name,
+        "op": spec.name,
+        "pattern": spec.pattern,
+        "form": variant.form,
+        "summary": spec.summary,
+        "detail": _detail(variant, compute, accumulate),
+        "compute": compute,
+        "accumulate": accumulate,
+        "inputs": inputs,
+        "outputs": outputs,
+        "attributes": [name for name in numbers if any(name in reads[s] for s in order)],
+        "math": math,
+        "sums": sums,
+        "element_channel_values": element_channel_values,
+        "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
+        "block": BLOCK,
+    }
+
+
+def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
+    """Doubles of scratch per channel: the sums, then the per-channel values the element pass reads."""
+    return n_sums + n_values if spec.pattern == "reduce_then_apply" else 0
+
+
+def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
+    if value is None:
+        return ""
+    return expr.to_c(expr.parse(repr(float(value))), {}, table.compute_types[kind].literal_suffix, "")
+
+
+def _detail(variant: Variant, compute: str, accumulate: str) -> str:
+    dtypes = ", ".join(f"{name} {dtype}" for name, dtype in variant.row.items())
+    parts = [dtypes, f"computed in {compute}"]
+    if variant.op.pattern != "elementwise":
+        parts.append(f"sums in {accumulate}")
+        parts.append({"ncx": "channel outer, spatial inner", "nxc": "channel innermost"}[variant.form or ""])
+    parts += [f"{name}={'true' if value else 'false'}" for name, value in variant.constants.items()]
+    return "; ".join(parts)
+
+
+def _live_names(spec: OpSpec, trees: dict[str, list[tuple[str, Any]]]) -> set[str]:
+    """Names whose value reaches an output, after constant folding (dead temporaries are dropped)."""
+    live = {t.name for t in spec.outputs}
+    for section in ("elements", "after", "sums", "channel"):
+        for name, tree in reversed(trees.get(section, [])):
+            if name in live or section == "sums":
+                live.add(name)
+                live |= expr.names(tree)
+    return live

@@ -1,0 +1,125 @@
+"""Render specs through the pattern templates into C sources, a header and a manifest."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from opgen import plan
+from opgen.specs import DTypeTable, OpSpec, load_specs
+
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_SPECS = PACKAGE_ROOT / "specs"
+BUNDLED_TEMPLATES = PACKAGE_ROOT / "templates"
+BUNDLED_OUTPUT = PACKAGE_ROOT / "generated"
+
+
+class RenderError(RuntimeError):
+    """A template failed; the message names the template and line."""
+
+
+@dataclass(frozen=True)
+class Library:
+    """Everything generated from one spec directory."""
+
+    spec_dir: Path
+    table: DTypeTable
+    specs: list[OpSpec]
+    kernels: list[dict[str, Any]]
+    files: dict[str, str]  # file name -> text
+    cdef: str
+
+    def variants(self, op: str) -> list[dict[str, Any]]:
+        return [k for k in self.kernels if k["op"] == op]
+
+
+def _fail(message: str) -> None:
+    raise RenderError(message)
+
+
+def environment(template_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.globals["raise"] = _fail
+    return env
+
+
+def _render(env: jinja2.Environment, name: str, **context: Any) -> str:
+    try:
+        return env.get_template(name).render(**context)
+    except jinja2.TemplateSyntaxError as error:
+        raise RenderError(f"{error.filename or name}:{error.lineno}: {error.message}") from None
+    except (jinja2.TemplateError, RenderError, TypeError, ValueError) as error:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.endswith(".j2")]
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else name
+        raise RenderError(f"{where}: {error}") from None
+
+
+def render_library(spec_dir: Path = BUNDLED_SPECS, template_dir: Path = BUNDLED_TEMPLATES) -> Library:
+    """Load and check the specs in `spec_dir`, then render every file in memory."""
+    table, specs = load_specs(Path(spec_dir))
+    env = environment(Path(template_dir))
+    kernels_by_op = {spec.name: [plan.kernel(v, table) for v in plan.variants(spec, table)] for spec in specs}
+    kernels = [k for spec in specs for k in kernels_by_op[spec.name]]
+    label = "specs/" if Path(spec_dir).resolve() == BUNDLED_SPECS else Path(spec_dir).name + "/"
+    files = {
+        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels, spec_dir=label),
+        "opgen_internal.h": _render(env, "opgen_internal.h.j2"),
+    }
+    for spec in specs:
+        files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
+    files["manifest.json"] = json.dumps(_manifest(specs, kernels), indent=2) + "\n"
+    cdef = _render(env, "cdef.h.j2", kernels=kernels)
+    return Library(Path(spec_dir), table, specs, kernels, files, cdef)
+
+
+def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """A build-system-neutral list of the files and functions."""
+    return {
+        "generator": "opgen",
+        "header": "opgen.h",
+        "sources": [f"{spec.name}.c" for spec in specs],
+        "ops": [
+            {
+                "name": spec.name,
+                "pattern": spec.pattern,
+                "spec": Path(spec.path).name,
+                "functions": [
+                    {"name": k["name"], "form": k["form"], "detail": k["detail"],
+                     "workspace_doubles_per_channel": k["workspace_per_channel"]}
+                    for k in kernels if k["op"] == spec.name
+                ],
+            }
+            for spec in specs
+        ],
+    }
+
+
+def write_files(out_dir: Path, files: dict[str, str]) -> list[str]:
+    """Write files that changed (each atomically); return the names written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in files.items():
+        path = out_dir / name
+        if path.exists() and path.read_text() == text:
+            continue
+        handle, temporary = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+        written.append(name)
+    return written

@@ -1,0 +1,567 @@
+"""Load and validate op specs (one TOML file per op) and the dtype table.
+
+Every problem is reported as `file: key: what is wrong`, and loading stops at the
+first one, so no half-checked spec ever reaches the templates.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opgen import expr
+
+PATTERNS = ("elementwise", "broadcast_reduce", "reduce_then_apply")
+LAYOUTS = {"NCX": 1, "NXC": -1}  # layout -> channel axis of the reference tensor
+CHANNEL_FORMS = ("per_channel", "per_tensor", "trailing", "numpy", "single", "channel_count")
+TENSOR_FORMS = ("to_reference",)
+ATTRIBUTE_TYPES = ("bool", "f32", "string")
+
+# Names the generated C or Python uses for itself; a spec may not take them.
+_RESERVED = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
+    "volatile", "while", "_Bool", "_Complex", "_Imaginary", "bool", "true", "false", "NULL",
+    "outer", "inner", "channels", "count", "workspace", "sums", "channel_values", "row", "lane",
+    "index", "element", "channel", "block", "tail", "out", "size_t", "int64_t", "uint16_t", "uint32_t",
+}
+# The smallest magnitude that rounds to infinity in f32: max + half an ulp.
+_F32_OVERFLOW = (2.0 - 2.0**-24) * 2.0**127
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+class SpecError(ValueError):
+    """A spec or dtype table that breaks a rule; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    c_type: str
+    numpy: str
+    load: str
+    store: str
+    compute: str
+    wide_compute: str
+    accumulate: str
+    mantissa_bits: int
+    min_exponent: int
+
+
+@dataclass(frozen=True)
+class ComputeType:
+    name: str
+    literal_suffix: str
+    math_suffix: str
+
+
+@dataclass(frozen=True)
+class DTypeTable:
+    dtypes: dict[str, DType]
+    compute_types: dict[str, ComputeType]
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    type: str
+    doc: str
+    default: Any = None
+    required: bool = True
+    allowed: tuple[str, ...] = ()
+    minimum_exclusive: float | None = None
+    role: str | None = None
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An input or output. kind 'tensor' has the reference's shape; 'channel' is broadcast/reduced."""
+
+    name: str
+    doc: str
+    kind: str = "tensor"
+    optional: bool = False
+    default: float | None = None
+    ignored_unless: str | None = None
+    broadcast: tuple[str, ...] = ()
+    like: str | None = None
+    requested_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A keyword that requests optional outputs."""
+
+    name: str
+    doc: str
+    default_if_given: str
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    summary: str
+    source: str
+    pattern: str
+    compute: str
+    reference: str
+    layout: str | None
+    min_rank: int
+    max_rank: int | None
+    attributes: tuple[Attribute, ...]
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    flags: tuple[Flag, ...]
+    dtypes: tuple[dict[str, str], ...]
+    math: dict[str, tuple[tuple[str, str], ...]]
+    path: str = ""
+    specialized: tuple[str, ...] = field(default=())
+
+    @property
+    def layout_attribute(self) -> Attribute | None:
+        return next((a for a in self.attributes if a.role == "layout"), None)
+
+    @property
+    def layouts(self) -> tuple[str, ...]:
+        if self.layout is not None:
+            return (self.layout,)
+        attribute = self.layout_attribute
+        return attribute.allowed if attribute else ()
+
+    def tensor(self, name: str) -> Tensor:
+        return next(t for t in (*self.inputs, *self.outputs) if t.name == name)
+
+
+# Keys each table may hold: name -> required?
+_OP_KEYS = {"name": True, "summary": True, "source": True, "pattern": True, "compute": False,
+            "reference": False, "layout": False, "min_rank": False, "max_rank": False}
+_TOP_KEYS = {"op": True, "attributes": False, "inputs": True, "outputs": True, "flags": False,
+             "dtypes": True, "math": True}
+_ATTRIBUTE_KEYS = {"name": True, "type": True, "doc": True, "default": False, "allowed": False,
+                   "minimum_exclusive": False, "role": False}
+_INPUT_KEYS = {"name": True, "doc": True, "kind": False, "optional": False, "default": False,
+               "ignored_unless": False, "broadcast": False}
+_OUTPUT_KEYS = {"name": True, "doc": True, "kind": False, "like": False, "requested_by": False}
+_FLAG_KEYS = {"name": True, "doc": True, "default_if_given": True}
+_DTYPE_KEYS = {"c_type": True, "numpy": True, "load": True, "store": True, "compute": True,
+               "wide_compute": True, "accumulate": True, "mantissa_bits": True, "min_exponent": True}
+_SECTIONS = {
+    "elementwise": ("elements",),
+    "broadcast_reduce": ("elements", "sums"),
+    "reduce_then_apply": ("channel", "sums", "after", "elements"),
+}
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise SpecError(f"{path}: not valid TOML: {error}") from None
+    except OSError as error:
+        raise SpecError(f"{path}: cannot read: {error.strerror}") from None
+
+
+def load_dtype_table(path: Path) -> DTypeTable:
+    data = read_toml(path)
+    where = _Where(path)
+    raw_compute = data.pop("compute_types", None)
+    if not isinstance(raw_compute, dict) or not raw_compute:
+        raise SpecError(f"{path}: compute_types: missing (a table per compute type)")
+    compute_types = {}
+    for name, row in raw_compute.items():
+        key = f"compute_types.{name}"
+        _check_keys(where, key, row, {"literal_suffix": True, "math_suffix": True})
+        compute_types[name] = ComputeType(name, _string(where, f"{key}.literal_suffix", row["literal_suffix"]),
+                                          _string(where, f"{key}.math_suffix", row["math_suffix"]))
+    dtypes = {}
+    for name, row in data.items():
+        _identifier(where, name, name)
+        _check_keys(where, name, row, _DTYPE_KEYS)
+        for key in ("compute", "wide_compute", "accumulate"):
+            if row[key] not in compute_types:
+                where.fail(f"{name}.{key}", f"'{row[key]}' is not in compute_types")
+        for key in ("load", "store"):
+            if _string(where, f"{name}.{key}", row[key]).count("{}") != 1:
+                where.fail(f"{name}.{key}", "must contain '{}' exactly once (the operand)")
+        dtypes[name] = DType(name=name, **row)
+    if not dtypes:
+        raise SpecError(f"{path}: no dtypes")
+    return DTypeTable(dtypes, compute_types)
+
+
+def load_spec(path: Path, table: DTypeTable) -> OpSpec:
+    return _SpecReader(path, table).read()
+
+
+def load_specs(directory: Path) -> tuple[DTypeTable, list[OpSpec]]:
+    """The dtype table (dtypes.toml) and every other *.toml in `directory`, sorted by op name."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise SpecError(f"{directory}: not a directory of specs")
+    table_path = directory / "dtypes.toml"
+    if not table_path.is_file():
+        raise SpecError(f"{table_path}: missing (the dtype table)")
+    table = load_dtype_table(table_path)
+    specs: dict[str, OpSpec] = {}
+    for path in sorted(directory.glob("*.toml")):
+        if path.name == "dtypes.toml":
+            continue
+        spec = load_spec(path, table)
+        if spec.name in specs:
+            raise SpecError(f"{path}: op.name: '{spec.name}' is also defined in {specs[spec.name].path}")
+        specs[spec.name] = spec
+    if not specs:
+        raise SpecError(f"{directory}: no op specs (*.toml besides dtypes.toml)")
+    return table, sorted(specs.values(), key=lambda s: s.name)
+
+
+class _Where:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, message: str) -> None:
+        raise SpecError(f"{self.path}: {key}: {message}")
+
+
+def _check_keys(where: _Where, key: str, table: Any, allowed: dict[str, bool]) -> None:
+    if not isinstance(table, dict):
+        where.fail(key, "must be a table")
+    for name in table:
+        if name not in allowed:
+            where.fail(f"{key}.{name}" if key else name, f"unknown key (allowed: {', '.join(allowed)})")
+    for name, required in allowed.items():
+        if required and name not in table:
+            where.fail(f"{key}.{name}" if key else name, "missing")
+
+
+def _string(where: _Where, key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        where.fail(key, f"must be a string, not {type(value).__name__}")
+    return value
+
+
+def _identifier(where: _Where, key: str, value: Any) -> str:
+    name = _string(where, key, value)
+    if not _IDENTIFIER.fullmatch(name):
+        where.fail(key, f"'{name}' is not a C identifier (letters, digits, _; at most 63)")
+    if name in _RESERVED or keyword.iskeyword(name) or name.startswith("opgen"):
+        where.fail(key, f"'{name}' is reserved")
+    if name.endswith(("_value", "_acc", "_sums")):
+        where.fail(key, f"'{name}' may not end in _value, _acc or _sums (used by the generated C)")
+    return name
+
+
+class _SpecReader:
+    def __init__(self, path: Path, table: DTypeTable) -> None:
+        self.path = path
+        self.table = table
+        self.where = _Where(path)
+        self.fail = self.where.fail
+
+    def read(self) -> OpSpec:
+        data = read_toml(self.path)
+        _check_keys(self.where, "", data, _TOP_KEYS)
+        op = data["op"]
+        _check_keys(self.where, "op", op, _OP_KEYS)
+        name = _identifier(self.where, "op.name", op["name"])
+        if self.path.stem != name:
+            self.fail("op.name", f"'{name}' must match the file name '{self.path.stem}'")
+        pattern = _string(self.where, "op.pattern", op["pattern"])
+        if pattern not in PATTERNS:
+            self.fail("op.pattern", f"'{pattern}' is not one of {', '.join(PATTERNS)}")
+        compute = op.get("compute", "normal")
+        if compute not in ("normal", "wide"):
+            self.fail("op.compute", f"'{compute}' is not 'normal' or 'wide'")
+
+        attributes = self._attributes(data.get("attributes", []))
+        flags = self._flags(data.get("flags", []))
+        inputs = self._tensors(data["inputs"], "inputs", _INPUT_KEYS)
+        outputs = self._tensors(data["outputs"], "outputs", _OUTPUT_KEYS)
+        self._unique([*attributes, *flags, *inputs, *outputs])
+        spec = OpSpec(
+            name=name,
+            summary=_string(self.where, "op.summary", op["summary"]),
+            source=_string(self.where, "op.source", op["source"]),
+            pattern=pattern,
+            compute=compute,
+            reference=self._reference(op, inputs),
+            layout=self._layout(op, pattern, attributes),
+            min_rank=self._rank(op, "min_rank", 0),
+            max_rank=self._rank(op, "max_rank", None),
+            attributes=attributes,
+            inputs=inputs,
+            outputs=outputs,
+            flags=flags,
+            dtypes=self._dtype_rows(data["dtypes"], inputs, outputs),
+            math=self._math_sections(data["math"], pattern),
+            path=str(self.path),
+        )
+        self._check_roles(spec)
+        specialized = self._check_math(spec)
+        return OpSpec(**{**spec.__dict__, "specialized": specialized})
+
+    # --- tables -----------------------------------------------------------------
+
+    def _list_of_tables(self, value: Any, key: str) -> list[dict[str, Any]]:
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            self.fail(key, "must be an array of tables ([[...]])")
+        return value
+
+    def _attributes(self, raw: Any) -> tuple[Attribute, ...]:
+        result = []
+        for index, table in enumerate(self._list_of_tables(raw, "attributes")):
+            key = f"attributes[{index}]"
+            _check_keys(self.where, key, table, _ATTRIBUTE_KEYS)
+            name = _identifier(self.where, f"{key}.name", table["name"])
+            key = f"attributes.{name}"
+            kind = table["type"]
+            if kind not in ATTRIBUTE_TYPES:
+                self.fail(f"{key}.type", f"'{kind}' is not one of {', '.join(ATTRIBUTE_TYPES)}")
+            allowed = table.get("allowed", [])
+            if allowed and (kind != "string" or not all(isinstance(v, str) for v in allowed)):
+                self.fail(f"{key}.allowed", "only string attributes take a list of allowed strings")
+            if kind == "string" and not allowed:
+                self.fail(f"{key}.allowed", "a string attribute needs its list of allowed values")
+            minimum = table.get("minimum_exclusive")
+            if minimum is not None and (kind != "f32" or not isinstance(minimum, (int, float))):
+                self.fail(f"{key}.minimum_exclusive", "only f32 attributes take a numeric minimum")
+            role = table.get("role")
+            if role is not None and (role != "layout" or kind != "string"):
+                self.fail(f"{key}.role", "the only role is 'layout', for a string attribute")
+            if role == "layout" and not set(allowed) <= set(LAYOUTS):
+                self.fail(f"{key}.allowed", f"layouts must be among {', '.join(LAYOUTS)}")
+            attribute = Attribute(name=name, type=kind, doc=_string(self.where, f"{key}.doc", table["doc"]),
+                                  default=table.get("default"), required="default" not in table,
+                                  allowed=tuple(allowed), minimum_exclusive=minimum, role=role)
+            if "default" in table:
+                problem = check_attribute_value(attribute, attribute.default)
+                if problem:
+                    self.fail(f"{key}.default", problem)
+            result.append(attribute)
+        return tuple(result)
+
+    def _flags(self, raw: Any) -> tuple[Flag, ...]:
+        result = []
+        for index, table in enumerate(self._list_of_tables(raw, "flags")):
+            _check_keys(self.where, f"flags[{index}]", table, _FLAG_KEYS)
+            name = _identifier(self.where, f"flags[{index}].name", table["name"])
+            result.append(Flag(name, _string(self.where, f"flags.{name}.doc", table["doc"]),
+                               _string(self.where, f"flags.{name}.default_if_given", table["default_if_given"])))
+        return tuple(result)
+
+    def _tensors(self, raw: Any, section: str, allowed: dict[str, bool]) -> tuple[Tensor, ...]:
+        result = []
+        tables = self._list_of_tables(raw, section)
+        if not tables:
+            self.fail(section, "at least one is needed")
+        for index, table in enumerate(tables):
+            _check_keys(self.where, f"{section}[{index}]", table, allowed)
+            name = _identifier(self.where, f"{section}[{index}].name", table["name"])
+            key = f"{section}.{name}"
+            kind = table.get("kind", "tensor")
+            if kind not in ("tensor", "channel"):
+                self.fail(f"{key}.kind", f"'{kind}' is not 'tensor' or 'channel'")
+            broadcast = table.get("broadcast", [])
+            forms = CHANNEL_FORMS if kind == "channel" else TENSOR_FORMS
+            if not isinstance(broadcast, list) or any(form not in forms for form in broadcast):
+                self.fail(f"{key}.broadcast", f"must be a list of forms among {', '.join(forms)}")
+            if len(set(broadcast)) != len(broadcast):
+                self.fail(f"{key}.broadcast", "a form is listed twice")
+            if kind == "channel" and section == "inputs" and not broadcast:
+                self.fail(f"{key}.broadcast", "a channel input needs at least one broadcast form")
+            optional = table.get("optional", False)
+            if not isinstance(optional, bool):
+                self.fail(f"{key}.optional", "must be true or false")
+            default = table.get("default")
+            if optional and (kind != "channel" or not isinstance(default, (int, float))):
+                self.fail(f"{key}.default", "an optional input must be a channel input with a numeric default")
+            if default is not None and not optional:
+                self.fail(f"{key}.default", "only optional inputs take a default")
+            requested_by = table.get("requested_by")
+            result.append(Tensor(
+                name=name, doc=_string(self.where, f"{key}.doc", table["doc"]), kind=kind,
+                optional=optional or requested_by is not None,
+                default=None if default is None else float(default),
+                ignored_unless=table.get("ignored_unless"), broadcast=tuple(broadcast),
+                like=table.get("like"), requested_by=requested_by,
+            ))
+        return tuple(result)
+
+    def _unique(self, items: list[Any]) -> None:
+        seen: set[str] = set()
+        for item in items:
+            if item.name in seen:
+                self.fail(item.name, "the name is used twice (inputs, outputs, attributes and flags share one namespace)")
+            seen.add(item.name)
+
+    def _reference(self, op: dict[str, Any], inputs: tuple[Tensor, ...]) -> str:
+        tensors = [t.name for t in inputs if t.kind == "tensor"]
+        if not tensors:
+            self.fail("inputs", "at least one input of kind 'tensor' is needed")
+        reference = op.get("reference", tensors[0])
+        if reference not in tensors:
+            self.fail("op.reference", f"'{reference}' is not a tensor input")
+        if next(t for t in inputs if t.name == reference).broadcast:
+            self.fail("op.reference", f"the reference '{reference}' cannot itself broadcast")
+        return reference
+
+    def _layout(self, op: dict[str, Any], pattern: str, attributes: tuple[Attribute, ...]) -> str | None:
+        from_attribute = [a for a in attributes if a.role == "layout"]
+        fixed = op.get("layout")
+        if fixed is not None and fixed not in LAYOUTS:
+            self.fail("op.layout", f"'{fixed}' is not one of {', '.join(LAYOUTS)}")
+        if fixed is not None and from_attribute:
+            self.fail("op.layout", "give a fixed layout or a layout attribute, not both")
+        if len(from_attribute) > 1:
+            self.fail("attributes", "at most one attribute has role 'layout'")
+        if pattern == "elementwise" and (fixed or from_attribute):
+            self.fail("op.layout", "an elementwise op does not depend on the layout")
+        if pattern != "elementwise" and not (fixed or from_attribute):
+            self.fail("op.layout", f"pattern {pattern} needs a layout (op.layout or an attribute with role 'layout')")
+        return fixed
+
+    def _rank(self, op: dict[str, Any], key: str, default: int | None) -> int | None:
+        value = op.get(key, default)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            self.fail(f"op.{key}", "must be a non-negative integer")
+        return value
+
+    def _dtype_rows(self, raw: Any, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> tuple[dict[str, str], ...]:
+        names = [t.name for t in (*inputs, *outputs)]
+        rows = []
+        for index, row in enumerate(self._list_of_tables(raw, "dtypes")):
+            key = f"dtypes[{index}]"
+            _check_keys(self.where, key, row, dict.fromkeys(names, True))
+            for name, dtype in row.items():
+                if dtype not in self.table.dtypes:
+                    self.fail(f"{key}.{name}", f"'{dtype}' is not in the dtype table ({', '.join(self.table.dtypes)})")
+            ordered = {name: row[name] for name in names}
+            if ordered in rows:
+                self.fail(key, "the same combination is listed twice")
+            rows.append(ordered)
+        if not rows:
+            self.fail("dtypes", "at least one dtype combination is needed")
+        return tuple(rows)
+
+    def _math_sections(self, raw: Any, pattern: str) -> dict[str, tuple[tuple[str, str], ...]]:
+        _check_keys(self.where, "math", raw, dict.fromkeys(_SECTIONS[pattern], False))
+        sections = {}
+        for section in _SECTIONS[pattern]:
+            table = raw.get(section, {})
+            if not isinstance(table, dict):
+                self.fail(f"math.{section}", "must be a table of name = \"expression\"")
+            for name, text in table.items():
+                _identifier(self.where, f"math.{section}.{name}", name)
+                _string(self.where, f"math.{section}.{name}", text)
+            sections[section] = tuple(table.items())
+        return sections
+
+    # --- cross-field rules ---------------------------------------------------------
+
+    def _check_roles(self, spec: OpSpec) -> None:
+        flags = {f.name for f in spec.flags}
+        inputs = {t.name: t for t in spec.inputs}
+        channel_inputs = [t for t in spec.inputs if t.kind == "channel"]
+        for flag in spec.flags:
+            if flag.default_if_given not in inputs or not inputs[flag.default_if_given].optional:
+                self.fail(f"flags.{flag.name}.default_if_given", f"'{flag.default_if_given}' is not an optional input")
+        for tensor in spec.inputs:
+            if tensor.ignored_unless is not None and tensor.ignored_unless not in flags:
+                self.fail(f"inputs.{tensor.name}.ignored_unless", f"'{tensor.ignored_unless}' is not a flag")
+        for tensor in spec.outputs:
+            key = f"outputs.{tensor.name}"
+            if tensor.requested_by is not None and tensor.requested_by not in flags:
+                self.fail(f"{key}.requested_by", f"'{tensor.requested_by}' is not a flag")
+            if tensor.kind == "channel":
+                if tensor.like not in {t.name for t in channel_inputs}:
+                    self.fail(f"{key}.like", "a channel output names the channel input whose shape it takes")
+            elif tensor.like is not None:
+                self.fail(f"{key}.like", "only channel outputs take 'like'")
+        if spec.pattern == "elementwise" and (channel_inputs or any(t.kind == "channel" for t in spec.outputs)):
+            self.fail("inputs", "an elementwise op has only tensor inputs and outputs")
+        if spec.pattern == "broadcast_reduce" and len(channel_inputs) != 1:
+            self.fail("inputs", "pattern broadcast_reduce needs exactly one channel (broadcast) input")
+        if spec.pattern == "reduce_then_apply":
+            for tensor in channel_inputs:
+                if tensor.broadcast != ("per_channel",):
+                    self.fail(f"inputs.{tensor.name}.broadcast", "pattern reduce_then_apply takes per_channel inputs only")
+        for tensor in spec.inputs:
+            if tensor.kind == "tensor" and tensor.optional:
+                self.fail(f"inputs.{tensor.name}.optional", "only channel inputs may be optional")
+
+    def _check_math(self, spec: OpSpec) -> tuple[str, ...]:
+        """Check every expression against the names its section may read; return specialized attributes."""
+        tensors = [t.name for t in spec.inputs if t.kind == "tensor"]
+        channels = [t.name for t in spec.inputs if t.kind == "channel"]
+        numbers = [a.name for a in spec.attributes if a.type == "f32"]
+        booleans = [a.name for a in spec.attributes if a.type == "bool"]
+        defined: dict[str, list[str]] = {section: [n for n, _ in spec.math[section]] for section in spec.math}
+        readable = {
+            "channel": channels + numbers,
+            "sums": tensors + channels + numbers,
+            "after": channels + numbers + defined.get("channel", []) + defined.get("sums", []) + ["count"],
+            "elements": tensors + channels + numbers + defined.get("channel", []) + defined.get("after", []),
+        }
+        used_booleans: set[str] = set()
+        seen: set[str] = set()
+        for section, entries in spec.math.items():
+            local: list[str] = []
+            for name, text in entries:
+                key = f"math.{section}.{name}"
+                if name in seen:
+                    self.fail(key, "defined twice in math")
+                seen.add(name)
+                if name in {t.name for t in spec.inputs} or name in numbers + booleans:
+                    self.fail(key, f"'{name}' is an input or attribute; math defines new names only")
+                tree = self._parse(key, text)
+                allowed = set(readable[section]) | set(booleans) | (set() if section == "sums" else set(local))
+                for used in expr.names(tree):
+                    if used not in allowed:
+                        self.fail(key, f"unknown name '{used}' (this section may read: {', '.join(sorted(allowed))})")
+                used_booleans |= expr.names(tree) & set(booleans)
+                local.append(name)
+        self._check_outputs_defined(spec, defined)
+        return tuple(a for a in booleans if a in used_booleans)
+
+    def _parse(self, key: str, text: str) -> Any:
+        try:
+            return expr.parse(text)
+        except expr.ExprError as error:
+            problem = str(error)
+        self.fail(key, problem)
+
+    def _check_outputs_defined(self, spec: OpSpec, defined: dict[str, list[str]]) -> None:
+        channel_section = {"broadcast_reduce": "sums", "reduce_then_apply": "after"}.get(spec.pattern)
+        for tensor in spec.outputs:
+            section = "elements" if tensor.kind == "tensor" else channel_section
+            if section is None or tensor.name not in defined.get(section, []):
+                self.fail(f"math.{section or 'elements'}", f"output '{tensor.name}' is not defined here")
+        if spec.pattern == "broadcast_reduce":
+            outputs = {t.name for t in spec.outputs}
+            for name in defined["sums"]:
+                if name not in outputs:
+                    self.fail(f"math.sums.{name}", "in broadcast_reduce every sum is a channel output")
+
+
+def check_attribute_value(attribute: Attribute, value: Any) -> str | None:
+    """Why `value` is not valid for `attribute`, or None."""
+    if attribute.type == "bool":
+        return None if isinstance(value, bool) else f"must be True or False, not {value!r}"
+    if attribute.type == "string":
+        if value not in attribute.allowed:
+            return f"must be one of {', '.join(repr(v) for v in attribute.allowed)}, not {value!r}"
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number (f32), not {type(value).__name__}"
+    if math.isfinite(value) and abs(float(value)) >= _F32_OVERFLOW:
+        return f"{value!r} is outside the f32 range (it would round to infinity)"
+    if attribute.minimum_exclusive is not None and not float(value) > attribute.minimum_exclusive:
+        return f"must be greater than {attribute.minimum_exclusive}, not {value!r}"
+    return None
