@@ -1,0 +1,109 @@
+"""Shape rules: which broadcast form an operand takes, and the kernel calls that cover a tensor.
+
+A broadcast form maps an operand's shape to an "expanded" shape of the reference's rank
+(1 where the operand is broadcast). Kernels see the reference as [outer][channels][inner]
+with the operand indexed by the channel; any leading dims left over become separate calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from opgen.specs import LAYOUTS
+
+FORM_RULES = {
+    "per_channel": "1-D of the channel length",
+    "per_tensor": "1-D of length 1",
+    "trailing": "the reference's shape without its first dim",
+    "numpy": "the reference's rank, each dim 1 or equal to the reference's",
+    "single": "exactly one element (any shape)",
+    "channel_count": "as many elements as the reference's dim 1 (1 if it has one dim or none)",
+}
+
+
+def channel_axis(rank: int, layout: str) -> int | None:
+    """Index of the channel dim for a tensor of `rank` in `layout`, or None when it has none."""
+    axis = LAYOUTS[layout]
+    if axis < 0:
+        return rank + axis if rank >= -axis else None
+    return axis if rank > axis else None
+
+
+def expand(form: str, shape: tuple[int, ...], reference: tuple[int, ...], layout: str) -> tuple[int, ...] | None:
+    """The expanded shape of an operand of `shape` in `form`, or None if it does not fit."""
+    rank = len(reference)
+    axis = channel_axis(rank, layout)
+    if form == "per_channel":
+        if axis is None or shape != (reference[axis],):
+            return None
+        return tuple(reference[axis] if d == axis else 1 for d in range(rank))
+    if form == "per_tensor":
+        return (1,) * rank if shape == (1,) else None
+    if form == "trailing":
+        return (1, *shape) if rank >= 1 and shape == reference[1:] else None
+    if form == "numpy":
+        fits = len(shape) == rank and all(s in (1, r) for s, r in zip(shape, reference))
+        return shape if fits else None
+    if form == "single":
+        return (1,) * rank if math.prod(shape) == 1 else None
+    if form == "channel_count":
+        channels = reference[axis] if axis is not None else 1
+        if math.prod(shape) != channels:
+            return None
+        return tuple(channels if d == axis else 1 for d in range(rank))
+    raise ValueError(f"unknown broadcast form {form!r}")
+
+
+def reduced_shape(form: str, shape: tuple[int, ...], expanded: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape of the gradient of an operand in `form`: its own shape, or [C] for channel_count."""
+    if form == "channel_count":
+        return (math.prod(expanded),)
+    return shape
+
+
+@dataclass(frozen=True)
+class Call:
+    """One kernel call: element offset into the reference, offset into the operand, dims."""
+
+    form: str  # "ncx" (inner > 1) or "nxc"
+    offset: int
+    operand_offset: int
+    outer: int
+    channels: int
+    inner: int
+
+
+def calls(reference: tuple[int, ...], expanded: tuple[int, ...]) -> list[Call]:
+    """Kernel calls that cover `reference` with an operand broadcast as `expanded`."""
+    groups: list[list] = []  # [size, kept], adjacent dims of the same kind merged
+    for size, operand_size in zip(reference, expanded):
+        if size == 1:
+            continue
+        kept = operand_size == size
+        if groups and groups[-1][1] == kept:
+            groups[-1][0] *= size
+        else:
+            groups.append([size, kept])
+    inner = groups.pop()[0] if groups and not groups[-1][1] else 1
+    channels = groups.pop()[0] if groups and groups[-1][1] else 1
+    outer = groups.pop()[0] if groups and not groups[-1][1] else 1
+    block = outer * channels * inner
+    form = "ncx" if inner > 1 else "nxc"
+    result = []
+    for position, index in enumerate(itertools.product(*(range(size) for size, _ in groups))):
+        operand_index = 0
+        for (size, kept), i in zip(groups, index):
+            if kept:
+                operand_index = operand_index * size + i
+        result.append(Call(form, position * block, operand_index * channels, outer, channels, inner))
+    return result
+
+
+def channel_dims(reference: tuple[int, ...], layout: str) -> tuple[int, int, int]:
+    """(outer, channels, inner) of a tensor whose channel axis is given by `layout`."""
+    axis = channel_axis(len(reference), layout)
+    if axis is None:
+        raise ValueError(f"a tensor of rank {len(reference)} has no channel axis in {layout}")
+    return math.prod(reference[:axis]), reference[axis], math.prod(reference[axis + 1:])
