@@ -27,8 +27,7 @@ from opgen.render import Library, write_files
 
 # IEEE semantics: no -ffast-math, and no contraction into FMA, so every target rounds alike.
 # -fno-math-errno only lets sqrt be one instruction; results are unchanged.
-C_FLAGS = ["-O3", "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-math-errno",
-           "-fopenmp-simd", "-DOPGEN_OPENMP_SIMD"]
+C_FLAGS = ["-O3", "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DOPGEN_OPENMP_SIMD"]
 WARNING_FLAGS = ["-Wall", "-Wextra", "-Wpedantic"]
 
 
@@ -58,8 +57,15 @@ def _compiler_identity() -> str:
 
 def cache_key(library: Library) -> str:
     digest = hashlib.sha256()
-    for part in (__version__, sys.implementation.cache_tag, sysconfig.get_config_var("EXT_SUFFIX") or "",
-                 " ".join(compiler()), _compiler_identity(), " ".join(C_FLAGS), library.cdef):
+    for part in (
+        __version__,
+        sys.implementation.cache_tag,
+        sysconfig.get_config_var("EXT_SUFFIX") or "",
+        " ".join(compiler()),
+        _compiler_identity(),
+        " ".join(C_FLAGS),
+        library.cdef,
+    ):
         digest.update(part.encode())
         digest.update(b"\0")
     for name in sorted(library.files):
@@ -114,8 +120,9 @@ def _link_module(library: Library, name: str, work: Path, objects: list[Path]) -
 
     ffi = cffi.FFI()
     ffi.cdef(library.cdef)
-    ffi.set_source(name, '#include "opgen.h"', include_dirs=[str(work)],
-                   extra_objects=[str(o) for o in objects], libraries=["m"])
+    ffi.set_source(
+        name, '#include "opgen.h"', include_dirs=[str(work)], extra_objects=[str(o) for o in objects], libraries=["m"]
+    )
     try:
         ffi.compile(tmpdir=str(work), verbose=False)
     except Exception as error:  # distutils reports compile and link failures in several types

@@ -70,11 +70,12 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
     compute = reference_dtype.wide_compute if spec.compute == "wide" else reference_dtype.compute
     accumulate = reference_dtype.accumulate
     tensor_inputs = [t for t in spec.inputs if t.kind == "tensor"]
-    channel_inputs = [t for t in spec.inputs if t.kind == "channel"]
     numbers = [a.name for a in spec.attributes if a.type == "f32"]
 
-    trees = {section: [(name, expr.fold(expr.parse(text), variant.constants)) for name, text in entries]
-             for section, entries in spec.math.items()}
+    trees = {
+        section: [(name, expr.fold(expr.parse(text), variant.constants)) for name, text in entries]
+        for section, entries in spec.math.items()
+    }
     live = _live_names(spec, trees)
     order = ("channel", "sums", "after", "elements")
     sections = {s: [(n, t) for n, t in trees.get(s, []) if n in live] for s in order}
@@ -102,33 +103,45 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
 
     out_names = {t.name for t in spec.outputs}
     math = {s: [{"name": n, "c": c_text(s, t), "output": n in out_names} for n, t in sections[s]] for s in order}
-    element_channel_values = [n for n, _ in trees.get("channel", []) + trees.get("after", [])
-                              if n in reads["elements"]]
+    element_channel_values = [n for n, _ in trees.get("channel", []) + trees.get("after", []) if n in reads["elements"]]
 
     inputs = []
     for tensor in spec.inputs:
         dtype = variant.dtypes[tensor.name]
-        inputs.append({
-            "name": tensor.name, "kind": tensor.kind, "c_type": dtype.c_type, "optional": tensor.optional,
-            "default_compute": _literal(tensor.default, compute, table),
-            "default_acc": _literal(tensor.default, accumulate, table),
-            "load_compute": _load(dtype, f"{tensor.name}[@]", compute),
-            "load_acc": _load(dtype, f"{tensor.name}[@]", accumulate),
-            "in_elements": tensor.name in reads["elements"],
-            "in_sums": tensor.name in reads["sums"],
-            "in_loop": tensor.name in reads["elements"] | reads["sums"],
-            "in_channel": tensor.name in reads["channel"] | reads["after"],
-            "in_sums_only": tensor.name in reads["sums"] - reads["channel"] - reads["after"],
-        })
+        inputs.append(
+            {
+                "name": tensor.name,
+                "kind": tensor.kind,
+                "c_type": dtype.c_type,
+                "optional": tensor.optional,
+                "default_compute": _literal(tensor.default, compute, table),
+                "default_acc": _literal(tensor.default, accumulate, table),
+                "load_compute": _load(dtype, f"{tensor.name}[@]", compute),
+                "load_acc": _load(dtype, f"{tensor.name}[@]", accumulate),
+                "in_elements": tensor.name in reads["elements"],
+                "in_sums": tensor.name in reads["sums"],
+                "in_loop": tensor.name in reads["elements"] | reads["sums"],
+                "in_channel": tensor.name in reads["channel"] | reads["after"],
+                "in_sums_only": tensor.name in reads["sums"] - reads["channel"] - reads["after"],
+            }
+        )
     outputs = []
     for tensor in spec.outputs:
         dtype = variant.dtypes[tensor.name]
         source = "compute" if tensor.kind == "tensor" else "acc"
-        outputs.append({
-            "name": tensor.name, "kind": tensor.kind, "c_type": dtype.c_type, "optional": tensor.optional,
-            "store": _store(dtype, f"{tensor.name}_{'value' if source == 'compute' else 'acc'}",
-                            compute if source == "compute" else accumulate),
-        })
+        outputs.append(
+            {
+                "name": tensor.name,
+                "kind": tensor.kind,
+                "c_type": dtype.c_type,
+                "optional": tensor.optional,
+                "store": _store(
+                    dtype,
+                    f"{tensor.name}_{'value' if source == 'compute' else 'acc'}",
+                    compute if source == "compute" else accumulate,
+                ),
+            }
+        )
     sums = [entry["name"] for entry in math["sums"]]
     return {
         "name": variant.name,

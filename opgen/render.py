@@ -98,9 +98,14 @@ def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]]) -> dict[str, A
                 "pattern": spec.pattern,
                 "spec": Path(spec.path).name,
                 "functions": [
-                    {"name": k["name"], "form": k["form"], "detail": k["detail"],
-                     "workspace_doubles_per_channel": k["workspace_per_channel"]}
-                    for k in kernels if k["op"] == spec.name
+                    {
+                        "name": k["name"],
+                        "form": k["form"],
+                        "detail": k["detail"],
+                        "workspace_doubles_per_channel": k["workspace_per_channel"],
+                    }
+                    for k in kernels
+                    if k["op"] == spec.name
                 ],
             }
             for spec in specs

@@ -31,8 +31,10 @@ class OpLibrary:
     def __init__(self, spec_dir: Path) -> None:
         self.spec_dir = Path(spec_dir)
         self.table, self.specs = load_specs(self.spec_dir)
-        self.variants = {spec.name: {v.name: plan.kernel(v, self.table) for v in plan.variants(spec, self.table)}
-                         for spec in self.specs}
+        self.variants = {
+            spec.name: {v.name: plan.kernel(v, self.table) for v in plan.variants(spec, self.table)}
+            for spec in self.specs
+        }
         self._module: Any = None
         self.ops = {spec.name: make_function(self, spec) for spec in self.specs}
 
@@ -101,7 +103,10 @@ def _docstring(spec: OpSpec) -> str:
     lines += ["", "Returns:" if len(spec.outputs) > 1 else "Returns:"]
     for tensor in spec.outputs:
         lines.append(f"    {tensor.name}: {tensor.doc}")
-    lines += ["", "dtype combinations: " + "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in spec.dtypes)]
+    lines += [
+        "",
+        "dtype combinations: " + "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in spec.dtypes),
+    ]
     return "\n".join(lines)
 
 
@@ -130,9 +135,11 @@ class _Call:
             value = arguments[attribute.name]
             problem = check_attribute_value(attribute, value)
             if problem:
-                wrong_type = not isinstance(value, (bool, int, float, str)) or (
-                    attribute.type == "bool") != isinstance(value, bool) or (
-                    attribute.type == "string") != isinstance(value, str)
+                wrong_type = (
+                    not isinstance(value, (bool, int, float, str))
+                    or (attribute.type == "bool") != isinstance(value, bool)
+                    or (attribute.type == "string") != isinstance(value, str)
+                )
                 self.fail(TypeError if wrong_type else ValueError, attribute.name, problem)
             values[attribute.name] = value
         return values
@@ -187,7 +194,9 @@ class _Call:
         spec = self.spec
         rank = self.reference.ndim
         if rank < spec.min_rank:
-            self.fail(ValueError, spec.reference, f"must have at least {spec.min_rank} dims, got shape {self.reference.shape}")
+            self.fail(
+                ValueError, spec.reference, f"must have at least {spec.min_rank} dims, got shape {self.reference.shape}"
+            )
         if spec.max_rank is not None:
             for name, array in self.inputs.items():
                 if array is not None and array.ndim > spec.max_rank:
@@ -208,10 +217,15 @@ class _Call:
                     except ValueError:
                         fits = False
                     if not fits:
-                        self.fail(ValueError, tensor.name, f"shape {array.shape} does not broadcast to "
-                                  f"{spec.reference}'s shape {reference}")
+                        self.fail(
+                            ValueError,
+                            tensor.name,
+                            f"shape {array.shape} does not broadcast to {spec.reference}'s shape {reference}",
+                        )
                 elif array.shape != reference:
-                    self.fail(ValueError, tensor.name, f"shape {array.shape} must equal {spec.reference}'s shape {reference}")
+                    self.fail(
+                        ValueError, tensor.name, f"shape {array.shape} must equal {spec.reference}'s shape {reference}"
+                    )
                 continue
             for form in tensor.broadcast:
                 expanded = shapes.expand(form, array.shape, reference, self.layout or "NCX")
@@ -221,8 +235,11 @@ class _Call:
             else:
                 rules = "; or ".join(shapes.FORM_RULES[f] for f in tensor.broadcast)
                 where = f" in {self.layout}" if spec.layout_attribute else ""
-                self.fail(ValueError, tensor.name, f"shape {array.shape} does not fit {spec.reference}'s shape "
-                          f"{reference}{where}: it must be {rules}")
+                self.fail(
+                    ValueError,
+                    tensor.name,
+                    f"shape {array.shape} does not fit {spec.reference}'s shape {reference}{where}: it must be {rules}",
+                )
         return forms
 
     # --- running ---------------------------------------------------------------------
@@ -252,14 +269,18 @@ def _contiguous(array: np.ndarray | None, shape: tuple[int, ...] | None = None) 
         return None
     if shape is not None and array.shape != shape:
         array = np.broadcast_to(array, shape)
-    return np.ascontiguousarray(array)
+    # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
+    return array if array.flags.c_contiguous else array.copy(order="C")
 
 
 def _run(library: OpLibrary, spec: OpSpec, arguments: dict[str, Any]) -> dict[str, np.ndarray | None]:
     call = _Call(library, spec, arguments)
     reference = call.reference.shape
-    inputs = {name: _contiguous(array, reference if t.kind == "tensor" else None)
-              for t in spec.inputs for name, array in [(t.name, call.inputs[t.name])]}
+    inputs = {
+        name: _contiguous(array, reference if t.kind == "tensor" else None)
+        for t in spec.inputs
+        for name, array in [(t.name, call.inputs[t.name])]
+    }
     outputs: dict[str, np.ndarray | None] = {}
     for tensor in spec.outputs:
         if tensor.requested_by and not call.flags[tensor.requested_by]:
@@ -321,12 +342,15 @@ def _run_broadcast_reduce(call: _Call, inputs: dict, outputs: dict, attributes: 
         shape = shapes.reduced_shape(form, operand_array.shape, expanded)
         dtype = numpy_dtype(call.library.table.dtypes[call.row[name]].numpy)
         # double -> f32 -> target: the same two roundings as the C kernels' stores
-        outputs[name] = total.astype(np.float32).astype(dtype).reshape(shape)
+        with np.errstate(over="ignore"):  # sums beyond the dtype's range are Inf, as in C
+            outputs[name] = total.astype(np.float32).astype(dtype).reshape(shape)
 
 
 def _run_reduce_then_apply(call: _Call, inputs: dict, outputs: dict, attributes: list) -> None:
     spec = call.spec
     outer, channels, inner = shapes.channel_dims(call.reference.shape, call.layout)
+    if inner == 0:  # no elements per channel: the sums are empty, only per-channel outputs remain
+        outer, inner = 0, 1
     form = "ncx" if inner > 1 else "nxc"
     kernel_info = call.variant(form)
     for tensor in spec.outputs:

@@ -106,4 +106,4 @@ def channel_dims(reference: tuple[int, ...], layout: str) -> tuple[int, int, int
     axis = channel_axis(len(reference), layout)
     if axis is None:
         raise ValueError(f"a tensor of rank {len(reference)} has no channel axis in {layout}")
-    return math.prod(reference[:axis]), reference[axis], math.prod(reference[axis + 1:])
+    return math.prod(reference[:axis]), reference[axis], math.prod(reference[axis + 1 :])

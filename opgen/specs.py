@@ -24,12 +24,66 @@ ATTRIBUTE_TYPES = ("bool", "f32", "string")
 
 # Names the generated C or Python uses for itself; a spec may not take them.
 _RESERVED = {
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
-    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
-    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
-    "volatile", "while", "_Bool", "_Complex", "_Imaginary", "bool", "true", "false", "NULL",
-    "outer", "inner", "channels", "count", "workspace", "sums", "channel_values", "row", "lane",
-    "index", "element", "channel", "block", "tail", "out", "size_t", "int64_t", "uint16_t", "uint32_t",
+    "auto",
+    "break",
+    "case",
+    "char",
+    "const",
+    "continue",
+    "default",
+    "do",
+    "double",
+    "else",
+    "enum",
+    "extern",
+    "float",
+    "for",
+    "goto",
+    "if",
+    "inline",
+    "int",
+    "long",
+    "register",
+    "restrict",
+    "return",
+    "short",
+    "signed",
+    "sizeof",
+    "static",
+    "struct",
+    "switch",
+    "typedef",
+    "union",
+    "unsigned",
+    "void",
+    "volatile",
+    "while",
+    "_Bool",
+    "_Complex",
+    "_Imaginary",
+    "bool",
+    "true",
+    "false",
+    "NULL",
+    "outer",
+    "inner",
+    "channels",
+    "count",
+    "workspace",
+    "sums",
+    "channel_values",
+    "row",
+    "lane",
+    "index",
+    "element",
+    "channel",
+    "block",
+    "tail",
+    "out",
+    "size_t",
+    "int64_t",
+    "uint16_t",
+    "uint32_t",
 }
 # The smallest magnitude that rounds to infinity in f32: max + half an ulp.
 _F32_OVERFLOW = (2.0 - 2.0**-24) * 2.0**127
@@ -139,18 +193,57 @@ class OpSpec:
 
 
 # Keys each table may hold: name -> required?
-_OP_KEYS = {"name": True, "summary": True, "source": True, "pattern": True, "compute": False,
-            "reference": False, "layout": False, "min_rank": False, "max_rank": False}
-_TOP_KEYS = {"op": True, "attributes": False, "inputs": True, "outputs": True, "flags": False,
-             "dtypes": True, "math": True}
-_ATTRIBUTE_KEYS = {"name": True, "type": True, "doc": True, "default": False, "allowed": False,
-                   "minimum_exclusive": False, "role": False}
-_INPUT_KEYS = {"name": True, "doc": True, "kind": False, "optional": False, "default": False,
-               "ignored_unless": False, "broadcast": False}
+_OP_KEYS = {
+    "name": True,
+    "summary": True,
+    "source": True,
+    "pattern": True,
+    "compute": False,
+    "reference": False,
+    "layout": False,
+    "min_rank": False,
+    "max_rank": False,
+}
+_TOP_KEYS = {
+    "op": True,
+    "attributes": False,
+    "inputs": True,
+    "outputs": True,
+    "flags": False,
+    "dtypes": True,
+    "math": True,
+}
+_ATTRIBUTE_KEYS = {
+    "name": True,
+    "type": True,
+    "doc": True,
+    "default": False,
+    "allowed": False,
+    "minimum_exclusive": False,
+    "role": False,
+}
+_INPUT_KEYS = {
+    "name": True,
+    "doc": True,
+    "kind": False,
+    "optional": False,
+    "default": False,
+    "ignored_unless": False,
+    "broadcast": False,
+}
 _OUTPUT_KEYS = {"name": True, "doc": True, "kind": False, "like": False, "requested_by": False}
 _FLAG_KEYS = {"name": True, "doc": True, "default_if_given": True}
-_DTYPE_KEYS = {"c_type": True, "numpy": True, "load": True, "store": True, "compute": True,
-               "wide_compute": True, "accumulate": True, "mantissa_bits": True, "min_exponent": True}
+_DTYPE_KEYS = {
+    "c_type": True,
+    "numpy": True,
+    "load": True,
+    "store": True,
+    "compute": True,
+    "wide_compute": True,
+    "accumulate": True,
+    "mantissa_bits": True,
+    "min_exponent": True,
+}
 _SECTIONS = {
     "elementwise": ("elements",),
     "broadcast_reduce": ("elements", "sums"),
@@ -178,8 +271,11 @@ def load_dtype_table(path: Path) -> DTypeTable:
     for name, row in raw_compute.items():
         key = f"compute_types.{name}"
         _check_keys(where, key, row, {"literal_suffix": True, "math_suffix": True})
-        compute_types[name] = ComputeType(name, _string(where, f"{key}.literal_suffix", row["literal_suffix"]),
-                                          _string(where, f"{key}.math_suffix", row["math_suffix"]))
+        compute_types[name] = ComputeType(
+            name,
+            _string(where, f"{key}.literal_suffix", row["literal_suffix"]),
+            _string(where, f"{key}.math_suffix", row["math_suffix"]),
+        )
     dtypes = {}
     for name, row in data.items():
         _identifier(where, name, name)
@@ -337,9 +433,16 @@ class _SpecReader:
                 self.fail(f"{key}.role", "the only role is 'layout', for a string attribute")
             if role == "layout" and not set(allowed) <= set(LAYOUTS):
                 self.fail(f"{key}.allowed", f"layouts must be among {', '.join(LAYOUTS)}")
-            attribute = Attribute(name=name, type=kind, doc=_string(self.where, f"{key}.doc", table["doc"]),
-                                  default=table.get("default"), required="default" not in table,
-                                  allowed=tuple(allowed), minimum_exclusive=minimum, role=role)
+            attribute = Attribute(
+                name=name,
+                type=kind,
+                doc=_string(self.where, f"{key}.doc", table["doc"]),
+                default=table.get("default"),
+                required="default" not in table,
+                allowed=tuple(allowed),
+                minimum_exclusive=minimum,
+                role=role,
+            )
             if "default" in table:
                 problem = check_attribute_value(attribute, attribute.default)
                 if problem:
@@ -352,8 +455,13 @@ class _SpecReader:
         for index, table in enumerate(self._list_of_tables(raw, "flags")):
             _check_keys(self.where, f"flags[{index}]", table, _FLAG_KEYS)
             name = _identifier(self.where, f"flags[{index}].name", table["name"])
-            result.append(Flag(name, _string(self.where, f"flags.{name}.doc", table["doc"]),
-                               _string(self.where, f"flags.{name}.default_if_given", table["default_if_given"])))
+            result.append(
+                Flag(
+                    name,
+                    _string(self.where, f"flags.{name}.doc", table["doc"]),
+                    _string(self.where, f"flags.{name}.default_if_given", table["default_if_given"]),
+                )
+            )
         return tuple(result)
 
     def _tensors(self, raw: Any, section: str, allowed: dict[str, bool]) -> tuple[Tensor, ...]:
@@ -385,20 +493,28 @@ class _SpecReader:
             if default is not None and not optional:
                 self.fail(f"{key}.default", "only optional inputs take a default")
             requested_by = table.get("requested_by")
-            result.append(Tensor(
-                name=name, doc=_string(self.where, f"{key}.doc", table["doc"]), kind=kind,
-                optional=optional or requested_by is not None,
-                default=None if default is None else float(default),
-                ignored_unless=table.get("ignored_unless"), broadcast=tuple(broadcast),
-                like=table.get("like"), requested_by=requested_by,
-            ))
+            result.append(
+                Tensor(
+                    name=name,
+                    doc=_string(self.where, f"{key}.doc", table["doc"]),
+                    kind=kind,
+                    optional=optional or requested_by is not None,
+                    default=None if default is None else float(default),
+                    ignored_unless=table.get("ignored_unless"),
+                    broadcast=tuple(broadcast),
+                    like=table.get("like"),
+                    requested_by=requested_by,
+                )
+            )
         return tuple(result)
 
     def _unique(self, items: list[Any]) -> None:
         seen: set[str] = set()
         for item in items:
             if item.name in seen:
-                self.fail(item.name, "the name is used twice (inputs, outputs, attributes and flags share one namespace)")
+                self.fail(
+                    item.name, "the name is used twice (inputs, outputs, attributes and flags share one namespace)"
+                )
             seen.add(item.name)
 
     def _reference(self, op: dict[str, Any], inputs: tuple[Tensor, ...]) -> str:
@@ -433,7 +549,9 @@ class _SpecReader:
             self.fail(f"op.{key}", "must be a non-negative integer")
         return value
 
-    def _dtype_rows(self, raw: Any, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]) -> tuple[dict[str, str], ...]:
+    def _dtype_rows(
+        self, raw: Any, inputs: tuple[Tensor, ...], outputs: tuple[Tensor, ...]
+    ) -> tuple[dict[str, str], ...]:
         names = [t.name for t in (*inputs, *outputs)]
         rows = []
         for index, row in enumerate(self._list_of_tables(raw, "dtypes")):
@@ -456,7 +574,7 @@ class _SpecReader:
         for section in _SECTIONS[pattern]:
             table = raw.get(section, {})
             if not isinstance(table, dict):
-                self.fail(f"math.{section}", "must be a table of name = \"expression\"")
+                self.fail(f"math.{section}", 'must be a table of name = "expression"')
             for name, text in table.items():
                 _identifier(self.where, f"math.{section}.{name}", name)
                 _string(self.where, f"math.{section}.{name}", text)
@@ -491,7 +609,9 @@ class _SpecReader:
         if spec.pattern == "reduce_then_apply":
             for tensor in channel_inputs:
                 if tensor.broadcast != ("per_channel",):
-                    self.fail(f"inputs.{tensor.name}.broadcast", "pattern reduce_then_apply takes per_channel inputs only")
+                    self.fail(
+                        f"inputs.{tensor.name}.broadcast", "pattern reduce_then_apply takes per_channel inputs only"
+                    )
         for tensor in spec.inputs:
             if tensor.kind == "tensor" and tensor.optional:
                 self.fail(f"inputs.{tensor.name}.optional", "only channel inputs may be optional")

@@ -1,0 +1,126 @@
+"""Float64 NumPy references, written from the math of each op and independent of specs and templates.
+
+Each function takes the public API's arguments (arrays of any float dtype, converted exactly to
+float64) and returns float64 results in the same order as the op. The only deliberate f32 step is
+HardSigmoid's interval test, which the op defines as evaluated in f32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _f64(array: np.ndarray) -> np.ndarray:
+    return np.asarray(array).astype(np.float64)
+
+
+def _channel_axis(rank: int, data_format: str) -> int:
+    return 1 if data_format == "NCX" else rank - 1
+
+
+def relu_backward(src_or_dst, diff_dst, *, use_dst=True):
+    x, dy = _f64(src_or_dst), _f64(diff_dst)
+    return np.where(x > 0, dy, 0.0)
+
+
+def hard_sigmoid_backward(src, diff_dst, *, alpha, beta):
+    x32 = np.asarray(src).astype(np.float32)
+    with np.errstate(all="ignore"):
+        linear = np.float32(alpha) * x32 + np.float32(beta)  # the op's test is defined in f32
+    inside = (linear > 0) & (linear < 1)
+    with np.errstate(all="ignore"):
+        return np.where(inside, _f64(diff_dst) * float(np.float32(alpha)), 0.0)
+
+
+def sigmoid_backward(src_or_dst, diff_dst, *, use_dst=True):
+    x, dy = _f64(src_or_dst), _f64(diff_dst)
+    with np.errstate(all="ignore"):
+        if use_dst:
+            return dy * x * (1.0 - x)
+        # sigmoid'(x) = 1 / (4 cosh^2(x / 2))
+        return dy / (4.0 * np.cosh(x / 2.0) ** 2)
+
+
+def tanh_backward(src_or_dst, diff_dst, *, use_dst=True):
+    x, dy = _f64(src_or_dst), _f64(diff_dst)
+    with np.errstate(all="ignore"):
+        if use_dst:
+            return dy * (1.0 - x * x)  # x * x and 1 - x * x are exact for f32 x
+        return dy / np.cosh(x) ** 2  # tanh'(x) = sech^2(x)
+
+
+def _prelu(src, slope_full, diff_dst):
+    """diff_src and the per-element slope gradient (before summing), slope already broadcast."""
+    positive = src > 0
+    with np.errstate(all="ignore"):
+        diff_src = np.where(positive, diff_dst, slope_full * diff_dst)
+        slope_terms = np.where(positive, 0.0, src * diff_dst)
+    return diff_src, slope_terms
+
+
+def _sum_to(terms: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum `terms` over the dims where an operand of `shape` (same rank) was broadcast."""
+    axes = tuple(d for d, size in enumerate(shape) if size == 1 and terms.shape[d] != 1)
+    return terms.sum(axis=axes, keepdims=True).reshape(shape)
+
+
+def prelu_backward(src, slope, diff_dst, *, data_format="NXC"):
+    x, w, dy = _f64(src), _f64(slope), _f64(diff_dst)
+    rank = x.ndim
+    channel_axis = _channel_axis(rank, data_format)
+    if w.ndim == 1 and rank >= 2 and w.shape[0] == x.shape[channel_axis]:
+        view = [1] * rank
+        view[channel_axis] = w.shape[0]
+    elif w.shape == (1,):
+        view = [1] * rank
+    elif w.shape == x.shape[1:]:
+        view = [1, *w.shape]
+    elif w.ndim == rank:
+        view = list(w.shape)
+    else:
+        raise ValueError(f"oracle: slope shape {w.shape} does not fit src {x.shape}")
+    diff_src, terms = _prelu(x, w.reshape(view), dy)
+    diff_slope = _sum_to(terms, tuple(view)).reshape(w.shape)
+    return diff_src, diff_slope
+
+
+def aclnn_prelu_backward(grad_output, self, weight):
+    x, w = _f64(self), _f64(weight)
+    dy = np.broadcast_to(_f64(grad_output), x.shape)
+    rank = x.ndim
+    channels = x.shape[1] if rank > 1 else 1
+    if w.size == 1:  # one weight for every element; its gradient keeps the weight's shape
+        grad_input, terms = _prelu(x, w.reshape(()), dy)
+        return grad_input, np.full(w.shape, terms.sum())
+    if w.size != channels:
+        raise ValueError(f"oracle: weight of {w.size} elements does not fit self {x.shape}")
+    view = [1] * rank
+    view[1] = channels
+    grad_input, terms = _prelu(x, w.reshape(view), dy)
+    return grad_input, _sum_to(terms, tuple(view)).reshape(channels)
+
+
+def batch_norm_training_backward(
+    src, diff_dst, mean, variance, gamma=None, *, epsilon, data_format="NXC", with_diff_gamma_beta=None
+):
+    if with_diff_gamma_beta is None:
+        with_diff_gamma_beta = gamma is not None
+    x, dy = _f64(src), _f64(diff_dst)
+    axis = _channel_axis(x.ndim, data_format)
+    view = [1] * x.ndim
+    view[axis] = x.shape[axis]
+    reduce_axes = tuple(d for d in range(x.ndim) if d != axis)
+    count = x.size // x.shape[axis] if x.shape[axis] else 0
+    mu = _f64(mean).reshape(view)
+    inv_std = 1.0 / np.sqrt(_f64(variance) + float(np.float32(epsilon)))
+    g = _f64(gamma) if (gamma is not None and with_diff_gamma_beta) else np.ones(x.shape[axis])
+    with np.errstate(all="ignore"):
+        x_hat = (x - mu) * inv_std.reshape(view)
+        diff_beta = dy.sum(axis=reduce_axes)
+        diff_gamma = (dy * x_hat).sum(axis=reduce_axes)
+        diff_src = (g * inv_std).reshape(view) * (
+            dy - diff_beta.reshape(view) / count - x_hat * diff_gamma.reshape(view) / count
+        )
+    if not with_diff_gamma_beta:
+        return diff_src, None, None
+    return diff_src, diff_gamma, diff_beta

@@ -1,0 +1,162 @@
+"""BatchNorm training backward (pattern reduce_then_apply) against the oracle.
+
+Bounds, derived from the arithmetic (u32 = 2^-24, u64 = 2^-53; M terms per channel):
+- diff_beta = sum(diff_dst) in double: 1 ulp of the output dtype + 2 M u64 sum|diff_dst|.
+- diff_gamma = sum(diff_dst * (src - mean)) * inv_std in double: each term and inv_std carry
+  at most 2 u64 more: 1 ulp + (2 M + 8) u64 sum|diff_dst (src - mean)| inv_std.
+- diff_src = scale * (diff_dst - shift - (src - mean) * coefficient) in f32, where scale,
+  shift and coefficient are rounded to f32 once (3 roundings) and the expression adds 5
+  (src - mean, *, -, -, *): at most 8 u32 times the magnitude of every term, plus 1 ulp of
+  the output dtype for the final store; each f32 rounding that lands among the subnormals errs
+  by up to 2^-150 absolute instead, times the factor its result is multiplied by.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import opgen
+from opgen import oracle
+from opgen.plan import BLOCK
+from opgen.shapes import channel_axis
+from tests.helpers import assert_within, data, dtype_of, rng, sum_bound
+
+SPEC = next(s for s in opgen.bundled.specs if s.name == "batch_norm_training_backward")
+B = BLOCK
+SHAPES = [
+    (3, 4),
+    (1, 1),
+    (4, 4),
+    (2, 3, 5),
+    (2, 3, 3),
+    (2, 3, 4, 3),
+    (2, 4, 4, 3),
+    (2, 3, 2, 2, 3),
+    (2, 3, B + 1),
+    (1, 5, B),
+    (2, 3, 2 * B + 1),
+    (B - 1, 2),
+    (2, 5, 7, 11),
+    (3, 2, 1, 1),
+    (0, 3, 4),
+    (2, 3, 0),
+    (2, 0, 3),
+    (64, 3),
+]
+U32, U64 = 2.0**-24, 2.0**-53
+ETA = 2.0**-150  # half the smallest f32 subnormal
+
+
+def bounds(src, diff_dst, mean, variance, gamma, epsilon, layout):
+    """Per-output error bounds (see the module docstring), from the inputs in float64."""
+    x, dy = src.astype(np.float64), diff_dst.astype(np.float64)
+    axis = channel_axis(x.ndim, layout)
+    view = [1] * x.ndim
+    view[axis] = x.shape[axis]
+    axes = tuple(d for d in range(x.ndim) if d != axis)
+    count = max(1, x.size // max(1, x.shape[axis]))
+    centered = x - mean.astype(np.float64).reshape(view)
+    inv_std = 1.0 / np.sqrt(variance.astype(np.float64) + float(np.float32(epsilon)))
+    g = np.ones_like(inv_std) if gamma is None else gamma.astype(np.float64)
+    sum_dy = np.abs(dy).sum(axis=axes)
+    sum_centered = np.abs(dy * centered).sum(axis=axes)
+    beta_bound = sum_bound(sum_dy, count)
+    gamma_bound = (2 * count + 8) * U64 * sum_centered * inv_std
+    scale = np.abs(g * inv_std).reshape(view)
+    shift = (np.abs(dy.sum(axis=axes)) / count).reshape(view)
+    coefficient = (inv_std * inv_std * np.abs((dy * centered).sum(axis=axes)) / count).reshape(view)
+    terms = np.abs(dy) + shift + np.abs(centered) * coefficient
+    # Underflow: a rounding into the f32 subnormals errs by up to ETA absolute, not u32 relative.
+    # scale's rounding is multiplied by the terms, the coefficients' by scale (and |src - mean|), the last by 1.
+    underflow = ETA * (terms + 1 + scale * (2 + np.abs(centered)) + 4 * scale)
+    src_bound = 8 * U32 * scale * terms + underflow
+    return src_bound, gamma_bound, beta_bound
+
+
+def cases():
+    for row in SPEC.dtypes:
+        for layout in SPEC.layouts:
+            for gamma in (True, False):
+                for with_diff in (True, False, None):
+                    yield pytest.param(
+                        row,
+                        layout,
+                        gamma,
+                        with_diff,
+                        id=f"{row['src']}-{row['mean']}-{layout}-gamma{gamma}-diff{with_diff}",
+                    )
+
+
+@pytest.mark.parametrize("row,layout,with_gamma,with_diff", list(cases()))
+@pytest.mark.parametrize("epsilon", [1e-5, 0.5])
+def test_matches_oracle(row, layout, with_gamma, with_diff, epsilon):
+    for shape in SHAPES:
+        generator = rng("bn", row, layout, with_gamma, with_diff, epsilon, shape)
+        channels = shape[channel_axis(len(shape), layout)]
+        src = data(generator, shape, row["src"])
+        diff_dst = data(generator, shape, row["diff_dst"])
+        mean = data(generator, (channels,), row["mean"], specials="none")
+        variance = np.abs(data(generator, (channels,), row["variance"]))
+        if channels:
+            variance[0] = 0  # legal: epsilon keeps inv_std finite
+        gamma = data(generator, (channels,), row["gamma"]) if with_gamma else None
+        kwargs = {"epsilon": epsilon, "data_format": layout}
+        if with_diff is not None:
+            kwargs["with_diff_gamma_beta"] = with_diff
+        got = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
+        expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
+        requested = with_gamma if with_diff is None else with_diff
+        used_gamma = gamma if requested else None
+        src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, used_gamma, epsilon, layout)
+        context = f"bn {shape} {layout} {row} gamma={with_gamma} diff={with_diff} eps={epsilon}"
+        assert_within(got.diff_src, expected[0], row["diff_src"], src_bound, context + " diff_src")
+        if requested:
+            assert_within(got.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, context + " diff_gamma")
+            assert_within(got.diff_beta, expected[2], row["diff_beta"], beta_bound, context + " diff_beta")
+        else:
+            assert got.diff_gamma is None and got.diff_beta is None, context
+
+
+@pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
+@pytest.mark.parametrize("layout", SPEC.layouts)
+def test_nonfinite_inputs_propagate(row, layout):
+    """NaN and Inf in src/diff_dst reach the sums of their channel, as in the oracle."""
+    generator = rng("bn-nonfinite", row, layout)
+    shape = (3, 4, 5, 4)
+    channels = shape[channel_axis(4, layout)]
+    src = data(generator, shape, row["src"], specials="all")
+    diff_dst = data(generator, shape, row["diff_dst"], specials="all")
+    mean = data(generator, (channels,), row["mean"], specials="none")
+    variance = np.abs(data(generator, (channels,), row["variance"], specials="none"))
+    got = opgen.batch_norm_training_backward(
+        src, diff_dst, mean, variance, epsilon=1e-3, data_format=layout, with_diff_gamma_beta=True
+    )
+    expected = oracle.batch_norm_training_backward(
+        src, diff_dst, mean, variance, epsilon=1e-3, data_format=layout, with_diff_gamma_beta=True
+    )
+    for index, name in enumerate(("diff_src", "diff_gamma", "diff_beta")):
+        assert np.array_equal(np.isnan(got[index].astype(np.float64)), np.isnan(expected[index])), name
+
+
+@pytest.mark.parametrize("layout", SPEC.layouts)
+def test_zero_variance_and_tiny_epsilon(layout):
+    """Variance 0 with epsilon at the smallest normal f32: a constant channel (src == mean) stays finite."""
+    shape = (4, 3, 5) if layout == "NCX" else (4, 5, 3)
+    generator = rng("bn-tiny", layout)
+    mean = np.array([1.5, -2.0, 0.0], np.float32)
+    view = (1, 3, 1) if layout == "NCX" else (1, 1, 3)
+    src = np.broadcast_to(mean.reshape(view), shape).astype(np.float32)
+    diff_dst = data(generator, shape, "f32", specials="none")
+    epsilon = float(np.finfo(np.float32).tiny)
+    got = opgen.batch_norm_training_backward(
+        src, diff_dst, mean, np.zeros(3, np.float32), epsilon=epsilon, data_format=layout, with_diff_gamma_beta=True
+    )
+    expected = oracle.batch_norm_training_backward(
+        src, diff_dst, mean, np.zeros(3, np.float32), epsilon=epsilon, data_format=layout, with_diff_gamma_beta=True
+    )
+    assert np.isfinite(got.diff_src).all()
+    src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, np.zeros(3), None, epsilon, layout)
+    assert_within(got.diff_src, expected[0], "f32", src_bound, "tiny epsilon diff_src")
+    assert np.array_equal(got.diff_gamma, np.zeros(3, np.float32))
+    assert got.diff_src.dtype == dtype_of("f32")

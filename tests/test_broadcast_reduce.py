@@ -1,0 +1,157 @@
+"""PReLU-style ops (pattern broadcast_reduce): every dtype x layout x broadcast form x shape.
+
+Shapes include ranks 1-5, sizes around the unroll block, primes, empty tensors, and a channel
+count equal to another dimension (a channel-axis mix-up gives wrong numbers there).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import opgen
+from opgen import oracle
+from opgen.plan import BLOCK
+from opgen.shapes import channel_axis
+from tests.helpers import assert_ulps, assert_within, data, rng, sum_bound
+
+SPECS = [s for s in opgen.bundled.specs if s.pattern == "broadcast_reduce"]
+B = BLOCK
+SHAPES = [
+    (5,),
+    (1,),
+    (3, 4),
+    (4, 4),
+    (2, 3, 5),
+    (2, 3, 3),
+    (2, 3, 4, 3),
+    (2, 4, 4, 3),
+    (2, 3, 4, 5, 3),
+    (1, 1, 1, 1),
+    (2, 3, B + 1),
+    (2, 5, B),
+    (1, 2, 2 * B + 1),
+    (3, B - 1, 2),
+    (2, 7, 97),
+    (4, 3, 1, 1),
+    (0, 3, 4),
+    (2, 3, 0),
+    (3, 2, 2, 3, 2),
+]
+
+
+def operand_shapes(form: str, shape: tuple[int, ...], layout: str) -> list[tuple[int, ...]]:
+    """Operand shapes of one broadcast form for a reference of `shape` (written from the rules)."""
+    rank = len(shape)
+    if form == "per_channel":
+        axis = channel_axis(rank, layout)
+        return [] if axis is None else [(shape[axis],)]
+    if form == "per_tensor":
+        return [(1,)]
+    if form == "trailing":
+        return [shape[1:]]
+    if form == "numpy":
+        masks = [
+            [d == 0 for d in range(rank)],
+            [d == rank - 1 for d in range(rank)],
+            [d in (0, rank - 1) for d in range(rank)],
+            [d % 2 == 1 for d in range(rank)],
+            [True] * rank,
+        ]
+        return list(dict.fromkeys(tuple(s if keep else 1 for s, keep in zip(shape, mask)) for mask in masks))
+    if form == "single":
+        return [(1,), (), (1, 1, 1)]
+    if form == "channel_count":
+        channels = shape[1] if rank > 1 else 1
+        return [(channels,), (1, channels), (channels, 1, 1)]
+    raise AssertionError(form)
+
+
+def cases():
+    for spec in SPECS:
+        operand = next(t for t in spec.inputs if t.kind == "channel")
+        for row in spec.dtypes:
+            for layout in spec.layouts:
+                for form in operand.broadcast:
+                    yield pytest.param(spec, row, layout, form, id=f"{spec.name}-{row[spec.reference]}-{layout}-{form}")
+
+
+def layout_kwargs(spec, layout):
+    attribute = spec.layout_attribute
+    return {attribute.name: layout} if attribute else {}
+
+
+@pytest.mark.parametrize("spec,row,layout,form", list(cases()))
+@pytest.mark.parametrize("specials", ["finite", "all"])
+def test_matches_oracle(spec, row, layout, form, specials):
+    function, reference = getattr(opgen, spec.name), getattr(oracle, spec.name)
+    operand = next(t for t in spec.inputs if t.kind == "channel")
+    other = next(t for t in spec.inputs if t.kind == "tensor" and t.name != spec.reference)
+    tensor_out, channel_out = spec.outputs
+    tested = 0
+    for shape in SHAPES:
+        for operand_shape in operand_shapes(form, shape, layout):
+            if len(operand_shape) > (spec.max_rank or 8):
+                continue
+            generator = rng(spec.name, row, layout, form, specials, shape, operand_shape)
+            arrays = {}
+            for tensor in spec.inputs:
+                shape_of = operand_shape if tensor is operand else shape
+                arrays[tensor.name] = data(generator, shape_of, row[tensor.name], specials=specials)
+            args = [arrays[t.name] for t in spec.inputs]
+            kwargs = layout_kwargs(spec, layout)
+            got = function(*args, **kwargs)
+            expected = reference(*args, **kwargs)
+            context = f"{spec.name} {shape} {operand.name}{operand_shape} {layout} {form}"
+            assert_ulps(got[0], expected[0], row[tensor_out.name], 1, context + f" {tensor_out.name}")
+            # Per slot, sum |reference| * |other| over every element: an upper bound of sum(|terms|).
+            flipped = dict(arrays)
+            flipped[spec.reference] = -np.abs(arrays[spec.reference].astype(np.float64))
+            flipped[other.name] = -np.abs(arrays[other.name].astype(np.float64))
+            abs_sum = reference(*(flipped[t.name] for t in spec.inputs), **kwargs)[1]
+            # Inf * 0 makes that bound NaN where a slot holds Inf: such slots are checked for Inf/NaN only.
+            abs_sum = np.where(np.isnan(abs_sum), np.inf, abs_sum)
+            count = math.prod(shape) // max(1, math.prod(operand_shape))
+            assert_within(
+                got[1], expected[1], row[channel_out.name], sum_bound(abs_sum, count), context + f" {channel_out.name}"
+            )
+            tested += 1
+    assert tested >= 3, f"only {tested} shapes exercised form {form}"
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+def test_broadcast_other_tensor(spec):
+    """A tensor input marked `to_reference` may broadcast to the reference's shape."""
+    broadcasting = [t for t in spec.inputs if "to_reference" in t.broadcast]
+    if not broadcasting:
+        pytest.skip("no broadcasting tensor input")
+    operand = next(t for t in spec.inputs if t.kind == "channel")
+    row = spec.dtypes[0]
+    shape = (2, 3, 4, 5)
+    for small in [(5,), (4, 1), (1, 3, 1, 1), (2, 1, 4, 5), ()]:
+        generator = rng(spec.name, "broadcast", small)
+        arrays = {t.name: data(generator, shape, row[t.name]) for t in spec.inputs}
+        arrays[operand.name] = data(generator, (3,), row[operand.name])
+        arrays[broadcasting[0].name] = data(generator, small, row[broadcasting[0].name])
+        args = [arrays[t.name] for t in spec.inputs]
+        got, expected = getattr(opgen, spec.name)(*args), getattr(oracle, spec.name)(*args)
+        assert_ulps(got[0], expected[0], row[spec.outputs[0].name], 1, f"{spec.name} broadcast {small}")
+        count = math.prod(shape) // 3
+        bound = sum_bound(np.full(3, np.nansum(np.abs(expected[1])) + 1e3), count)
+        assert_within(got[1], expected[1], row[spec.outputs[1].name], bound, f"{spec.name} broadcast {small}")
+
+
+def test_channel_axis_mixup_is_caught():
+    """With C equal to the last dim, NCX and NXC give different answers, and each matches its oracle."""
+    generator = rng("mixup")
+    src = data(generator, (2, 3, 4, 3), "f32", specials="none")
+    diff_dst = data(generator, (2, 3, 4, 3), "f32", specials="none")
+    slope = np.array([0.1, 0.5, 2.0], np.float32)
+    ncx = opgen.prelu_backward(src, slope, diff_dst, data_format="NCX")
+    nxc = opgen.prelu_backward(src, slope, diff_dst, data_format="NXC")
+    assert not np.array_equal(ncx.diff_slope, nxc.diff_slope)
+    for layout, got in (("NCX", ncx), ("NXC", nxc)):
+        expected = oracle.prelu_backward(src, slope, diff_dst, data_format=layout)
+        assert_ulps(got.diff_src, expected[0], "f32", 1, layout)
