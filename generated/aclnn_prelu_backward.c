@@ -14,7 +14,7 @@
 
 /* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
-void aclnn_prelu_backward_f32_ncx(const float *restrict grad_output, const float *restrict self, const float *restrict weight, float *restrict grad_input, double *restrict grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
+void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
 {
     for (int64_t row = 0; row < outer; ++row) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -54,7 +54,7 @@ void aclnn_prelu_backward_f32_ncx(const float *restrict grad_output, const float
 
 /* aclnn_prelu_backward_f32_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel innermost) */
-void aclnn_prelu_backward_f32_nxc(const float *restrict grad_output, const float *restrict self, const float *restrict weight, float *restrict grad_input, double *restrict grad_weight_sums, int64_t outer, int64_t channels)
+void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels)
 {
     for (int64_t row = 0; row < outer; ++row) {
         const int64_t base = row * channels;
@@ -74,7 +74,7 @@ void aclnn_prelu_backward_f32_nxc(const float *restrict grad_output, const float
 
 /* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in double; channel outer, spatial inner) */
-void aclnn_prelu_backward_f16_ncx(const opgen_f16 *restrict grad_output, const opgen_f16 *restrict self, const opgen_f16 *restrict weight, opgen_f16 *restrict grad_input, double *restrict grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
+void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
 {
     for (int64_t row = 0; row < outer; ++row) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -114,7 +114,7 @@ void aclnn_prelu_backward_f16_ncx(const opgen_f16 *restrict grad_output, const o
 
 /* aclnn_prelu_backward_f16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in double; channel innermost) */
-void aclnn_prelu_backward_f16_nxc(const opgen_f16 *restrict grad_output, const opgen_f16 *restrict self, const opgen_f16 *restrict weight, opgen_f16 *restrict grad_input, double *restrict grad_weight_sums, int64_t outer, int64_t channels)
+void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels)
 {
     for (int64_t row = 0; row < outer; ++row) {
         const int64_t base = row * channels;
@@ -134,7 +134,7 @@ void aclnn_prelu_backward_f16_nxc(const opgen_f16 *restrict grad_output, const o
 
 /* aclnn_prelu_backward_bf16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in double; channel outer, spatial inner) */
-void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *restrict grad_output, const opgen_bf16 *restrict self, const opgen_bf16 *restrict weight, opgen_bf16 *restrict grad_input, double *restrict grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
+void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
 {
     for (int64_t row = 0; row < outer; ++row) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -174,7 +174,7 @@ void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *restrict grad_output, const
 
 /* aclnn_prelu_backward_bf16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in double; channel innermost) */
-void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *restrict grad_output, const opgen_bf16 *restrict self, const opgen_bf16 *restrict weight, opgen_bf16 *restrict grad_input, double *restrict grad_weight_sums, int64_t outer, int64_t channels)
+void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels)
 {
     for (int64_t row = 0; row < outer; ++row) {
         const int64_t base = row * channels;

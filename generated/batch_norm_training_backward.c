@@ -15,7 +15,7 @@
 
 /* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
-void batch_norm_training_backward_f32_ncx(const float *restrict src, const float *restrict diff_dst, const float *restrict mean, const float *restrict variance, const float *restrict gamma, float epsilon, float *restrict diff_src, float *restrict diff_gamma, float *restrict diff_beta, double *restrict workspace, int64_t outer, int64_t channels, int64_t inner)
+void batch_norm_training_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
     (void)workspace;
@@ -96,7 +96,7 @@ void batch_norm_training_backward_f32_ncx(const float *restrict src, const float
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
-void batch_norm_training_backward_f32_nxc(const float *restrict src, const float *restrict diff_dst, const float *restrict mean, const float *restrict variance, const float *restrict gamma, float epsilon, float *restrict diff_src, float *restrict diff_gamma, float *restrict diff_beta, double *restrict workspace, int64_t outer, int64_t channels)
+void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
     double *sums = workspace;
@@ -160,7 +160,7 @@ void batch_norm_training_backward_f32_nxc(const float *restrict src, const float
 
 /* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
-void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *restrict src, const opgen_bf16 *restrict diff_dst, const float *restrict mean, const float *restrict variance, const float *restrict gamma, float epsilon, opgen_bf16 *restrict diff_src, float *restrict diff_gamma, float *restrict diff_beta, double *restrict workspace, int64_t outer, int64_t channels, int64_t inner)
+void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
     (void)workspace;
@@ -241,7 +241,7 @@ void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *restrict src, c
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
-void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *restrict src, const opgen_bf16 *restrict diff_dst, const float *restrict mean, const float *restrict variance, const float *restrict gamma, float epsilon, opgen_bf16 *restrict diff_src, float *restrict diff_gamma, float *restrict diff_beta, double *restrict workspace, int64_t outer, int64_t channels)
+void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
     double *sums = workspace;
@@ -305,7 +305,7 @@ void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *restrict src, c
 
 /* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel outer, spatial inner) */
-void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *restrict src, const opgen_bf16 *restrict diff_dst, const opgen_bf16 *restrict mean, const opgen_bf16 *restrict variance, const opgen_bf16 *restrict gamma, float epsilon, opgen_bf16 *restrict diff_src, opgen_bf16 *restrict diff_gamma, opgen_bf16 *restrict diff_beta, double *restrict workspace, int64_t outer, int64_t channels, int64_t inner)
+void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
     (void)workspace;
@@ -386,7 +386,7 @@ void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *restrict src, const
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel innermost) */
-void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *restrict src, const opgen_bf16 *restrict diff_dst, const opgen_bf16 *restrict mean, const opgen_bf16 *restrict variance, const opgen_bf16 *restrict gamma, float epsilon, opgen_bf16 *restrict diff_src, opgen_bf16 *restrict diff_gamma, opgen_bf16 *restrict diff_beta, double *restrict workspace, int64_t outer, int64_t channels)
+void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
     double *sums = workspace;
@@ -450,7 +450,7 @@ void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *restrict src, const
 
 /* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
-void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *restrict src, const opgen_f16 *restrict diff_dst, const float *restrict mean, const float *restrict variance, const float *restrict gamma, float epsilon, opgen_f16 *restrict diff_src, float *restrict diff_gamma, float *restrict diff_beta, double *restrict workspace, int64_t outer, int64_t channels, int64_t inner)
+void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
     (void)workspace;
@@ -531,7 +531,7 @@ void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *restrict src, con
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
-void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *restrict src, const opgen_f16 *restrict diff_dst, const float *restrict mean, const float *restrict variance, const float *restrict gamma, float epsilon, opgen_f16 *restrict diff_src, float *restrict diff_gamma, float *restrict diff_beta, double *restrict workspace, int64_t outer, int64_t channels)
+void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
     double *sums = workspace;

@@ -7,7 +7,7 @@
 
 /* hard_sigmoid_backward_f32: Gradient of HardSigmoid: diff_src = diff_dst * alpha where 0 < alpha*src + beta < 1 (evaluated in f32), else 0.
  * (src f32, diff_dst f32, diff_src f32; computed in float) */
-void hard_sigmoid_backward_f32(const float *restrict src, const float *restrict diff_dst, float alpha, float beta, float *restrict diff_src, int64_t count)
+void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
@@ -32,7 +32,7 @@ void hard_sigmoid_backward_f32(const float *restrict src, const float *restrict 
 
 /* hard_sigmoid_backward_f16: Gradient of HardSigmoid: diff_src = diff_dst * alpha where 0 < alpha*src + beta < 1 (evaluated in f32), else 0.
  * (src f16, diff_dst f16, diff_src f16; computed in float) */
-void hard_sigmoid_backward_f16(const opgen_f16 *restrict src, const opgen_f16 *restrict diff_dst, float alpha, float beta, opgen_f16 *restrict diff_src, int64_t count)
+void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
@@ -57,7 +57,7 @@ void hard_sigmoid_backward_f16(const opgen_f16 *restrict src, const opgen_f16 *r
 
 /* hard_sigmoid_backward_bf16: Gradient of HardSigmoid: diff_src = diff_dst * alpha where 0 < alpha*src + beta < 1 (evaluated in f32), else 0.
  * (src bf16, diff_dst bf16, diff_src bf16; computed in float) */
-void hard_sigmoid_backward_bf16(const opgen_bf16 *restrict src, const opgen_bf16 *restrict diff_dst, float alpha, float beta, opgen_bf16 *restrict diff_src, int64_t count)
+void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */

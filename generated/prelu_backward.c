@@ -14,7 +14,7 @@
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */
-void prelu_backward_f32_ncx(const float *restrict src, const float *restrict slope, const float *restrict diff_dst, float *restrict diff_src, double *restrict diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
+void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
 {
     for (int64_t row = 0; row < outer; ++row) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -54,7 +54,7 @@ void prelu_backward_f32_ncx(const float *restrict src, const float *restrict slo
 
 /* prelu_backward_f32_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel innermost) */
-void prelu_backward_f32_nxc(const float *restrict src, const float *restrict slope, const float *restrict diff_dst, float *restrict diff_src, double *restrict diff_slope_sums, int64_t outer, int64_t channels)
+void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels)
 {
     for (int64_t row = 0; row < outer; ++row) {
         const int64_t base = row * channels;
@@ -74,7 +74,7 @@ void prelu_backward_f32_nxc(const float *restrict src, const float *restrict slo
 
 /* prelu_backward_bf16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in double; channel outer, spatial inner) */
-void prelu_backward_bf16_ncx(const opgen_bf16 *restrict src, const opgen_bf16 *restrict slope, const opgen_bf16 *restrict diff_dst, opgen_bf16 *restrict diff_src, double *restrict diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
+void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
 {
     for (int64_t row = 0; row < outer; ++row) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -114,7 +114,7 @@ void prelu_backward_bf16_ncx(const opgen_bf16 *restrict src, const opgen_bf16 *r
 
 /* prelu_backward_bf16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in double; channel innermost) */
-void prelu_backward_bf16_nxc(const opgen_bf16 *restrict src, const opgen_bf16 *restrict slope, const opgen_bf16 *restrict diff_dst, opgen_bf16 *restrict diff_src, double *restrict diff_slope_sums, int64_t outer, int64_t channels)
+void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels)
 {
     for (int64_t row = 0; row < outer; ++row) {
         const int64_t base = row * channels;
@@ -134,7 +134,7 @@ void prelu_backward_bf16_nxc(const opgen_bf16 *restrict src, const opgen_bf16 *r
 
 /* prelu_backward_f16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in double; channel outer, spatial inner) */
-void prelu_backward_f16_ncx(const opgen_f16 *restrict src, const opgen_f16 *restrict slope, const opgen_f16 *restrict diff_dst, opgen_f16 *restrict diff_src, double *restrict diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
+void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
 {
     for (int64_t row = 0; row < outer; ++row) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -174,7 +174,7 @@ void prelu_backward_f16_ncx(const opgen_f16 *restrict src, const opgen_f16 *rest
 
 /* prelu_backward_f16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in double; channel innermost) */
-void prelu_backward_f16_nxc(const opgen_f16 *restrict src, const opgen_f16 *restrict slope, const opgen_f16 *restrict diff_dst, opgen_f16 *restrict diff_src, double *restrict diff_slope_sums, int64_t outer, int64_t channels)
+void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels)
 {
     for (int64_t row = 0; row < outer; ++row) {
         const int64_t base = row * channels;

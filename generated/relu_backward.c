@@ -7,7 +7,7 @@
 
 /* relu_backward_f32: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in float) */
-void relu_backward_f32(const float *restrict src_or_dst, const float *restrict diff_dst, float *restrict diff_src, int64_t count)
+void relu_backward_f32(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
@@ -30,7 +30,7 @@ void relu_backward_f32(const float *restrict src_or_dst, const float *restrict d
 
 /* relu_backward_f16: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float) */
-void relu_backward_f16(const opgen_f16 *restrict src_or_dst, const opgen_f16 *restrict diff_dst, opgen_f16 *restrict diff_src, int64_t count)
+void relu_backward_f16(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
@@ -53,7 +53,7 @@ void relu_backward_f16(const opgen_f16 *restrict src_or_dst, const opgen_f16 *re
 
 /* relu_backward_bf16: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float) */
-void relu_backward_bf16(const opgen_bf16 *restrict src_or_dst, const opgen_bf16 *restrict diff_dst, opgen_bf16 *restrict diff_src, int64_t count)
+void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */

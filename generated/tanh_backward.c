@@ -7,7 +7,7 @@
 
 /* tanh_backward_f32_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double; use_dst=true) */
-void tanh_backward_f32_use_dst(const float *restrict src_or_dst, const float *restrict diff_dst, float *restrict diff_src, int64_t count)
+void tanh_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
@@ -30,7 +30,7 @@ void tanh_backward_f32_use_dst(const float *restrict src_or_dst, const float *re
 
 /* tanh_backward_f32_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double; use_dst=false) */
-void tanh_backward_f32_no_use_dst(const float *restrict src_or_dst, const float *restrict diff_dst, float *restrict diff_src, int64_t count)
+void tanh_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
@@ -55,7 +55,7 @@ void tanh_backward_f32_no_use_dst(const float *restrict src_or_dst, const float 
 
 /* tanh_backward_f16_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
  * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float; use_dst=true) */
-void tanh_backward_f16_use_dst(const opgen_f16 *restrict src_or_dst, const opgen_f16 *restrict diff_dst, opgen_f16 *restrict diff_src, int64_t count)
+void tanh_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
@@ -78,7 +78,7 @@ void tanh_backward_f16_use_dst(const opgen_f16 *restrict src_or_dst, const opgen
 
 /* tanh_backward_f16_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
  * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float; use_dst=false) */
-void tanh_backward_f16_no_use_dst(const opgen_f16 *restrict src_or_dst, const opgen_f16 *restrict diff_dst, opgen_f16 *restrict diff_src, int64_t count)
+void tanh_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
@@ -102,49 +102,49 @@ void tanh_backward_f16_no_use_dst(const opgen_f16 *restrict src_or_dst, const op
 }
 
 /* tanh_backward_bf16_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float; use_dst=true) */
-void tanh_backward_bf16_use_dst(const opgen_bf16 *restrict src_or_dst, const opgen_bf16 *restrict diff_dst, opgen_bf16 *restrict diff_src, int64_t count)
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in double; use_dst=true) */
+void tanh_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
     for (; index + 16 <= count; index += 16) {
         OPGEN_SIMD
         for (int lane = 0; lane < 16; ++lane) {
-            const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index + lane]);
-            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index + lane]);
-            const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
-            diff_src[index + lane] = opgen_f32_to_bf16(diff_src_value);
+            const double src_or_dst_value = (double)(opgen_bf16_to_f32(src_or_dst[index + lane]));
+            const double diff_dst_value = (double)(opgen_bf16_to_f32(diff_dst[index + lane]));
+            const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
+            diff_src[index + lane] = opgen_f32_to_bf16((float)(diff_src_value));
         }
     }
     for (; index < count; ++index) {
-        const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index]);
-        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
-        const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
-        diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+        const double src_or_dst_value = (double)(opgen_bf16_to_f32(src_or_dst[index]));
+        const double diff_dst_value = (double)(opgen_bf16_to_f32(diff_dst[index]));
+        const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
+        diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
     }
 }
 
 /* tanh_backward_bf16_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float; use_dst=false) */
-void tanh_backward_bf16_no_use_dst(const opgen_bf16 *restrict src_or_dst, const opgen_bf16 *restrict diff_dst, opgen_bf16 *restrict diff_src, int64_t count)
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in double; use_dst=false) */
+void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     int64_t index = 0;
     /* whole blocks of 16: a fixed-length loop the compiler turns into vectors */
     for (; index + 16 <= count; index += 16) {
         OPGEN_SIMD
         for (int lane = 0; lane < 16; ++lane) {
-            const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index + lane]);
-            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index + lane]);
-            const float decay_value = expf(((-2.0f) * fabsf(src_or_dst_value)));
-            const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
-            diff_src[index + lane] = opgen_f32_to_bf16(diff_src_value);
+            const double src_or_dst_value = (double)(opgen_bf16_to_f32(src_or_dst[index + lane]));
+            const double diff_dst_value = (double)(opgen_bf16_to_f32(diff_dst[index + lane]));
+            const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+            const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+            diff_src[index + lane] = opgen_f32_to_bf16((float)(diff_src_value));
         }
     }
     for (; index < count; ++index) {
-        const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index]);
-        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
-        const float decay_value = expf(((-2.0f) * fabsf(src_or_dst_value)));
-        const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
-        diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+        const double src_or_dst_value = (double)(opgen_bf16_to_f32(src_or_dst[index]));
+        const double diff_dst_value = (double)(opgen_bf16_to_f32(diff_dst[index]));
+        const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+        const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+        diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
     }
 }

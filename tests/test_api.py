@@ -1,0 +1,244 @@
+"""The Python API: names and call shapes, result types, and a clear error for every broken rule."""
+
+from __future__ import annotations
+
+import inspect
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import opgen
+from opgen import oracle
+from tests.helpers import assert_ulps, data, rng
+
+F32 = np.float32
+
+
+def arrays(*shapes, dtype=F32, seed="api"):
+    generator = rng(seed, shapes, str(dtype))
+    return [generator.standard_normal(shape).astype(dtype) for shape in shapes]
+
+
+def parameters(function):
+    return [(p.name, p.kind.name, p.default) for p in inspect.signature(function).parameters.values()]
+
+
+def test_signatures():
+    empty = inspect.Parameter.empty
+    assert parameters(opgen.relu_backward) == [
+        ("src_or_dst", "POSITIONAL_OR_KEYWORD", empty),
+        ("diff_dst", "POSITIONAL_OR_KEYWORD", empty),
+        ("use_dst", "KEYWORD_ONLY", True),
+    ]
+    assert parameters(opgen.hard_sigmoid_backward)[2:] == [
+        ("alpha", "KEYWORD_ONLY", empty),
+        ("beta", "KEYWORD_ONLY", empty),
+    ]
+    assert parameters(opgen.prelu_backward)[3:] == [("data_format", "KEYWORD_ONLY", "NXC")]
+    assert parameters(opgen.batch_norm_training_backward) == [
+        ("src", "POSITIONAL_OR_KEYWORD", empty),
+        ("diff_dst", "POSITIONAL_OR_KEYWORD", empty),
+        ("mean", "POSITIONAL_OR_KEYWORD", empty),
+        ("variance", "POSITIONAL_OR_KEYWORD", empty),
+        ("gamma", "POSITIONAL_OR_KEYWORD", None),
+        ("epsilon", "KEYWORD_ONLY", empty),
+        ("data_format", "KEYWORD_ONLY", "NXC"),
+        ("with_diff_gamma_beta", "KEYWORD_ONLY", None),
+    ]
+    assert [p[0] for p in parameters(opgen.aclnn_prelu_backward)] == ["grad_output", "self", "weight"]
+    assert "HardSigmoid" in opgen.hard_sigmoid_backward.__doc__
+
+
+def test_named_results_and_dtypes():
+    src, dd = arrays((2, 3, 4), (2, 3, 4), dtype=ml_dtypes.bfloat16)
+    result = opgen.prelu_backward(src, np.ones(4, ml_dtypes.bfloat16), dd)
+    assert result._fields == ("diff_src", "diff_slope")
+    assert result.diff_src.dtype == ml_dtypes.bfloat16 and result.diff_slope.shape == (4,)
+    mean, var, gamma = (np.zeros(4, F32), np.ones(4, F32), np.ones(4, F32))
+    bn = opgen.batch_norm_training_backward(src, dd, mean, var, gamma, epsilon=1e-5)
+    assert bn._fields == ("diff_src", "diff_gamma", "diff_beta")
+    assert bn.diff_src.dtype == ml_dtypes.bfloat16 and bn.diff_gamma.dtype == F32 and bn.diff_beta.dtype == F32
+    without = opgen.batch_norm_training_backward(src, dd, mean, var, epsilon=1e-5)
+    assert without.diff_gamma is None and without.diff_beta is None
+    acl = opgen.aclnn_prelu_backward(dd, src, np.ones((1, 1), ml_dtypes.bfloat16))
+    assert acl._fields == ("grad_input", "grad_weight") and acl.grad_weight.shape == (1, 1)
+
+
+def test_gamma_ignored_without_diff_gamma_beta():
+    src, dd, gamma = arrays((3, 5, 4), (3, 5, 4), (4,))
+    mean, var = src.mean(axis=(0, 1)), src.var(axis=(0, 1))
+    ignored = opgen.batch_norm_training_backward(src, dd, mean, var, gamma, epsilon=1e-5, with_diff_gamma_beta=False)
+    absent = opgen.batch_norm_training_backward(src, dd, mean, var, epsilon=1e-5)
+    assert np.array_equal(ignored.diff_src, absent.diff_src)
+    used = opgen.batch_norm_training_backward(src, dd, mean, var, gamma, epsilon=1e-5)
+    assert not np.array_equal(used.diff_src, absent.diff_src)
+
+
+def test_requested_without_gamma_uses_one():
+    src, dd = arrays((3, 5, 4), (3, 5, 4))
+    mean, var = src.mean(axis=(0, 1)), src.var(axis=(0, 1))
+    got = opgen.batch_norm_training_backward(src, dd, mean, var, epsilon=1e-5, with_diff_gamma_beta=True)
+    ones = opgen.batch_norm_training_backward(src, dd, mean, var, np.ones(4, F32), epsilon=1e-5)
+    for a, b in zip(got, ones):
+        assert np.array_equal(a, b)
+
+
+def test_non_contiguous_and_read_only_inputs():
+    base_src, base_dd = arrays((6, 8, 10), (6, 8, 10))
+    src, dd = base_src.transpose(2, 0, 1)[::-1], base_dd[:, ::2].transpose(2, 0, 1)
+    src = src[:, :, :4]
+    src.flags.writeable = False
+    for function, args in [(opgen.relu_backward, (src, dd)), (opgen.tanh_backward, (src, dd))]:
+        got = function(*args)
+        assert_ulps(got, getattr(oracle, function.__name__)(*args), "f32", 1, function.__name__)
+    slope = np.linspace(-1, 1, 4, dtype=F32)[::-1]
+    got = opgen.prelu_backward(src, slope, dd)
+    expected = oracle.prelu_backward(src, slope, dd)
+    assert_ulps(got.diff_src, expected[0], "f32", 1, "strided prelu")
+
+
+def test_inputs_are_not_modified():
+    src, dd, slope = arrays((2, 3, 4), (2, 3, 4), (3,))
+    copies = [a.copy() for a in (src, dd, slope)]
+    opgen.prelu_backward(src, slope, dd, data_format="NCX")
+    assert all(np.array_equal(a, b) for a, b in zip((src, dd, slope), copies))
+
+
+def test_relu_use_dst_values_agree():
+    x, dd = arrays((17,), (17,))
+    assert np.array_equal(opgen.relu_backward(x, dd, use_dst=True), opgen.relu_backward(x, dd, use_dst=False))
+
+
+def test_empty_inputs_give_empty_results():
+    empty = np.zeros((0, 3, 4), F32)
+    acl = opgen.aclnn_prelu_backward(empty, empty, np.ones(3, F32))
+    assert acl.grad_input.shape == (0, 3, 4) and np.array_equal(acl.grad_weight, np.zeros(3, F32))
+    pre = opgen.prelu_backward(empty, np.ones(1, F32), empty)
+    assert pre.diff_src.shape == (0, 3, 4) and np.array_equal(pre.diff_slope, np.zeros(1, F32))
+    assert opgen.relu_backward(np.zeros(0, F32), np.zeros(0, F32)).shape == (0,)
+
+
+def test_aclnn_shapes_of_grad_weight():
+    x, dd = arrays((2, 3, 4), (2, 3, 4))
+    assert opgen.aclnn_prelu_backward(dd, x, np.ones((3, 1), F32)).grad_weight.shape == (3,)
+    assert opgen.aclnn_prelu_backward(dd, x, np.ones((1, 1, 1), F32)).grad_weight.shape == (1, 1, 1)
+    scalar = arrays(())[0]
+    assert opgen.aclnn_prelu_backward(scalar, scalar, np.ones((), F32)).grad_weight.shape == ()
+
+
+BAD_CALLS = [
+    # (call, exception, fragments the message must hold)
+    (lambda: opgen.relu_backward([1.0], np.ones(1, F32)), TypeError, ["src_or_dst", "NumPy array"]),
+    (lambda: opgen.relu_backward(np.ones(1, F32)), TypeError, ["diff_dst"]),
+    (lambda: opgen.relu_backward(np.ones(1), np.ones(1)), TypeError, ["src_or_dst", "float64", "not supported"]),
+    (
+        lambda: opgen.relu_backward(np.ones(1, F32), np.ones(1, np.float16)),
+        TypeError,
+        ["dtype combination", "src_or_dst f32, diff_dst f16"],
+    ),
+    (lambda: opgen.relu_backward(np.ones(2, F32), np.ones(3, F32)), ValueError, ["diff_dst", "(3,)", "(2,)"]),
+    (lambda: opgen.relu_backward(np.ones(2, F32), np.ones(2, F32), use_dst=1), TypeError, ["use_dst", "True or False"]),
+    (lambda: opgen.relu_backward(np.ones(2, F32), np.ones(2, F32), bogus=1), TypeError, ["bogus"]),
+    (lambda: opgen.hard_sigmoid_backward(np.ones(2, F32), np.ones(2, F32), alpha=0.2), TypeError, ["beta"]),
+    (
+        lambda: opgen.hard_sigmoid_backward(np.ones(2, F32), np.ones(2, F32), alpha="a", beta=0.5),
+        TypeError,
+        ["alpha", "number"],
+    ),
+    (
+        lambda: opgen.hard_sigmoid_backward(np.ones(2, F32), np.ones(2, F32), alpha=1e39, beta=0.5),
+        ValueError,
+        ["alpha", "f32 range"],
+    ),
+    (
+        lambda: opgen.prelu_backward(np.ones((2, 3), F32), np.ones(3, F32), np.ones((2, 3), F32), data_format="NHWC"),
+        ValueError,
+        ["data_format", "'NCX', 'NXC'"],
+    ),
+    (
+        lambda: opgen.prelu_backward(np.ones((2, 3, 4), F32), np.ones(5, F32), np.ones((2, 3, 4), F32)),
+        ValueError,
+        ["slope", "(5,)", "channel length", "1-D of length 1"],
+    ),
+    (
+        lambda: opgen.prelu_backward(np.ones((2, 3, 4), F32), np.ones((2, 2, 1), F32), np.ones((2, 3, 4), F32)),
+        ValueError,
+        ["slope", "(2, 2, 1)"],
+    ),
+    (
+        lambda: opgen.prelu_backward(np.ones((2, 3, 4), F32), np.ones(4, F32), np.ones((1, 3, 4), F32)),
+        ValueError,
+        ["diff_dst", "must equal"],
+    ),
+    (
+        lambda: opgen.batch_norm_training_backward(*arrays((4,), (4,), (4,), (4,)), epsilon=1e-5),
+        ValueError,
+        ["src", "at least 2 dims"],
+    ),
+    (
+        lambda: opgen.batch_norm_training_backward(*arrays((2, 4), (2, 4), (4,), (4,)), epsilon=0.0),
+        ValueError,
+        ["epsilon", "greater than 0"],
+    ),
+    (
+        lambda: opgen.batch_norm_training_backward(*arrays((2, 4), (2, 4), (4,), (4,)), epsilon=float("nan")),
+        ValueError,
+        ["epsilon"],
+    ),
+    (lambda: opgen.batch_norm_training_backward(*arrays((2, 4), (2, 4), (4,), (4,))), TypeError, ["epsilon"]),
+    (
+        lambda: opgen.batch_norm_training_backward(*arrays((2, 4), (2, 4), (3,), (4,)), epsilon=1e-5),
+        ValueError,
+        ["mean", "(3,)"],
+    ),
+    (
+        lambda: opgen.batch_norm_training_backward(
+            *arrays((2, 4), (2, 4), (4,), (4,)), epsilon=1e-5, with_diff_gamma_beta="yes"
+        ),
+        TypeError,
+        ["with_diff_gamma_beta"],
+    ),
+    (
+        lambda: opgen.batch_norm_training_backward(
+            *arrays((2, 4), (2, 4), (4,), (4,), (4,), dtype=np.float16), epsilon=1e-5
+        ),
+        TypeError,
+        ["dtype combination"],
+    ),
+    (
+        lambda: opgen.aclnn_prelu_backward(*arrays((2, 3), (2, 3), (2,))),
+        ValueError,
+        ["weight", "(2,)", "exactly one element", "dim 1"],
+    ),
+    (
+        lambda: opgen.aclnn_prelu_backward(*arrays((2, 4), (2, 3), (3,))),
+        ValueError,
+        ["grad_output", "does not broadcast"],
+    ),
+    (lambda: opgen.aclnn_prelu_backward(*arrays((1,) * 9, (1,) * 9, (1,))), ValueError, ["at most 8 dims"]),
+    (lambda: opgen.aclnn_prelu_backward(*arrays((), (), (3,))), ValueError, ["weight"]),
+]
+
+
+@pytest.mark.parametrize("call,kind,fragments", BAD_CALLS)
+def test_bad_input_is_rejected_clearly(call, kind, fragments):
+    with pytest.raises(kind) as caught:
+        call()
+    message = str(caught.value)
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_other_spec_directory(tmp_path):
+    """opgen.load builds another spec set; a copy of the bundled specs gives the same results."""
+    import shutil
+
+    from opgen.render import BUNDLED_SPECS
+
+    shutil.copytree(BUNDLED_SPECS, tmp_path / "specs")
+    library = opgen.load(tmp_path / "specs")
+    x, dd = data(rng("load"), (33,), "f16"), data(rng("load2"), (33,), "f16")
+    assert np.array_equal(library.relu_backward(x, dd), opgen.relu_backward(x, dd))
+    with pytest.raises(AttributeError, match="no op named"):
+        library.no_such_op  # noqa: B018

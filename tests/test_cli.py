@@ -1,0 +1,141 @@
+"""The command line: building a user's own spec set, listing, and clean failures."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import opgen
+from opgen.compile import BuildError, build_module
+from opgen.render import BUNDLED_SPECS, render_library
+
+LEAKY = textwrap.dedent("""
+    [op]
+    name = "leaky_relu_backward"
+    summary = "Gradient of leaky ReLU: diff_dst where src > 0, else negative_slope * diff_dst."
+    source = "a user's own op"
+    pattern = "elementwise"
+
+    [[attributes]]
+    name = "negative_slope"
+    type = "f32"
+    default = 0.01
+    doc = "Slope for src <= 0."
+
+    [[inputs]]
+    name = "src"
+    doc = "Input."
+
+    [[inputs]]
+    name = "diff_dst"
+    doc = "Output gradient."
+
+    [[outputs]]
+    name = "diff_src"
+    doc = "Input gradient."
+
+    [[dtypes]]
+    src = "f32"
+    diff_dst = "f32"
+    diff_src = "f32"
+
+    [math.elements]
+    diff_src = "diff_dst if src > 0 else negative_slope * diff_dst"
+""")
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "opgen.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ},
+        check=False,
+    )
+
+
+@pytest.fixture
+def user_specs(tmp_path):
+    directory = tmp_path / "my_specs"
+    directory.mkdir()
+    shutil.copy(BUNDLED_SPECS / "dtypes.toml", directory)
+    (directory / "leaky_relu_backward.toml").write_text(LEAKY)
+    return directory
+
+
+def test_build_user_specs(tmp_path, user_specs):
+    out = tmp_path / "out"
+    result = run_cli("build", "--specs", str(user_specs), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "built 1 ops, 1 kernels" in result.stdout
+    names = {p.name for p in out.iterdir()}
+    assert {"opgen.h", "opgen_internal.h", "leaky_relu_backward.c", "manifest.json"} <= names
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["ops"][0]["functions"][0]["name"] == "leaky_relu_backward_f32"
+    module = next(p.name.split(".")[0] for p in out.iterdir() if p.name.startswith("_opgen_"))
+    # The module imports by name from the output directory, in a fresh process.
+    script = (
+        f"import sys; sys.path.insert(0, {str(out)!r}); import {module} as m\n"
+        "import numpy as np\n"
+        "x = np.array([-2, 3], np.float32); d = np.array([1, 1], np.float32); o = np.empty(2, np.float32)\n"
+        "m.lib.leaky_relu_backward_f32(m.ffi.from_buffer('float[]', x), m.ffi.from_buffer('float[]', d), "
+        "0.5, m.ffi.from_buffer('float[]', o), 2)\n"
+        "print(o.tolist())"
+    )
+    imported = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert imported.stdout.strip() == "[0.5, 1.0]", imported.stderr
+    # A second build with nothing changed writes nothing.
+    again = run_cli("build", "--specs", str(user_specs), "--out", str(out))
+    assert again.returncode == 0 and "wrote" not in again.stdout
+
+
+def test_new_op_through_the_python_api(user_specs):
+    library = opgen.load(user_specs)
+    src = np.array([-2.0, 0.0, 3.0, np.nan], np.float32)
+    diff_dst = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    got = library.leaky_relu_backward(src, diff_dst, negative_slope=0.25)
+    assert got.tolist()[:3] == [0.25, 0.5, 3.0] and np.isclose(got[3], 1.0)
+    default = library.leaky_relu_backward(src, diff_dst)
+    assert default[0] == np.float32(0.01)
+
+
+def test_bad_spec_fails_cleanly(tmp_path, user_specs):
+    (user_specs / "leaky_relu_backward.toml").write_text(LEAKY.replace('type = "f32"', 'type = "f64"'))
+    out = tmp_path / "out"
+    result = run_cli("build", "--specs", str(user_specs), "--out", str(out))
+    assert result.returncode == 1
+    assert "leaky_relu_backward.toml: attributes.negative_slope.type" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists(), "nothing is written when a spec is rejected"
+
+
+def test_specs_need_out(user_specs):
+    result = run_cli("build", "--specs", str(user_specs))
+    assert result.returncode != 0 and "--out" in result.stderr
+
+
+def test_list_shows_every_variant():
+    result = run_cli("list")
+    assert result.returncode == 0, result.stderr
+    for kernel in render_library().kernels:
+        assert kernel["name"] in result.stdout
+
+
+def test_compiler_error_shows_file_and_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path / "cache"))
+    library = render_library()
+    files = dict(library.files)
+    files["relu_backward.c"] = files["relu_backward.c"].replace("int64_t index = 0;", "int64_t index = ;", 1)
+    with pytest.raises(BuildError) as caught:
+        build_module(dataclasses.replace(library, files=files))
+    assert "relu_backward.c:" in str(caught.value) and "error" in str(caught.value)
+    assert not any((tmp_path / "cache").glob("[!.]*")), "a failed build leaves no module in the cache"
