@@ -61,7 +61,8 @@ def _prelu(src, slope_full, diff_dst):
 def _sum_to(terms: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum `terms` over the dims where an operand of `shape` (same rank) was broadcast."""
     axes = tuple(d for d, size in enumerate(shape) if size == 1 and terms.shape[d] != 1)
-    return terms.sum(axis=axes, keepdims=True).reshape(shape)
+    with np.errstate(all="ignore"):  # Inf - Inf is NaN, as it should be
+        return terms.sum(axis=axes, keepdims=True).reshape(shape)
 
 
 def prelu_backward(src, slope, diff_dst, *, data_format="NXC"):
@@ -91,7 +92,8 @@ def aclnn_prelu_backward(grad_output, self, weight):
     channels = x.shape[1] if rank > 1 else 1
     if w.size == 1:  # one weight for every element; its gradient keeps the weight's shape
         grad_input, terms = _prelu(x, w.reshape(()), dy)
-        return grad_input, np.full(w.shape, terms.sum())
+        with np.errstate(all="ignore"):
+            return grad_input, np.full(w.shape, terms.sum())
     if w.size != channels:
         raise ValueError(f"oracle: weight of {w.size} elements does not fit self {x.shape}")
     view = [1] * rank
