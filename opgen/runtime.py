@@ -233,7 +233,7 @@ class _Call:
                     forms[tensor.name] = (form, expanded)
                     break
             else:
-                rules = "; or ".join(shapes.FORM_RULES[f] for f in tensor.broadcast)
+                rules = "; or ".join(shapes.FORM_RULES[f].format(reference=spec.reference) for f in tensor.broadcast)
                 where = f" in {self.layout}" if spec.layout_attribute else ""
                 self.fail(
                     ValueError,

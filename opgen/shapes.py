@@ -16,10 +16,10 @@ from opgen.specs import LAYOUTS
 FORM_RULES = {
     "per_channel": "1-D of the channel length",
     "per_tensor": "1-D of length 1",
-    "trailing": "the reference's shape without its first dim",
-    "numpy": "the reference's rank, each dim 1 or equal to the reference's",
+    "trailing": "{reference}'s shape without its first dim",
+    "numpy": "{reference}'s rank, each dim 1 or equal to {reference}'s",
     "single": "exactly one element (any shape)",
-    "channel_count": "as many elements as the reference's dim 1 (1 if it has one dim or none)",
+    "channel_count": "as many elements as {reference}'s dim 1 (1 if it has one dim or none)",
 }
 
 
