@@ -41,8 +41,9 @@ def test_products_round_to_nearest_even(name, slope):
     with np.errstate(over="ignore"):
         expected = exact.astype(TYPES[name])
     same = (got.view(np.uint16) == expected.view(np.uint16)) | ((got == 0) & (expected == 0))
-    assert same.all(), f"first mismatch: {finite[~same][0]!r} * {weight[0]!r} -> {got[~same][0]!r}, " \
-                       f"expected {expected[~same][0]!r}"
+    assert same.all(), (
+        f"first mismatch: {finite[~same][0]!r} * {weight[0]!r} -> {got[~same][0]!r}, expected {expected[~same][0]!r}"
+    )
 
 
 @pytest.mark.parametrize("name", TYPES)
