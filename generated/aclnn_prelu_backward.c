@@ -30,18 +30,18 @@ void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const
                 for (int lane = 0; lane < 16; ++lane) {
                     const float grad_output_value = grad_output[base + index + lane];
                     const float self_value = self[base + index + lane];
-                    const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                     grad_input[base + index + lane] = grad_input_value;
-                    const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                     grad_weight_lanes[lane] += grad_weight_term;
                 }
             }
             for (; index < inner; ++index) {
                 const float grad_output_value = grad_output[base + index];
                 const float self_value = self[base + index];
-                const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                 grad_input[base + index] = grad_input_value;
-                const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                 grad_weight_acc += grad_weight_term;
             }
             for (int lane = 0; lane < 16; ++lane) {
@@ -64,9 +64,9 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
             
             const float grad_output_value = grad_output[base + channel];
             const float self_value = self[base + channel];
-            const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
             grad_input[base + channel] = grad_input_value;
-            const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
             grad_weight_sums[channel] += grad_weight_term;
         }
     }
@@ -90,18 +90,18 @@ void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, c
                 for (int lane = 0; lane < 16; ++lane) {
                     const float grad_output_value = opgen_f16_to_f32(grad_output[base + index + lane]);
                     const float self_value = opgen_f16_to_f32(self[base + index + lane]);
-                    const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                     grad_input[base + index + lane] = opgen_f32_to_f16(grad_input_value);
-                    const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                     grad_weight_lanes[lane] += grad_weight_term;
                 }
             }
             for (; index < inner; ++index) {
                 const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
                 const float self_value = opgen_f16_to_f32(self[base + index]);
-                const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                 grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                 grad_weight_acc += grad_weight_term;
             }
             for (int lane = 0; lane < 16; ++lane) {
@@ -124,9 +124,9 @@ void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, c
             
             const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
             const float self_value = opgen_f16_to_f32(self[base + channel]);
-            const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
             grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-            const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
             grad_weight_sums[channel] += grad_weight_term;
         }
     }
@@ -150,18 +150,18 @@ void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output,
                 for (int lane = 0; lane < 16; ++lane) {
                     const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index + lane]);
                     const float self_value = opgen_bf16_to_f32(self[base + index + lane]);
-                    const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                     grad_input[base + index + lane] = opgen_f32_to_bf16(grad_input_value);
-                    const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                     grad_weight_lanes[lane] += grad_weight_term;
                 }
             }
             for (; index < inner; ++index) {
                 const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
                 const float self_value = opgen_bf16_to_f32(self[base + index]);
-                const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                 grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                 grad_weight_acc += grad_weight_term;
             }
             for (int lane = 0; lane < 16; ++lane) {
@@ -184,9 +184,9 @@ void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output,
             
             const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
             const float self_value = opgen_bf16_to_f32(self[base + channel]);
-            const float grad_input_value = ((self_value > 0.0f) ? grad_output_value : (weight_value * grad_output_value));
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
             grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-            const double grad_weight_term = ((((double)self_value) > 0.0) ? 0.0 : (((double)self_value) * ((double)grad_output_value)));
+            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
             grad_weight_sums[channel] += grad_weight_term;
         }
     }

@@ -17,7 +17,7 @@ void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPG
             const float src_value = src[index + lane];
             const float diff_dst_value = diff_dst[index + lane];
             const float linear_value = ((alpha * src_value) + beta);
-            const float diff_src_value = (((0.0f < linear_value) && (linear_value < 1.0f)) ? (diff_dst_value * alpha) : 0.0f);
+            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
             diff_src[index + lane] = diff_src_value;
         }
     }
@@ -25,7 +25,7 @@ void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPG
         const float src_value = src[index];
         const float diff_dst_value = diff_dst[index];
         const float linear_value = ((alpha * src_value) + beta);
-        const float diff_src_value = (((0.0f < linear_value) && (linear_value < 1.0f)) ? (diff_dst_value * alpha) : 0.0f);
+        const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
         diff_src[index] = diff_src_value;
     }
 }
@@ -42,7 +42,7 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
             const float src_value = opgen_f16_to_f32(src[index + lane]);
             const float diff_dst_value = opgen_f16_to_f32(diff_dst[index + lane]);
             const float linear_value = ((alpha * src_value) + beta);
-            const float diff_src_value = (((0.0f < linear_value) && (linear_value < 1.0f)) ? (diff_dst_value * alpha) : 0.0f);
+            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
             diff_src[index + lane] = opgen_f32_to_f16(diff_src_value);
         }
     }
@@ -50,7 +50,7 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
         const float src_value = opgen_f16_to_f32(src[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
         const float linear_value = ((alpha * src_value) + beta);
-        const float diff_src_value = (((0.0f < linear_value) && (linear_value < 1.0f)) ? (diff_dst_value * alpha) : 0.0f);
+        const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
         diff_src[index] = opgen_f32_to_f16(diff_src_value);
     }
 }
@@ -67,7 +67,7 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
             const float src_value = opgen_bf16_to_f32(src[index + lane]);
             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index + lane]);
             const float linear_value = ((alpha * src_value) + beta);
-            const float diff_src_value = (((0.0f < linear_value) && (linear_value < 1.0f)) ? (diff_dst_value * alpha) : 0.0f);
+            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
             diff_src[index + lane] = opgen_f32_to_bf16(diff_src_value);
         }
     }
@@ -75,7 +75,7 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
         const float src_value = opgen_bf16_to_f32(src[index]);
         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
         const float linear_value = ((alpha * src_value) + beta);
-        const float diff_src_value = (((0.0f < linear_value) && (linear_value < 1.0f)) ? (diff_dst_value * alpha) : 0.0f);
+        const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
         diff_src[index] = opgen_f32_to_bf16(diff_src_value);
     }
 }

@@ -12,6 +12,13 @@
 
 #include "opgen.h"
 
+/* GCC will not turn `c ? a : b` on floats into a vector blend while it must keep FP
+ * exceptions exact (-ftrapping-math). Results are the same IEEE values either way, and
+ * opgen never reads FP exception flags, so let it (clang already does by default). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 /* Ask for vectorization without requiring OpenMP: compiled out where unknown. */
 #if defined(_OPENMP) || defined(OPGEN_OPENMP_SIMD)
 #define OPGEN_SIMD _Pragma("omp simd")
@@ -22,6 +29,18 @@
 #else
 #define OPGEN_SIMD
 #endif
+
+/* The math's `a if c else b`: both arms are evaluated (as arguments), so the choice is a
+ * branch-free select the compiler can vectorize without assuming anything about traps. */
+static inline double opgen_select_double(int condition, double if_true, double if_false)
+{
+    return condition ? if_true : if_false;
+}
+
+static inline float opgen_select_float(int condition, float if_true, float if_false)
+{
+    return condition ? if_true : if_false;
+}
 
 static inline uint32_t opgen_float_bits(float value)
 {

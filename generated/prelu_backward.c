@@ -30,18 +30,18 @@ void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_
                 for (int lane = 0; lane < 16; ++lane) {
                     const float src_value = src[base + index + lane];
                     const float diff_dst_value = diff_dst[base + index + lane];
-                    const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                     diff_src[base + index + lane] = diff_src_value;
-                    const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                     diff_slope_lanes[lane] += diff_slope_term;
                 }
             }
             for (; index < inner; ++index) {
                 const float src_value = src[base + index];
                 const float diff_dst_value = diff_dst[base + index];
-                const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                 diff_src[base + index] = diff_src_value;
-                const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                 diff_slope_acc += diff_slope_term;
             }
             for (int lane = 0; lane < 16; ++lane) {
@@ -64,9 +64,9 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
             
             const float src_value = src[base + channel];
             const float diff_dst_value = diff_dst[base + channel];
-            const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
             diff_src[base + channel] = diff_src_value;
-            const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
             diff_slope_sums[channel] += diff_slope_term;
         }
     }
@@ -90,18 +90,18 @@ void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
                 for (int lane = 0; lane < 16; ++lane) {
                     const float src_value = opgen_bf16_to_f32(src[base + index + lane]);
                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index + lane]);
-                    const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                     diff_src[base + index + lane] = opgen_f32_to_bf16(diff_src_value);
-                    const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                     diff_slope_lanes[lane] += diff_slope_term;
                 }
             }
             for (; index < inner; ++index) {
                 const float src_value = opgen_bf16_to_f32(src[base + index]);
                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                 diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                 diff_slope_acc += diff_slope_term;
             }
             for (int lane = 0; lane < 16; ++lane) {
@@ -124,9 +124,9 @@ void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
             
             const float src_value = opgen_bf16_to_f32(src[base + channel]);
             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-            const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
             diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-            const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
             diff_slope_sums[channel] += diff_slope_term;
         }
     }
@@ -150,18 +150,18 @@ void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
                 for (int lane = 0; lane < 16; ++lane) {
                     const float src_value = opgen_f16_to_f32(src[base + index + lane]);
                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index + lane]);
-                    const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                     diff_src[base + index + lane] = opgen_f32_to_f16(diff_src_value);
-                    const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                     diff_slope_lanes[lane] += diff_slope_term;
                 }
             }
             for (; index < inner; ++index) {
                 const float src_value = opgen_f16_to_f32(src[base + index]);
                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                 diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                 diff_slope_acc += diff_slope_term;
             }
             for (int lane = 0; lane < 16; ++lane) {
@@ -184,9 +184,9 @@ void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
             
             const float src_value = opgen_f16_to_f32(src[base + channel]);
             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-            const float diff_src_value = ((src_value > 0.0f) ? diff_dst_value : (slope_value * diff_dst_value));
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
             diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-            const double diff_slope_term = ((((double)src_value) > 0.0) ? 0.0 : (((double)src_value) * ((double)diff_dst_value)));
+            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
             diff_slope_sums[channel] += diff_slope_term;
         }
     }

@@ -16,14 +16,14 @@ void relu_backward_f32(const float *OPGEN_RESTRICT src_or_dst, const float *OPGE
         for (int lane = 0; lane < 16; ++lane) {
             const float src_or_dst_value = src_or_dst[index + lane];
             const float diff_dst_value = diff_dst[index + lane];
-            const float diff_src_value = ((src_or_dst_value > 0.0f) ? diff_dst_value : 0.0f);
+            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
             diff_src[index + lane] = diff_src_value;
         }
     }
     for (; index < count; ++index) {
         const float src_or_dst_value = src_or_dst[index];
         const float diff_dst_value = diff_dst[index];
-        const float diff_src_value = ((src_or_dst_value > 0.0f) ? diff_dst_value : 0.0f);
+        const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
         diff_src[index] = diff_src_value;
     }
 }
@@ -39,14 +39,14 @@ void relu_backward_f16(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f
         for (int lane = 0; lane < 16; ++lane) {
             const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index + lane]);
             const float diff_dst_value = opgen_f16_to_f32(diff_dst[index + lane]);
-            const float diff_src_value = ((src_or_dst_value > 0.0f) ? diff_dst_value : 0.0f);
+            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
             diff_src[index + lane] = opgen_f32_to_f16(diff_src_value);
         }
     }
     for (; index < count; ++index) {
         const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
-        const float diff_src_value = ((src_or_dst_value > 0.0f) ? diff_dst_value : 0.0f);
+        const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
         diff_src[index] = opgen_f32_to_f16(diff_src_value);
     }
 }
@@ -62,14 +62,14 @@ void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen
         for (int lane = 0; lane < 16; ++lane) {
             const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index + lane]);
             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index + lane]);
-            const float diff_src_value = ((src_or_dst_value > 0.0f) ? diff_dst_value : 0.0f);
+            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
             diff_src[index + lane] = opgen_f32_to_bf16(diff_src_value);
         }
     }
     for (; index < count; ++index) {
         const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
-        const float diff_src_value = ((src_or_dst_value > 0.0f) ? diff_dst_value : 0.0f);
+        const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
         diff_src[index] = opgen_f32_to_bf16(diff_src_value);
     }
 }

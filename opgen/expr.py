@@ -88,8 +88,13 @@ def fold(tree: ast.expr, constants: Mapping[str, bool]) -> ast.expr:
     return Folder().visit(copy)
 
 
-def to_c(tree: ast.expr, variables: Mapping[str, str], literal_suffix: str, math_suffix: str) -> str:
-    """C text of a checked expression; `variables` maps each spec name to its C spelling."""
+def to_c(tree: ast.expr, variables: Mapping[str, str], literal_suffix: str, math_suffix: str, select: str) -> str:
+    """C text of a checked expression; `variables` maps each spec name to its C spelling.
+
+    Both arms of `a if c else b` become arguments of the function `select`, so both are
+    always computed and the compiler can turn the choice into a vector blend; `and`/`or`
+    become the non-short-circuit `&`/`|` on 0/1 values for the same reason.
+    """
 
     def emit(node: ast.expr) -> str:
         if isinstance(node, ast.Constant):
@@ -106,16 +111,16 @@ def to_c(tree: ast.expr, variables: Mapping[str, str], literal_suffix: str, math
             operator = "!" if isinstance(node.op, ast.Not) else ("-" if isinstance(node.op, ast.USub) else "+")
             return f"({operator}{emit(node.operand)})"
         if isinstance(node, ast.BoolOp):
-            joiner = " && " if isinstance(node.op, ast.And) else " || "
+            joiner = " & " if isinstance(node.op, ast.And) else " | "
             return "(" + joiner.join(emit(value) for value in node.values) + ")"
         if isinstance(node, ast.Compare):
             parts, left = [], node.left
             for op, right in zip(node.ops, node.comparators):
                 parts.append(f"({emit(left)} {_COMPARE[type(op)]} {emit(right)})")
                 left = right
-            return parts[0] if len(parts) == 1 else "(" + " && ".join(parts) + ")"
+            return parts[0] if len(parts) == 1 else "(" + " & ".join(parts) + ")"
         if isinstance(node, ast.IfExp):
-            return f"({emit(node.test)} ? {emit(node.body)} : {emit(node.orelse)})"
+            return f"{select}({emit(node.test)}, {emit(node.body)}, {emit(node.orelse)})"
         if isinstance(node, ast.Call):
             c_name = FUNCTIONS[node.func.id][1] + math_suffix  # type: ignore[union-attr]
             return f"{c_name}(" + ", ".join(emit(arg) for arg in node.args) + ")"

@@ -99,7 +99,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         kind = compute if section == "elements" else accumulate
         spelled = {name: spell(section, name) for name in expr.names(tree)}
         style = table.compute_types[kind]
-        return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix)
+        return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
 
     out_names = {t.name for t in spec.outputs}
     math = {s: [{"name": n, "c": c_text(s, t), "output": n in out_names} for n, t in sections[s]] for s in order}
@@ -171,7 +171,7 @@ def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
 def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
     if value is None:
         return ""
-    return expr.to_c(expr.parse(repr(float(value))), {}, table.compute_types[kind].literal_suffix, "")
+    return expr.to_c(expr.parse(repr(float(value))), {}, table.compute_types[kind].literal_suffix, "", "")
 
 
 def _detail(variant: Variant, compute: str, accumulate: str) -> str:

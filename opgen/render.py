@@ -77,7 +77,7 @@ def render_library(spec_dir: Path = BUNDLED_SPECS, template_dir: Path = BUNDLED_
     label = "specs/" if Path(spec_dir).resolve() == BUNDLED_SPECS else Path(spec_dir).name + "/"
     files = {
         "opgen.h": _render(env, "opgen.h.j2", kernels=kernels, spec_dir=label),
-        "opgen_internal.h": _render(env, "opgen_internal.h.j2"),
+        "opgen_internal.h": _render(env, "opgen_internal.h.j2", compute_types=sorted(table.compute_types)),
     }
     for spec in specs:
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
