@@ -6,188 +6,585 @@
  * Pattern: an elementwise pass with one broadcast (per-channel) operand, and sums of
  * per-element terms into that operand's shape. The tensor is seen as [outer][channels][inner]
  * (form ncx) or [outer][channels] (form nxc), the operand indexed by the channel.
- * Sums are ADDED to the caller's zeroed `*_sums` arrays in double, in a fixed order, so a
- * caller can split the work and still get the same result.
+ * The sums run in double over tiles fixed by the shape (opgen_tile_count), each tile into its
+ * own partial sums in `workspace`; the partials are then ADDED in tile order to the caller's
+ * zeroed `*_sums` arrays. So the result is the same for any number of threads.
  */
 #include "opgen.h"
 #include "opgen_internal.h"
 
 /* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
-void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float weight_value = weight[channel];
-            
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            double grad_weight_lanes[16] = {0};
-            double grad_weight_acc = 0;
-            /* whole blocks: lane l of every block adds to partial sum l */
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float grad_output_value = grad_output[base + index + lane];
-                    const float self_value = self[base + index + lane];
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + index + lane] = grad_input_value;
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    grad_weight_lanes[lane] += grad_weight_term;
+    const int64_t tiles = opgen_tile_count(outer, channels, inner);
+    const int split_rows = tiles <= outer;
+    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
+            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
+            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
+            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                for (int64_t channel = 0; channel < channels; ++channel) {
+                    const float weight_value = weight[channel];
+                    
+                    const int64_t base = (row * channels + channel) * inner;
+                    double grad_weight_lanes[OPGEN_BLOCK] = {0};
+                    double grad_weight_acc = 0;
+                    int64_t index = inner_first;
+                    /* whole blocks: lane l of every block adds to partial sum l */
+                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                        float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(grad_output_block, grad_output + base + index);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(self_block, self + base + index);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                    }
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = grad_output[base + index];
+                    const float self_value = self[base + index];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + index] = grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        grad_weight_acc += grad_weight_lanes[lane];
+                    }
+                    partial[0 * channels + channel] += grad_weight_acc;
                 }
             }
-            for (; index < inner; ++index) {
-                const float grad_output_value = grad_output[base + index];
-                const float self_value = self[base + index];
-                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                grad_input[base + index] = grad_input_value;
-                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                grad_weight_acc += grad_weight_term;
-            }
-            for (int lane = 0; lane < 16; ++lane) {
-                grad_weight_acc += grad_weight_lanes[lane];
-            }
-            grad_weight_sums[channel] += grad_weight_acc;
+        }
+        opgen_fence();
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* aclnn_prelu_backward_f32_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel innermost) */
-void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+        /* few rows of many channels: each thread takes whole ranges of channels */
+        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                for (int64_t sum = 0; sum < 1; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        workspace[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(self_block, self + base + channel);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(weight_block, weight + channel);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        workspace[0 * channels + channel + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                }
+                for (; channel < last; ++channel) {
+                    const float weight_value = weight[channel];
+                    
+                    const float grad_output_value = grad_output[base + channel];
+                    const float self_value = self[base + channel];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = grad_input_value;
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    workspace[0 * channels + channel] += grad_weight_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    } else {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(self_block, self + base + channel);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(weight_block, weight + channel);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        partial[0 * channels + channel + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float weight_value = weight[channel];
+                    
+                    const float grad_output_value = grad_output[base + channel];
+                    const float self_value = self[base + channel];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = grad_input_value;
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    partial[0 * channels + channel] += grad_weight_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            const float weight_value = weight[channel];
-            
-            const float grad_output_value = grad_output[base + channel];
-            const float self_value = self[base + channel];
-            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-            grad_input[base + channel] = grad_input_value;
-            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-            grad_weight_sums[channel] += grad_weight_term;
+            grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in double; channel outer, spatial inner) */
-void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float weight_value = opgen_f16_to_f32(weight[channel]);
-            
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            double grad_weight_lanes[16] = {0};
-            double grad_weight_acc = 0;
-            /* whole blocks: lane l of every block adds to partial sum l */
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + index + lane]);
-                    const float self_value = opgen_f16_to_f32(self[base + index + lane]);
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + index + lane] = opgen_f32_to_f16(grad_input_value);
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    grad_weight_lanes[lane] += grad_weight_term;
+    const int64_t tiles = opgen_tile_count(outer, channels, inner);
+    const int split_rows = tiles <= outer;
+    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
+            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
+            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
+            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                for (int64_t channel = 0; channel < channels; ++channel) {
+                    const float weight_value = opgen_f16_to_f32(weight[channel]);
+                    
+                    const int64_t base = (row * channels + channel) * inner;
+                    double grad_weight_lanes[OPGEN_BLOCK] = {0};
+                    double grad_weight_acc = 0;
+                    int64_t index = inner_first;
+                    /* whole blocks: lane l of every block adds to partial sum l */
+                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                        float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(grad_output_block, grad_output + base + index);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(self_block, self + base + index);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                    }
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                    const float self_value = opgen_f16_to_f32(self[base + index]);
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        grad_weight_acc += grad_weight_lanes[lane];
+                    }
+                    partial[0 * channels + channel] += grad_weight_acc;
                 }
             }
-            for (; index < inner; ++index) {
-                const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                const float self_value = opgen_f16_to_f32(self[base + index]);
-                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                grad_weight_acc += grad_weight_term;
-            }
-            for (int lane = 0; lane < 16; ++lane) {
-                grad_weight_acc += grad_weight_lanes[lane];
-            }
-            grad_weight_sums[channel] += grad_weight_acc;
+        }
+        opgen_fence();
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* aclnn_prelu_backward_f16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in double; channel innermost) */
-void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+        /* few rows of many channels: each thread takes whole ranges of channels */
+        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                for (int64_t sum = 0; sum < 1; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        workspace[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(self_block, self + base + channel);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(weight_block, weight + channel);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        workspace[0 * channels + channel + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                }
+                for (; channel < last; ++channel) {
+                    const float weight_value = opgen_f16_to_f32(weight[channel]);
+                    
+                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    workspace[0 * channels + channel] += grad_weight_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    } else {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(self_block, self + base + channel);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(weight_block, weight + channel);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        partial[0 * channels + channel + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float weight_value = opgen_f16_to_f32(weight[channel]);
+                    
+                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    partial[0 * channels + channel] += grad_weight_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            const float weight_value = opgen_f16_to_f32(weight[channel]);
-            
-            const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-            const float self_value = opgen_f16_to_f32(self[base + channel]);
-            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-            grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-            grad_weight_sums[channel] += grad_weight_term;
+            grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* aclnn_prelu_backward_bf16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in double; channel outer, spatial inner) */
-void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float weight_value = opgen_bf16_to_f32(weight[channel]);
-            
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            double grad_weight_lanes[16] = {0};
-            double grad_weight_acc = 0;
-            /* whole blocks: lane l of every block adds to partial sum l */
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index + lane]);
-                    const float self_value = opgen_bf16_to_f32(self[base + index + lane]);
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + index + lane] = opgen_f32_to_bf16(grad_input_value);
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    grad_weight_lanes[lane] += grad_weight_term;
+    const int64_t tiles = opgen_tile_count(outer, channels, inner);
+    const int split_rows = tiles <= outer;
+    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
+            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
+            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
+            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                for (int64_t channel = 0; channel < channels; ++channel) {
+                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                    
+                    const int64_t base = (row * channels + channel) * inner;
+                    double grad_weight_lanes[OPGEN_BLOCK] = {0};
+                    double grad_weight_acc = 0;
+                    int64_t index = inner_first;
+                    /* whole blocks: lane l of every block adds to partial sum l */
+                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                        float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(grad_output_block, grad_output + base + index);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(self_block, self + base + index);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                    }
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                    const float self_value = opgen_bf16_to_f32(self[base + index]);
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        grad_weight_acc += grad_weight_lanes[lane];
+                    }
+                    partial[0 * channels + channel] += grad_weight_acc;
                 }
             }
-            for (; index < inner; ++index) {
-                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                const float self_value = opgen_bf16_to_f32(self[base + index]);
-                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                grad_weight_acc += grad_weight_term;
-            }
-            for (int lane = 0; lane < 16; ++lane) {
-                grad_weight_acc += grad_weight_lanes[lane];
-            }
-            grad_weight_sums[channel] += grad_weight_acc;
+        }
+        opgen_fence();
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* aclnn_prelu_backward_bf16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in double; channel innermost) */
-void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+        /* few rows of many channels: each thread takes whole ranges of channels */
+        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                for (int64_t sum = 0; sum < 1; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        workspace[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(self_block, self + base + channel);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(weight_block, weight + channel);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        workspace[0 * channels + channel + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                }
+                for (; channel < last; ++channel) {
+                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                    
+                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    workspace[0 * channels + channel] += grad_weight_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    } else {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(self_block, self + base + channel);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(weight_block, weight + channel);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        partial[0 * channels + channel + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                    
+                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    partial[0 * channels + channel] += grad_weight_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            const float weight_value = opgen_bf16_to_f32(weight[channel]);
-            
-            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-            const float self_value = opgen_bf16_to_f32(self[base + channel]);
-            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-            grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-            grad_weight_sums[channel] += grad_weight_term;
+            grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }

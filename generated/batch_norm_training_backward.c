@@ -6,120 +6,193 @@
  * Pattern: per-channel sums over all elements of a channel, then per-channel values from
  * them, then an elementwise pass that reads those values. The tensor is seen as
  * [outer][channels][inner] (form ncx) or [outer][channels] (form nxc).
- * Sums run in double in a fixed order; `count` is the number of elements per channel.
- * workspace (form nxc; form ncx keeps these in registers): the sums, `channels` doubles each,
- * then the per-channel values the element pass reads, one double's room per channel each.
+ * Sums run in double in an order fixed by the shape, never by the thread count; `count` is
+ * the number of elements per channel.
+ * Form ncx gives each thread whole channels: both passes over a channel run back to back,
+ * so the second pass finds the channel's data in cache when it fits.
+ * Form nxc workspace: the sums and the element pass's per-channel values (`channels`
+ * doubles each), then the partial sums of each tile of rows.
  */
 #include "opgen.h"
 #include "opgen_internal.h"
 
 /* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
-void batch_norm_training_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
     (void)workspace;
-    for (int64_t channel = 0; channel < channels; ++channel) {
-        const double variance_acc = (double)(variance[channel]);
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double mean_acc = (double)(mean[channel]);
-        double sum_diff_dst_lanes[16] = {0};
-        double sum_diff_dst_acc = 0;
-        double sum_diff_dst_centered_lanes[16] = {0};
-        double sum_diff_dst_centered_acc = 0;
-        /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            for (; index + 16 <= inner; index += 16) {
+            const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+            const double mean_acc = (double)(mean[channel]);
+            double sum_diff_dst_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_acc = 0;
+            double sum_diff_dst_centered_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_centered_acc = 0;
+            /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + base + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
                 OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = src[base + index + lane];
-                    const float diff_dst_value = diff_dst[base + index + lane];
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                 }
-            }
-            for (; index < inner; ++index) {
-                const float src_value = src[base + index];
+                }
+                for (; index < inner; ++index) {
+                    const float src_value = src[base + index];
                 const float diff_dst_value = diff_dst[base + index];
-                const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                sum_diff_dst_acc += sum_diff_dst_term;
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-            }
-        }
-        for (int lane = 0; lane < 16; ++lane) {
-            sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
-        }
-        const double diff_beta_acc = sum_diff_dst_acc;
-        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-        const double scale_acc = (gamma_acc * inv_std_acc);
-        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-        if (diff_gamma) {
-            diff_gamma[channel] = (float)(diff_gamma_acc);
-        }
-        if (diff_beta) {
-            diff_beta[channel] = (float)(diff_beta_acc);
-        }
-        const float scale_value = (float)scale_acc;
-        const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-        const float centered_coefficient_value = (float)centered_coefficient_acc;
-        const float mean_value = mean[channel];
-        /* pass 2: the elementwise outputs */
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = src[base + index + lane];
-                    const float diff_dst_value = diff_dst[base + index + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index + lane] = diff_src_value;
+                    sum_diff_dst_acc += sum_diff_dst_term;
+                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (; index < inner; ++index) {
-                const float src_value = src[base + index];
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sum_diff_dst_acc += sum_diff_dst_lanes[lane];
+                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+            }
+            const double diff_beta_acc = sum_diff_dst_acc;
+            const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+            const double scale_acc = (gamma_acc * inv_std_acc);
+            const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+            const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+            if (diff_gamma) {
+                diff_gamma[channel] = (float)(diff_gamma_acc);
+            }
+            if (diff_beta) {
+                diff_beta[channel] = (float)(diff_beta_acc);
+            }
+            const float scale_value = (float)scale_acc;
+            const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+            const float centered_coefficient_value = (float)centered_coefficient_acc;
+            const float mean_value = mean[channel];
+            /* pass 2: the elementwise outputs */
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + base + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                }
+                for (; index < inner; ++index) {
+                    const float src_value = src[base + index];
                 const float diff_dst_value = diff_dst[base + index];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
                 diff_src[base + index] = diff_src_value;
+                }
             }
         }
+        opgen_fence();
     }
 }
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
-void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    double *partials = workspace + 5 * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int split_channels = tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT;
+    const int64_t ranges = split_channels ? (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT : tiles;
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
     (void)channel_values;
-    for (int64_t channel = 0; channel < 2 * channels; ++channel) {
-        sums[channel] = 0;
+    /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t range = 0; range < ranges; ++range) {
+            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+            for (int64_t sum = 0; sum < 2; ++sum) {
+                for (int64_t channel = first; channel < last; ++channel) {
+                    partial[sum * channels + channel] = 0;
+                }
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + base + channel);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel);
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const double mean_acc = (double)mean_block[lane];
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel + lane] += sum_diff_dst_term;
+                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_term;
+                }
+                }
+                for (; channel < last; ++channel) {
+                    const double mean_acc = (double)(mean[channel]);
+                    const float src_value = src[base + channel];
+                const float diff_dst_value = diff_dst[base + channel];
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel] += sum_diff_dst_term;
+                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                }
+            }
+        }
+        opgen_fence();
     }
-    /* pass 1: sums, one row of channels at a time */
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const double mean_acc = (double)(mean[channel]);
-            const float src_value = src[base + channel];
-            const float diff_dst_value = diff_dst[base + channel];
-            const double sum_diff_dst_term = ((double)diff_dst_value);
-            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-            sums[0 * channels + channel] += sum_diff_dst_term;
-            sums[1 * channels + channel] += sum_diff_dst_centered_term;
+    /* the partial sums, in tile order */
+    for (int64_t slot = 0; slot < 2 * channels; ++slot) {
+        sums[slot] = 0;
+    }
+    for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
+        for (int64_t slot = 0; slot < 2 * channels; ++slot) {
+            sums[slot] += partials[tile * 2 * channels + slot];
         }
     }
-    /* per channel: the values the outputs and the element pass need */
+    /* per channel: the outputs and the values the element pass needs */
     for (int64_t channel = 0; channel < channels; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -141,130 +214,226 @@ void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs */
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float mean_value = mean[channel];
-            const float scale_value = channel_values[0 * channels + channel];
-            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-            const float centered_coefficient_value = channel_values[2 * channels + channel];
-            const float src_value = src[base + channel];
+    /* pass 2: the elementwise outputs, rows split among the threads */
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t row = 0; row < outer; ++row) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+            opgen_load_block_f32(src_block, src + base + channel);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+            float mean_block[OPGEN_BLOCK];
+            opgen_load_block_f32(mean_block, mean + channel);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_value = (float)mean_block[lane];
+                const float scale_value = channel_values[0 * channels + channel + lane];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+            }
+            for (; channel < channels; ++channel) {
+                const float mean_value = mean[channel];
+                const float scale_value = channel_values[0 * channels + channel];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                const float src_value = src[base + channel];
             const float diff_dst_value = diff_dst[base + channel];
-            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
             diff_src[base + channel] = diff_src_value;
+            }
         }
+        opgen_fence();
     }
 }
 
 /* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
-void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
     (void)workspace;
-    for (int64_t channel = 0; channel < channels; ++channel) {
-        const double variance_acc = (double)(variance[channel]);
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double mean_acc = (double)(mean[channel]);
-        double sum_diff_dst_lanes[16] = {0};
-        double sum_diff_dst_acc = 0;
-        double sum_diff_dst_centered_lanes[16] = {0};
-        double sum_diff_dst_centered_acc = 0;
-        /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            for (; index + 16 <= inner; index += 16) {
+            const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+            const double mean_acc = (double)(mean[channel]);
+            double sum_diff_dst_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_acc = 0;
+            double sum_diff_dst_centered_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_centered_acc = 0;
+            /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
                 OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = opgen_bf16_to_f32(src[base + index + lane]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index + lane]);
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                 }
-            }
-            for (; index < inner; ++index) {
-                const float src_value = opgen_bf16_to_f32(src[base + index]);
+                }
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_bf16_to_f32(src[base + index]);
                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                sum_diff_dst_acc += sum_diff_dst_term;
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-            }
-        }
-        for (int lane = 0; lane < 16; ++lane) {
-            sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
-        }
-        const double diff_beta_acc = sum_diff_dst_acc;
-        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-        const double scale_acc = (gamma_acc * inv_std_acc);
-        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-        if (diff_gamma) {
-            diff_gamma[channel] = (float)(diff_gamma_acc);
-        }
-        if (diff_beta) {
-            diff_beta[channel] = (float)(diff_beta_acc);
-        }
-        const float scale_value = (float)scale_acc;
-        const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-        const float centered_coefficient_value = (float)centered_coefficient_acc;
-        const float mean_value = mean[channel];
-        /* pass 2: the elementwise outputs */
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = opgen_bf16_to_f32(src[base + index + lane]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index + lane]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index + lane] = opgen_f32_to_bf16(diff_src_value);
+                    sum_diff_dst_acc += sum_diff_dst_term;
+                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (; index < inner; ++index) {
-                const float src_value = opgen_bf16_to_f32(src[base + index]);
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sum_diff_dst_acc += sum_diff_dst_lanes[lane];
+                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+            }
+            const double diff_beta_acc = sum_diff_dst_acc;
+            const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+            const double scale_acc = (gamma_acc * inv_std_acc);
+            const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+            const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+            if (diff_gamma) {
+                diff_gamma[channel] = (float)(diff_gamma_acc);
+            }
+            if (diff_beta) {
+                diff_beta[channel] = (float)(diff_beta_acc);
+            }
+            const float scale_value = (float)scale_acc;
+            const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+            const float centered_coefficient_value = (float)centered_coefficient_acc;
+            const float mean_value = mean[channel];
+            /* pass 2: the elementwise outputs */
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                }
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_bf16_to_f32(src[base + index]);
                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
                 diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                }
             }
         }
+        opgen_fence();
     }
 }
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
-void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    double *partials = workspace + 5 * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int split_channels = tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT;
+    const int64_t ranges = split_channels ? (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT : tiles;
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
     (void)channel_values;
-    for (int64_t channel = 0; channel < 2 * channels; ++channel) {
-        sums[channel] = 0;
+    /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t range = 0; range < ranges; ++range) {
+            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+            for (int64_t sum = 0; sum < 2; ++sum) {
+                for (int64_t channel = first; channel < last; ++channel) {
+                    partial[sum * channels + channel] = 0;
+                }
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + channel);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel);
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const double mean_acc = (double)mean_block[lane];
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel + lane] += sum_diff_dst_term;
+                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_term;
+                }
+                }
+                for (; channel < last; ++channel) {
+                    const double mean_acc = (double)(mean[channel]);
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel] += sum_diff_dst_term;
+                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                }
+            }
+        }
+        opgen_fence();
     }
-    /* pass 1: sums, one row of channels at a time */
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const double mean_acc = (double)(mean[channel]);
-            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-            const double sum_diff_dst_term = ((double)diff_dst_value);
-            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-            sums[0 * channels + channel] += sum_diff_dst_term;
-            sums[1 * channels + channel] += sum_diff_dst_centered_term;
+    /* the partial sums, in tile order */
+    for (int64_t slot = 0; slot < 2 * channels; ++slot) {
+        sums[slot] = 0;
+    }
+    for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
+        for (int64_t slot = 0; slot < 2 * channels; ++slot) {
+            sums[slot] += partials[tile * 2 * channels + slot];
         }
     }
-    /* per channel: the values the outputs and the element pass need */
+    /* per channel: the outputs and the values the element pass needs */
     for (int64_t channel = 0; channel < channels; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -286,130 +455,226 @@ void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT 
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs */
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float mean_value = mean[channel];
-            const float scale_value = channel_values[0 * channels + channel];
-            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-            const float centered_coefficient_value = channel_values[2 * channels + channel];
-            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+    /* pass 2: the elementwise outputs, rows split among the threads */
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t row = 0; row < outer; ++row) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(src_block, src + base + channel);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+            float mean_block[OPGEN_BLOCK];
+            opgen_load_block_f32(mean_block, mean + channel);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_value = (float)mean_block[lane];
+                const float scale_value = channel_values[0 * channels + channel + lane];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+            }
+            for (; channel < channels; ++channel) {
+                const float mean_value = mean[channel];
+                const float scale_value = channel_values[0 * channels + channel];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                const float src_value = opgen_bf16_to_f32(src[base + channel]);
             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
             diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+            }
         }
+        opgen_fence();
     }
 }
 
 /* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel outer, spatial inner) */
-void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
     (void)workspace;
-    for (int64_t channel = 0; channel < channels; ++channel) {
-        const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
         const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
-        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-        double sum_diff_dst_lanes[16] = {0};
-        double sum_diff_dst_acc = 0;
-        double sum_diff_dst_centered_lanes[16] = {0};
-        double sum_diff_dst_centered_acc = 0;
-        /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            for (; index + 16 <= inner; index += 16) {
+            const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+            const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+            double sum_diff_dst_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_acc = 0;
+            double sum_diff_dst_centered_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_centered_acc = 0;
+            /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
                 OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = opgen_bf16_to_f32(src[base + index + lane]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index + lane]);
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                 }
-            }
-            for (; index < inner; ++index) {
-                const float src_value = opgen_bf16_to_f32(src[base + index]);
+                }
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_bf16_to_f32(src[base + index]);
                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                sum_diff_dst_acc += sum_diff_dst_term;
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-            }
-        }
-        for (int lane = 0; lane < 16; ++lane) {
-            sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
-        }
-        const double diff_beta_acc = sum_diff_dst_acc;
-        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-        const double scale_acc = (gamma_acc * inv_std_acc);
-        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-        if (diff_gamma) {
-            diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
-        }
-        if (diff_beta) {
-            diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
-        }
-        const float scale_value = (float)scale_acc;
-        const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-        const float centered_coefficient_value = (float)centered_coefficient_acc;
-        const float mean_value = opgen_bf16_to_f32(mean[channel]);
-        /* pass 2: the elementwise outputs */
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = opgen_bf16_to_f32(src[base + index + lane]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index + lane]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index + lane] = opgen_f32_to_bf16(diff_src_value);
+                    sum_diff_dst_acc += sum_diff_dst_term;
+                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (; index < inner; ++index) {
-                const float src_value = opgen_bf16_to_f32(src[base + index]);
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sum_diff_dst_acc += sum_diff_dst_lanes[lane];
+                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+            }
+            const double diff_beta_acc = sum_diff_dst_acc;
+            const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+            const double scale_acc = (gamma_acc * inv_std_acc);
+            const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+            const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+            if (diff_gamma) {
+                diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
+            }
+            if (diff_beta) {
+                diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
+            }
+            const float scale_value = (float)scale_acc;
+            const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+            const float centered_coefficient_value = (float)centered_coefficient_acc;
+            const float mean_value = opgen_bf16_to_f32(mean[channel]);
+            /* pass 2: the elementwise outputs */
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                }
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_bf16_to_f32(src[base + index]);
                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
                 diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                }
             }
         }
+        opgen_fence();
     }
 }
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel innermost) */
-void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    double *partials = workspace + 5 * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int split_channels = tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT;
+    const int64_t ranges = split_channels ? (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT : tiles;
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
     (void)channel_values;
-    for (int64_t channel = 0; channel < 2 * channels; ++channel) {
-        sums[channel] = 0;
+    /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t range = 0; range < ranges; ++range) {
+            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+            for (int64_t sum = 0; sum < 2; ++sum) {
+                for (int64_t channel = first; channel < last; ++channel) {
+                    partial[sum * channels + channel] = 0;
+                }
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + channel);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(mean_block, mean + channel);
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const double mean_acc = (double)mean_block[lane];
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel + lane] += sum_diff_dst_term;
+                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_term;
+                }
+                }
+                for (; channel < last; ++channel) {
+                    const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel] += sum_diff_dst_term;
+                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                }
+            }
+        }
+        opgen_fence();
     }
-    /* pass 1: sums, one row of channels at a time */
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-            const double sum_diff_dst_term = ((double)diff_dst_value);
-            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-            sums[0 * channels + channel] += sum_diff_dst_term;
-            sums[1 * channels + channel] += sum_diff_dst_centered_term;
+    /* the partial sums, in tile order */
+    for (int64_t slot = 0; slot < 2 * channels; ++slot) {
+        sums[slot] = 0;
+    }
+    for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
+        for (int64_t slot = 0; slot < 2 * channels; ++slot) {
+            sums[slot] += partials[tile * 2 * channels + slot];
         }
     }
-    /* per channel: the values the outputs and the element pass need */
+    /* per channel: the outputs and the values the element pass needs */
     for (int64_t channel = 0; channel < channels; ++channel) {
         const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
         const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
@@ -431,130 +696,226 @@ void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src,
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs */
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float mean_value = opgen_bf16_to_f32(mean[channel]);
-            const float scale_value = channel_values[0 * channels + channel];
-            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-            const float centered_coefficient_value = channel_values[2 * channels + channel];
-            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+    /* pass 2: the elementwise outputs, rows split among the threads */
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t row = 0; row < outer; ++row) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(src_block, src + base + channel);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+            float mean_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(mean_block, mean + channel);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_value = (float)mean_block[lane];
+                const float scale_value = channel_values[0 * channels + channel + lane];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+            }
+            for (; channel < channels; ++channel) {
+                const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                const float scale_value = channel_values[0 * channels + channel];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                const float src_value = opgen_bf16_to_f32(src[base + channel]);
             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
             diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+            }
         }
+        opgen_fence();
     }
 }
 
 /* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
-void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
     (void)workspace;
-    for (int64_t channel = 0; channel < channels; ++channel) {
-        const double variance_acc = (double)(variance[channel]);
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double mean_acc = (double)(mean[channel]);
-        double sum_diff_dst_lanes[16] = {0};
-        double sum_diff_dst_acc = 0;
-        double sum_diff_dst_centered_lanes[16] = {0};
-        double sum_diff_dst_centered_acc = 0;
-        /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            for (; index + 16 <= inner; index += 16) {
+            const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+            const double mean_acc = (double)(mean[channel]);
+            double sum_diff_dst_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_acc = 0;
+            double sum_diff_dst_centered_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_centered_acc = 0;
+            /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + base + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
                 OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = opgen_f16_to_f32(src[base + index + lane]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index + lane]);
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                 }
-            }
-            for (; index < inner; ++index) {
-                const float src_value = opgen_f16_to_f32(src[base + index]);
+                }
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_f16_to_f32(src[base + index]);
                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                sum_diff_dst_acc += sum_diff_dst_term;
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-            }
-        }
-        for (int lane = 0; lane < 16; ++lane) {
-            sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
-        }
-        const double diff_beta_acc = sum_diff_dst_acc;
-        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-        const double scale_acc = (gamma_acc * inv_std_acc);
-        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-        if (diff_gamma) {
-            diff_gamma[channel] = (float)(diff_gamma_acc);
-        }
-        if (diff_beta) {
-            diff_beta[channel] = (float)(diff_beta_acc);
-        }
-        const float scale_value = (float)scale_acc;
-        const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-        const float centered_coefficient_value = (float)centered_coefficient_acc;
-        const float mean_value = mean[channel];
-        /* pass 2: the elementwise outputs */
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = opgen_f16_to_f32(src[base + index + lane]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index + lane]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index + lane] = opgen_f32_to_f16(diff_src_value);
+                    sum_diff_dst_acc += sum_diff_dst_term;
+                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (; index < inner; ++index) {
-                const float src_value = opgen_f16_to_f32(src[base + index]);
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sum_diff_dst_acc += sum_diff_dst_lanes[lane];
+                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+            }
+            const double diff_beta_acc = sum_diff_dst_acc;
+            const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+            const double scale_acc = (gamma_acc * inv_std_acc);
+            const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+            const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+            if (diff_gamma) {
+                diff_gamma[channel] = (float)(diff_gamma_acc);
+            }
+            if (diff_beta) {
+                diff_beta[channel] = (float)(diff_beta_acc);
+            }
+            const float scale_value = (float)scale_acc;
+            const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+            const float centered_coefficient_value = (float)centered_coefficient_acc;
+            const float mean_value = mean[channel];
+            /* pass 2: the elementwise outputs */
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + base + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                }
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_f16_to_f32(src[base + index]);
                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
                 diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                }
             }
         }
+        opgen_fence();
     }
 }
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
-void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    double *partials = workspace + 5 * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int split_channels = tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT;
+    const int64_t ranges = split_channels ? (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT : tiles;
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
     (void)channel_values;
-    for (int64_t channel = 0; channel < 2 * channels; ++channel) {
-        sums[channel] = 0;
+    /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t range = 0; range < ranges; ++range) {
+            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+            for (int64_t sum = 0; sum < 2; ++sum) {
+                for (int64_t channel = first; channel < last; ++channel) {
+                    partial[sum * channels + channel] = 0;
+                }
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + base + channel);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel);
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const double mean_acc = (double)mean_block[lane];
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel + lane] += sum_diff_dst_term;
+                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_term;
+                }
+                }
+                for (; channel < last; ++channel) {
+                    const double mean_acc = (double)(mean[channel]);
+                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel] += sum_diff_dst_term;
+                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                }
+            }
+        }
+        opgen_fence();
     }
-    /* pass 1: sums, one row of channels at a time */
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const double mean_acc = (double)(mean[channel]);
-            const float src_value = opgen_f16_to_f32(src[base + channel]);
-            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-            const double sum_diff_dst_term = ((double)diff_dst_value);
-            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-            sums[0 * channels + channel] += sum_diff_dst_term;
-            sums[1 * channels + channel] += sum_diff_dst_centered_term;
+    /* the partial sums, in tile order */
+    for (int64_t slot = 0; slot < 2 * channels; ++slot) {
+        sums[slot] = 0;
+    }
+    for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
+        for (int64_t slot = 0; slot < 2 * channels; ++slot) {
+            sums[slot] += partials[tile * 2 * channels + slot];
         }
     }
-    /* per channel: the values the outputs and the element pass need */
+    /* per channel: the outputs and the values the element pass needs */
     for (int64_t channel = 0; channel < channels; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -576,19 +937,45 @@ void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT sr
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs */
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float mean_value = mean[channel];
-            const float scale_value = channel_values[0 * channels + channel];
-            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-            const float centered_coefficient_value = channel_values[2 * channels + channel];
-            const float src_value = opgen_f16_to_f32(src[base + channel]);
+    /* pass 2: the elementwise outputs, rows split among the threads */
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t row = 0; row < outer; ++row) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+            opgen_load_block_f16(src_block, src + base + channel);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+            float mean_block[OPGEN_BLOCK];
+            opgen_load_block_f32(mean_block, mean + channel);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_value = (float)mean_block[lane];
+                const float scale_value = channel_values[0 * channels + channel + lane];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+            }
+            for (; channel < channels; ++channel) {
+                const float mean_value = mean[channel];
+                const float scale_value = channel_values[0 * channels + channel];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                const float src_value = opgen_f16_to_f32(src[base + channel]);
             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
             diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+            }
         }
+        opgen_fence();
     }
 }

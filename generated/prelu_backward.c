@@ -6,188 +6,585 @@
  * Pattern: an elementwise pass with one broadcast (per-channel) operand, and sums of
  * per-element terms into that operand's shape. The tensor is seen as [outer][channels][inner]
  * (form ncx) or [outer][channels] (form nxc), the operand indexed by the channel.
- * Sums are ADDED to the caller's zeroed `*_sums` arrays in double, in a fixed order, so a
- * caller can split the work and still get the same result.
+ * The sums run in double over tiles fixed by the shape (opgen_tile_count), each tile into its
+ * own partial sums in `workspace`; the partials are then ADDED in tile order to the caller's
+ * zeroed `*_sums` arrays. So the result is the same for any number of threads.
  */
 #include "opgen.h"
 #include "opgen_internal.h"
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */
-void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float slope_value = slope[channel];
-            
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            double diff_slope_lanes[16] = {0};
-            double diff_slope_acc = 0;
-            /* whole blocks: lane l of every block adds to partial sum l */
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = src[base + index + lane];
-                    const float diff_dst_value = diff_dst[base + index + lane];
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + index + lane] = diff_src_value;
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    diff_slope_lanes[lane] += diff_slope_term;
+    const int64_t tiles = opgen_tile_count(outer, channels, inner);
+    const int split_rows = tiles <= outer;
+    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
+            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
+            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
+            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                for (int64_t channel = 0; channel < channels; ++channel) {
+                    const float slope_value = slope[channel];
+                    
+                    const int64_t base = (row * channels + channel) * inner;
+                    double diff_slope_lanes[OPGEN_BLOCK] = {0};
+                    double diff_slope_acc = 0;
+                    int64_t index = inner_first;
+                    /* whole blocks: lane l of every block adds to partial sum l */
+                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        diff_slope_lanes[lane] += diff_slope_term;
+                    }
+                    opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                    }
+                    for (; index < inner_last; ++index) {
+                        const float src_value = src[base + index];
+                    const float diff_dst_value = diff_dst[base + index];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + index] = diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        diff_slope_acc += diff_slope_term;
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        diff_slope_acc += diff_slope_lanes[lane];
+                    }
+                    partial[0 * channels + channel] += diff_slope_acc;
                 }
             }
-            for (; index < inner; ++index) {
-                const float src_value = src[base + index];
-                const float diff_dst_value = diff_dst[base + index];
-                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                diff_src[base + index] = diff_src_value;
-                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                diff_slope_acc += diff_slope_term;
-            }
-            for (int lane = 0; lane < 16; ++lane) {
-                diff_slope_acc += diff_slope_lanes[lane];
-            }
-            diff_slope_sums[channel] += diff_slope_acc;
+        }
+        opgen_fence();
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* prelu_backward_f32_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel innermost) */
-void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+        /* few rows of many channels: each thread takes whole ranges of channels */
+        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                for (int64_t sum = 0; sum < 1; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        workspace[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(slope_block, slope + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        workspace[0 * channels + channel + lane] += diff_slope_term;
+                    }
+                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < last; ++channel) {
+                    const float slope_value = slope[channel];
+                    
+                    const float src_value = src[base + channel];
+                    const float diff_dst_value = diff_dst[base + channel];
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + channel] = diff_src_value;
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                    workspace[0 * channels + channel] += diff_slope_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    } else {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(slope_block, slope + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        partial[0 * channels + channel + lane] += diff_slope_term;
+                    }
+                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float slope_value = slope[channel];
+                    
+                    const float src_value = src[base + channel];
+                    const float diff_dst_value = diff_dst[base + channel];
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + channel] = diff_src_value;
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                    partial[0 * channels + channel] += diff_slope_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            const float slope_value = slope[channel];
-            
-            const float src_value = src[base + channel];
-            const float diff_dst_value = diff_dst[base + channel];
-            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-            diff_src[base + channel] = diff_src_value;
-            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-            diff_slope_sums[channel] += diff_slope_term;
+            diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* prelu_backward_bf16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in double; channel outer, spatial inner) */
-void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float slope_value = opgen_bf16_to_f32(slope[channel]);
-            
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            double diff_slope_lanes[16] = {0};
-            double diff_slope_acc = 0;
-            /* whole blocks: lane l of every block adds to partial sum l */
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = opgen_bf16_to_f32(src[base + index + lane]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index + lane]);
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + index + lane] = opgen_f32_to_bf16(diff_src_value);
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    diff_slope_lanes[lane] += diff_slope_term;
+    const int64_t tiles = opgen_tile_count(outer, channels, inner);
+    const int split_rows = tiles <= outer;
+    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
+            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
+            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
+            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                for (int64_t channel = 0; channel < channels; ++channel) {
+                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                    
+                    const int64_t base = (row * channels + channel) * inner;
+                    double diff_slope_lanes[OPGEN_BLOCK] = {0};
+                    double diff_slope_acc = 0;
+                    int64_t index = inner_first;
+                    /* whole blocks: lane l of every block adds to partial sum l */
+                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        diff_slope_lanes[lane] += diff_slope_term;
+                    }
+                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                    }
+                    for (; index < inner_last; ++index) {
+                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        diff_slope_acc += diff_slope_term;
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        diff_slope_acc += diff_slope_lanes[lane];
+                    }
+                    partial[0 * channels + channel] += diff_slope_acc;
                 }
             }
-            for (; index < inner; ++index) {
-                const float src_value = opgen_bf16_to_f32(src[base + index]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                diff_slope_acc += diff_slope_term;
-            }
-            for (int lane = 0; lane < 16; ++lane) {
-                diff_slope_acc += diff_slope_lanes[lane];
-            }
-            diff_slope_sums[channel] += diff_slope_acc;
+        }
+        opgen_fence();
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* prelu_backward_bf16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in double; channel innermost) */
-void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+        /* few rows of many channels: each thread takes whole ranges of channels */
+        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                for (int64_t sum = 0; sum < 1; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        workspace[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(slope_block, slope + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        workspace[0 * channels + channel + lane] += diff_slope_term;
+                    }
+                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < last; ++channel) {
+                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                    
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                    workspace[0 * channels + channel] += diff_slope_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    } else {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(slope_block, slope + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        partial[0 * channels + channel + lane] += diff_slope_term;
+                    }
+                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                    
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                    partial[0 * channels + channel] += diff_slope_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            const float slope_value = opgen_bf16_to_f32(slope[channel]);
-            
-            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-            diff_slope_sums[channel] += diff_slope_term;
+            diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* prelu_backward_f16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in double; channel outer, spatial inner) */
-void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels, int64_t inner)
+void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const float slope_value = opgen_f16_to_f32(slope[channel]);
-            
-            const int64_t base = (row * channels + channel) * inner;
-            int64_t index = 0;
-            double diff_slope_lanes[16] = {0};
-            double diff_slope_acc = 0;
-            /* whole blocks: lane l of every block adds to partial sum l */
-            for (; index + 16 <= inner; index += 16) {
-                OPGEN_SIMD
-                for (int lane = 0; lane < 16; ++lane) {
-                    const float src_value = opgen_f16_to_f32(src[base + index + lane]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index + lane]);
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + index + lane] = opgen_f32_to_f16(diff_src_value);
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    diff_slope_lanes[lane] += diff_slope_term;
+    const int64_t tiles = opgen_tile_count(outer, channels, inner);
+    const int split_rows = tiles <= outer;
+    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(outer * channels * inner);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    OPGEN_PARALLEL(threads)
+    {
+        OPGEN_FOR
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
+            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
+            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
+            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t row = row_first; row < row_last; ++row) {
+                for (int64_t channel = 0; channel < channels; ++channel) {
+                    const float slope_value = opgen_f16_to_f32(slope[channel]);
+                    
+                    const int64_t base = (row * channels + channel) * inner;
+                    double diff_slope_lanes[OPGEN_BLOCK] = {0};
+                    double diff_slope_acc = 0;
+                    int64_t index = inner_first;
+                    /* whole blocks: lane l of every block adds to partial sum l */
+                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        diff_slope_lanes[lane] += diff_slope_term;
+                    }
+                    opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                    }
+                    for (; index < inner_last; ++index) {
+                        const float src_value = opgen_f16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        diff_slope_acc += diff_slope_term;
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        diff_slope_acc += diff_slope_lanes[lane];
+                    }
+                    partial[0 * channels + channel] += diff_slope_acc;
                 }
             }
-            for (; index < inner; ++index) {
-                const float src_value = opgen_f16_to_f32(src[base + index]);
-                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                diff_slope_acc += diff_slope_term;
-            }
-            for (int lane = 0; lane < 16; ++lane) {
-                diff_slope_acc += diff_slope_lanes[lane];
-            }
-            diff_slope_sums[channel] += diff_slope_acc;
+        }
+        opgen_fence();
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }
 
 /* prelu_backward_f16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in double; channel innermost) */
-void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        OPGEN_SIMD
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    const int threads = opgen_threads_for(outer * channels);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+        /* few rows of many channels: each thread takes whole ranges of channels */
+        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                for (int64_t sum = 0; sum < 1; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        workspace[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = first;
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(slope_block, slope + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        workspace[0 * channels + channel + lane] += diff_slope_term;
+                    }
+                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < last; ++channel) {
+                    const float slope_value = opgen_f16_to_f32(slope[channel]);
+                    
+                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                    workspace[0 * channels + channel] += diff_slope_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    } else {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
+                    const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(slope_block, slope + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        partial[0 * channels + channel + lane] += diff_slope_term;
+                    }
+                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float slope_value = opgen_f16_to_f32(slope[channel]);
+                    
+                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                    partial[0 * channels + channel] += diff_slope_term;
+                }
+                }
+            }
+            opgen_fence();
+        }
+    }
+    /* the tiles' partial sums, in tile order */
+    for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            const float slope_value = opgen_f16_to_f32(slope[channel]);
-            
-            const float src_value = opgen_f16_to_f32(src[base + channel]);
-            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-            diff_slope_sums[channel] += diff_slope_term;
+            diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
     }
 }

@@ -24,6 +24,32 @@ def load(spec_dir: str | Path) -> OpLibrary:
     return _libraries[key]
 
 
+def set_num_threads(threads: int) -> None:
+    """Threads the kernels use on large tensors; 0 restores the default (OMP_NUM_THREADS, else all cores)."""
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"set_num_threads(): threads must be an int, not {type(threads).__name__}")
+    if threads < 0:
+        raise ValueError(f"set_num_threads(): threads must be >= 0, not {threads}")
+    for library in {bundled, *_libraries.values()}:
+        library.module.lib.opgen_set_num_threads(threads)
+
+
+def get_num_threads() -> int:
+    """Threads the kernels use on large tensors."""
+    return int(bundled.module.lib.opgen_get_num_threads())
+
+
+def info() -> dict:
+    """What runs: the compiled copy (CPU target) chosen on this machine, the threads, and each op's variants."""
+    lib = bundled.module.lib
+    return {
+        "version": __version__,
+        "cpu_target": bundled.module.ffi.string(lib.opgen_cpu_target()).decode(),
+        "threads": int(lib.opgen_get_num_threads()),
+        "ops": {name: sorted(variants) for name, variants in bundled.variants.items()},
+    }
+
+
 bundled = load(BUNDLED_SPECS)
 globals().update(bundled.ops)
-__all__ = ["load", "bundled", *bundled.ops]
+__all__ = ["load", "bundled", "set_num_threads", "get_num_threads", "info", *bundled.ops]

@@ -27,7 +27,7 @@ from opgen.render import Library, write_files
 
 # IEEE semantics: no -ffast-math, and no contraction into FMA, so every target rounds alike.
 # -fno-math-errno only lets sqrt be one instruction; results are unchanged.
-C_FLAGS = ["-O3", "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-DOPGEN_OPENMP_SIMD"]
+C_FLAGS = ["-O3", "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-fopenmp"]
 WARNING_FLAGS = ["-Wall", "-Wextra", "-Wpedantic"]
 
 
@@ -121,7 +121,12 @@ def _link_module(library: Library, name: str, work: Path, objects: list[Path]) -
     ffi = cffi.FFI()
     ffi.cdef(library.cdef)
     ffi.set_source(
-        name, '#include "opgen.h"', include_dirs=[str(work)], extra_objects=[str(o) for o in objects], libraries=["m"]
+        name,
+        '#include "opgen.h"',
+        include_dirs=[str(work)],
+        extra_objects=[str(o) for o in objects],
+        libraries=["m"],
+        extra_link_args=["-fopenmp"],
     )
     try:
         ffi.compile(tmpdir=str(work), verbose=False)

@@ -18,6 +18,23 @@ from opgen.specs import DType, DTypeTable, OpSpec
 
 BLOCK = 16  # elements per unrolled step; also the number of partial sums in a reduction (fixed order)
 FORMS = ("ncx", "nxc")
+# Reductions run in tiles fixed by the shape alone, so sums never depend on the thread count.
+TILE_ELEMENTS = 65536
+MAX_TILES = 64
+CHANNEL_SPLIT = 32768  # rows of at least this many channels are split by channel instead
+PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
+STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
+# Compiled copies of every kernel, best last; chosen at run time by what the CPU supports.
+TARGETS = (
+    {"name": "baseline", "isa": "", "cpu": ()},
+    {"name": "avx2", "isa": "avx2,fma,f16c,bmi,bmi2", "cpu": ("avx2", "fma", "f16c")},
+    {
+        "name": "avx512",
+        "isa": "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2",
+        "gcc_isa": "prefer-vector-width=512",
+        "cpu": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,8 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "default_compute": _literal(tensor.default, compute, table),
                 "default_acc": _literal(tensor.default, accumulate, table),
                 "load_compute": _load(dtype, f"{tensor.name}[@]", compute),
+                "load_block": dtype.load_block,
+                "default_float": _literal(tensor.default, "float", table),
                 "load_acc": _load(dtype, f"{tensor.name}[@]", accumulate),
                 "in_elements": tensor.name in reads["elements"],
                 "in_sums": tensor.name in reads["sums"],
@@ -125,6 +144,10 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "in_sums_only": tensor.name in reads["sums"] - reads["channel"] - reads["after"],
             }
         )
+
+    def dtype_c(name: str) -> str:
+        return variant.dtypes[name].c_type
+
     outputs = []
     for tensor in spec.outputs:
         dtype = variant.dtypes[tensor.name]
@@ -135,6 +158,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "kind": tensor.kind,
                 "c_type": dtype.c_type,
                 "optional": tensor.optional,
+                "store_block": dtype.store_block,
                 "store": _store(
                     dtype,
                     f"{tensor.name}_{'value' if source == 'compute' else 'acc'}",
@@ -143,7 +167,23 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
             }
         )
     sums = [entry["name"] for entry in math["sums"]]
+    params = [(f"const {dtype_c(t.name)} *", t.name) for t in spec.inputs]
+    params += [("float ", name) for name in numbers if any(name in reads[s] for s in order)]
+    for tensor in spec.outputs:
+        if tensor.kind == "channel" and spec.pattern == "broadcast_reduce":
+            params.append(("double *", f"{tensor.name}_sums"))
+        else:
+            params.append((f"{dtype_c(tensor.name)} *", tensor.name))
+    if spec.pattern == "elementwise":
+        params.append(("int64_t ", "count"))
+    else:
+        params += [("double *", "workspace"), ("int64_t ", "outer"), ("int64_t ", "channels")]
+        if variant.form == "ncx":
+            params.append(("int64_t ", "inner"))
+    moved = [variant.dtypes[t.name].c_type for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor"]
     return {
+        "params": params,
+        "element_bytes": " + ".join(f"sizeof({c_type})" for c_type in moved),
         "name": variant.name,
         "op": spec.name,
         "pattern": spec.pattern,
@@ -164,7 +204,8 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
 
 
 def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
-    """Doubles of scratch per channel: the sums, then the per-channel values the element pass reads."""
+    """Doubles of scratch per channel besides the tiles' partial sums: reduce_then_apply keeps
+    its sums and the per-channel values the element pass reads there."""
     return n_sums + n_values if spec.pattern == "reduce_then_apply" else 0
 
 

@@ -75,23 +75,36 @@ def render_library(spec_dir: Path = BUNDLED_SPECS, template_dir: Path = BUNDLED_
     kernels_by_op = {spec.name: [plan.kernel(v, table) for v in plan.variants(spec, table)] for spec in specs}
     kernels = [k for spec in specs for k in kernels_by_op[spec.name]]
     label = "specs/" if Path(spec_dir).resolve() == BUNDLED_SPECS else Path(spec_dir).name + "/"
+    settings = {
+        "block": plan.BLOCK,
+        "tile_elements": plan.TILE_ELEMENTS,
+        "max_tiles": plan.MAX_TILES,
+        "channel_split": plan.CHANNEL_SPLIT,
+        "parallel_threshold": plan.PARALLEL_THRESHOLD,
+        "stream_bytes": plan.STREAM_BYTES,
+        "targets": plan.TARGETS,
+        "spec_dir": label,
+    }
     files = {
-        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels, spec_dir=label),
-        "opgen_internal.h": _render(env, "opgen_internal.h.j2", compute_types=sorted(table.compute_types)),
+        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels, **settings),
+        "opgen_internal.h": _render(env, "opgen_internal.h.j2", compute_types=sorted(table.compute_types), **settings),
+        "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels, **settings),
     }
     for spec in specs:
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
-    files["manifest.json"] = json.dumps(_manifest(specs, kernels), indent=2) + "\n"
+        for target in plan.TARGETS[1:]:
+            files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)
+    files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
     cdef = _render(env, "cdef.h.j2", kernels=kernels)
     return Library(Path(spec_dir), table, specs, kernels, files, cdef)
 
 
-def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]], files: dict[str, str]) -> dict[str, Any]:
     """A build-system-neutral list of the files and functions."""
     return {
         "generator": "opgen",
         "header": "opgen.h",
-        "sources": [f"{spec.name}.c" for spec in specs],
+        "sources": sorted(name for name in files if name.endswith(".c")),
         "ops": [
             {
                 "name": spec.name,

@@ -315,6 +315,12 @@ def _run_elementwise(call: _Call, inputs: dict, outputs: dict, attributes: list)
     _kernel(call, None)(*pointers, count)
 
 
+def _workspace(call: _Call, kernel_name: str, outer: int, channels: int, inner: int) -> np.ndarray:
+    lib = call.library.module.lib
+    size = getattr(lib, f"{kernel_name}_workspace_size")(outer, channels, inner)
+    return np.empty(max(1, size), dtype=np.float64)
+
+
 def _run_broadcast_reduce(call: _Call, inputs: dict, outputs: dict, attributes: list) -> None:
     spec = call.spec
     operand = next(t for t in spec.inputs if t.kind == "channel")
@@ -325,7 +331,11 @@ def _run_broadcast_reduce(call: _Call, inputs: dict, outputs: dict, attributes: 
         if tensor.kind == "channel":
             sums[tensor.name] = np.zeros(math.prod(expanded), dtype=np.float64)
     if call.reference.size:
-        for piece in shapes.calls(call.reference.shape, expanded):
+        pieces = shapes.calls(call.reference.shape, expanded)
+        first = pieces[0]
+        name = call.variant(first.form)["name"]
+        workspace = _workspace(call, name, first.outer, first.channels, first.inner if first.form == "ncx" else 1)
+        for piece in pieces:
             args = []
             for tensor in spec.inputs:
                 offset = piece.operand_offset if tensor.kind == "channel" else piece.offset
@@ -336,6 +346,7 @@ def _run_broadcast_reduce(call: _Call, inputs: dict, outputs: dict, attributes: 
                     args.append(call.pointer(sums[tensor.name], "", piece.operand_offset))
                 else:
                     args.append(call.pointer(outputs[tensor.name], tensor.name, piece.offset))
+            args.append(call.pointer(workspace, ""))
             dims = (piece.outer, piece.channels, piece.inner) if piece.form == "ncx" else (piece.outer, piece.channels)
             _kernel(call, piece.form)(*args, *dims)
     for name, total in sums.items():
@@ -358,7 +369,7 @@ def _run_reduce_then_apply(call: _Call, inputs: dict, outputs: dict, attributes:
             outputs[tensor.name] = call.output_array(tensor.name, (channels,))
     if channels == 0:
         return
-    workspace = np.empty(max(1, kernel_info["workspace_per_channel"] * channels), dtype=np.float64)
+    workspace = _workspace(call, kernel_info["name"], outer, channels, inner)
     args = [call.pointer(inputs[t.name], t.name) for t in spec.inputs]
     args += attributes
     args += [call.pointer(outputs[t.name], t.name) for t in spec.outputs]

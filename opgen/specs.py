@@ -101,6 +101,8 @@ class DType:
     numpy: str
     load: str
     store: str
+    load_block: str
+    store_block: str
     compute: str
     wide_compute: str
     accumulate: str
@@ -238,6 +240,8 @@ _DTYPE_KEYS = {
     "numpy": True,
     "load": True,
     "store": True,
+    "load_block": True,
+    "store_block": True,
     "compute": True,
     "wide_compute": True,
     "accumulate": True,
@@ -283,6 +287,9 @@ def load_dtype_table(path: Path) -> DTypeTable:
         for key in ("compute", "wide_compute", "accumulate"):
             if row[key] not in compute_types:
                 where.fail(f"{name}.{key}", f"'{row[key]}' is not in compute_types")
+        for key in ("c_type", "load_block", "store_block"):
+            if not _IDENTIFIER.fullmatch(_string(where, f"{name}.{key}", row[key])):
+                where.fail(f"{name}.{key}", "must be a C identifier")
         for key in ("load", "store"):
             if _string(where, f"{name}.{key}", row[key]).count("{}") != 1:
                 where.fail(f"{name}.{key}", "must contain '{}' exactly once (the operand)")

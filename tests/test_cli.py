@@ -134,7 +134,9 @@ def test_compiler_error_shows_file_and_line(tmp_path, monkeypatch):
     monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path / "cache"))
     library = render_library()
     files = dict(library.files)
-    files["relu_backward.c"] = files["relu_backward.c"].replace("int64_t index = 0;", "int64_t index = ;", 1)
+    files["relu_backward.c"] = files["relu_backward.c"].replace(
+        "const int64_t blocks = ", "const int64_t blocks = ;", 1
+    )
     with pytest.raises(BuildError) as caught:
         build_module(dataclasses.replace(library, files=files))
     assert "relu_backward.c:" in str(caught.value) and "error" in str(caught.value)

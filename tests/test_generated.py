@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -54,7 +55,8 @@ def test_compiles_without_warnings(tmp_path, flags):
     """The vendored sources build alone, with any of these flags, warning-free (-Werror)."""
     for name in LIBRARY.files:
         shutil.copy(BUNDLED_OUTPUT / name, tmp_path / name)
-    for source in sorted(tmp_path.glob("*.c")):
+
+    def compile_one(source):
         command = [
             *compiler(),
             *flags,
@@ -67,8 +69,11 @@ def test_compiles_without_warnings(tmp_path, flags):
             "-o",
             str(source.with_suffix(".o")),
         ]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        assert result.returncode == 0, f"{' '.join(command)}\n{result.stderr}"
+        return command, subprocess.run(command, capture_output=True, text=True, check=False)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for command, result in pool.map(compile_one, sorted(tmp_path.glob("*.c"))):
+            assert result.returncode == 0, f"{' '.join(command)}\n{result.stderr}"
 
 
 def test_header_compiles_as_cxx(tmp_path):

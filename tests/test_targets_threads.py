@@ -1,0 +1,155 @@
+"""Every compiled target and every thread count give bit-identical results.
+
+(NaN counts as equal to NaN: which NaN payload an operation returns depends on operand order.)
+
+The kernels are compiled for several CPU targets (plan.TARGETS) and run on as many threads as
+asked; sums use tiles fixed by the shape, FMA contraction is off and f16/bf16 conversions are
+exact in every target, so nothing may differ by even one bit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opgen
+from opgen.plan import TARGETS
+from tests.helpers import data, rng
+
+SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, opgen
+    from tests.helpers import data
+    generator = np.random.default_rng(7)
+    results = {}
+    for dtype in ("f32", "f16", "bf16"):
+        x = data(generator, (3, 37, 41), dtype, specials="all")
+        d = data(generator, (3, 37, 41), dtype, specials="all")
+        slope = data(generator, (41,), dtype)
+        results[f"sigmoid_{dtype}"] = opgen.sigmoid_backward(x, d, use_dst=False)
+        results[f"hsig_{dtype}"] = opgen.hard_sigmoid_backward(x, d, alpha=0.2, beta=0.5)
+        for layout in ("NCX", "NXC"):
+            s = data(generator, (37,) if layout == "NCX" else (41,), dtype)
+            out = opgen.prelu_backward(x, s, d, data_format=layout)
+            results[f"prelu_{dtype}_{layout}"] = np.concatenate([out[0].ravel(), out[1].ravel()])
+            stats = "f32" if dtype != "bf16" else "bf16"
+            c = 37 if layout == "NCX" else 41
+            bn = opgen.batch_norm_training_backward(
+                x, d, data(generator, (c,), stats, specials="none"), np.abs(data(generator, (c,), stats)),
+                data(generator, (c,), stats), epsilon=1e-3, data_format=layout)
+            results[f"bn_{dtype}_{layout}"] = np.concatenate([bn[0].astype(np.float64).ravel(),
+                                                               bn[1].astype(np.float64).ravel()])
+    arrays = {k: np.asarray(v).astype(np.float64) for k, v in results.items()}  # exact for every dtype
+    np.savez(sys.argv[1], target=np.array(opgen.info()["cpu_target"]), **arrays)
+""")
+
+
+def identical(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same values bit for bit (the sign of zero included), any NaN equal to any NaN."""
+    a, b = np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64)
+    nan = np.isnan(a)
+    return bool(np.array_equal(nan, np.isnan(b)) and np.array_equal(a[~nan].view(np.uint64), b[~nan].view(np.uint64)))
+
+
+def run_target(target: str, path: Path) -> dict[str, np.ndarray]:
+    env = {**os.environ, "OPGEN_CPU_TARGET": target}
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    with np.load(path) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def test_targets_agree_bit_for_bit(tmp_path):
+    best = opgen.info()["cpu_target"]
+    names = [t["name"] for t in TARGETS]
+    reached = names[: names.index(best) + 1]
+    outputs = {target: run_target(target, tmp_path / f"{target}.npz") for target in reached}
+    for target, result in outputs.items():
+        assert str(result.pop("target")) == target, "OPGEN_CPU_TARGET did not select the target"
+    reference = outputs[reached[0]]
+    for target in reached[1:]:
+        for name, values in reference.items():
+            assert identical(values, outputs[target][name]), f"{name}: {target} differs from {reached[0]}"
+    if len(reached) < 2:
+        pytest.skip("this CPU has only the baseline target")
+
+
+def test_forcing_an_unknown_target_keeps_the_best():
+    env = {**os.environ, "OPGEN_CPU_TARGET": "no-such-target"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import opgen; print(opgen.info()['cpu_target'])"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() == opgen.info()["cpu_target"]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_thread_count_does_not_change_results(dtype):
+    """Large enough for several threads and many reduction tiles, in every broadcast form."""
+    generator = rng("threads", dtype)
+    shape = (8, 24, 40, 33)
+    x, d = data(generator, shape, dtype), data(generator, shape, dtype)
+    stats = "f32" if dtype != "bf16" else "bf16"
+    calls = {
+        "per-channel NCX": lambda: opgen.prelu_backward(x, data(rng("s1"), (24,), dtype), d, data_format="NCX"),
+        "per-channel NXC": lambda: opgen.prelu_backward(x, data(rng("s2"), (33,), dtype), d, data_format="NXC"),
+        "per-tensor": lambda: opgen.prelu_backward(x, data(rng("s3"), (1,), dtype), d),
+        "trailing": lambda: opgen.prelu_backward(x, data(rng("s4"), shape[1:], dtype), d),
+        "numpy": lambda: opgen.prelu_backward(x, data(rng("s5"), (8, 1, 40, 1), dtype), d),
+        "bn NCX": lambda: opgen.batch_norm_training_backward(
+            x,
+            d,
+            data(rng("m"), (24,), stats),
+            np.abs(data(rng("v"), (24,), stats)),
+            epsilon=1e-5,
+            data_format="NCX",
+            with_diff_gamma_beta=True,
+        ),
+        "bn NXC": lambda: opgen.batch_norm_training_backward(
+            x,
+            d,
+            data(rng("m"), (33,), stats),
+            np.abs(data(rng("v"), (33,), stats)),
+            epsilon=1e-5,
+            data_format="NXC",
+            with_diff_gamma_beta=True,
+        ),
+        "relu": lambda: (opgen.relu_backward(x, d),),
+    }
+    try:
+        results = {}
+        for threads in (1, 2, 3):
+            opgen.set_num_threads(threads)
+            results[threads] = {name: [np.asarray(a).copy() for a in call()] for name, call in calls.items()}
+    finally:
+        opgen.set_num_threads(0)
+    for threads in (2, 3):
+        for name in calls:
+            for one, many in zip(results[1][name], results[threads][name]):
+                assert identical(one, many), f"{name}: {threads} threads differ"
+
+
+def test_set_num_threads_checks_its_argument():
+    with pytest.raises(TypeError, match="threads must be an int"):
+        opgen.set_num_threads(1.5)
+    with pytest.raises(ValueError, match=">= 0"):
+        opgen.set_num_threads(-1)
+    opgen.set_num_threads(1)
+    assert opgen.get_num_threads() == 1
+    opgen.set_num_threads(0)
+    assert opgen.get_num_threads() >= 1
