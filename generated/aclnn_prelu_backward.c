@@ -43,11 +43,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                     const float weight_value = weight[channel];
                     
                     const int64_t base = (row * channels + channel) * inner;
-                    double grad_weight_lanes[OPGEN_BLOCK] = {0};
+                    double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
                     /* whole blocks: lane l of every block adds to partial sum l */
-                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float grad_output_block[OPGEN_BLOCK];
                     opgen_load_block_f32(grad_output_block, grad_output + base + index);
                     float self_block[OPGEN_BLOCK];
@@ -60,7 +60,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                         grad_input_block[lane] = (float)grad_input_value;
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_lanes[lane] += grad_weight_term;
+                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                     }
                     opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
                     }
@@ -72,7 +72,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                         grad_weight_acc += grad_weight_lanes[lane];
                     }
                     partial[0 * channels + channel] += grad_weight_acc;
@@ -113,39 +113,49 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         workspace[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(self_block, self + base + channel);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(weight_block, weight + channel);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        workspace[0 * channels + channel + lane] += grad_weight_term;
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(self_block, self + base + channel);
+                            float weight_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(weight_block, weight + channel);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float weight_value = (float)weight_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_group[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            workspace[0 * channels + channel + lane] += grad_weight_group[lane];
+                        }
                     }
-                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
-                }
-                for (; channel < last; ++channel) {
-                    const float weight_value = weight[channel];
-                    
-                    const float grad_output_value = grad_output[base + channel];
-                    const float self_value = self[base + channel];
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + channel] = grad_input_value;
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    workspace[0 * channels + channel] += grad_weight_term;
-                }
+                    for (; channel < last; ++channel) {
+                        const float weight_value = weight[channel];
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float grad_output_value = grad_output[base + channel];
+                            const float self_value = self[base + channel];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + channel] = grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            workspace[0 * channels + channel] += grad_weight_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -159,39 +169,49 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
-                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(self_block, self + base + channel);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(weight_block, weight + channel);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        partial[0 * channels + channel + lane] += grad_weight_term;
+                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(self_block, self + base + channel);
+                            float weight_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(weight_block, weight + channel);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float weight_value = (float)weight_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_group[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                        }
                     }
-                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float weight_value = weight[channel];
-                    
-                    const float grad_output_value = grad_output[base + channel];
-                    const float self_value = self[base + channel];
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + channel] = grad_input_value;
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    partial[0 * channels + channel] += grad_weight_term;
-                }
+                    for (; channel < channels; ++channel) {
+                        const float weight_value = weight[channel];
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float grad_output_value = grad_output[base + channel];
+                            const float self_value = self[base + channel];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + channel] = grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            partial[0 * channels + channel] += grad_weight_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -235,11 +255,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     const float weight_value = opgen_f16_to_f32(weight[channel]);
                     
                     const int64_t base = (row * channels + channel) * inner;
-                    double grad_weight_lanes[OPGEN_BLOCK] = {0};
+                    double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
                     /* whole blocks: lane l of every block adds to partial sum l */
-                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float grad_output_block[OPGEN_BLOCK];
                     opgen_load_block_f16(grad_output_block, grad_output + base + index);
                     float self_block[OPGEN_BLOCK];
@@ -251,8 +271,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         const float self_value = (float)self_block[lane];
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                         grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_lanes[lane] += grad_weight_term;
+                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                     }
                     opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
                     }
@@ -261,10 +281,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     const float self_value = opgen_f16_to_f32(self[base + index]);
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                     grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                         grad_weight_acc += grad_weight_lanes[lane];
                     }
                     partial[0 * channels + channel] += grad_weight_acc;
@@ -305,39 +325,49 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         workspace[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(self_block, self + base + channel);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(weight_block, weight + channel);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        workspace[0 * channels + channel + lane] += grad_weight_term;
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(self_block, self + base + channel);
+                            float weight_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(weight_block, weight + channel);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float weight_value = (float)weight_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                grad_weight_group[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            workspace[0 * channels + channel + lane] += grad_weight_group[lane];
+                        }
                     }
-                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                }
-                for (; channel < last; ++channel) {
-                    const float weight_value = opgen_f16_to_f32(weight[channel]);
-                    
-                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                    const float self_value = opgen_f16_to_f32(self[base + channel]);
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    workspace[0 * channels + channel] += grad_weight_term;
-                }
+                    for (; channel < last; ++channel) {
+                        const float weight_value = opgen_f16_to_f32(weight[channel]);
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                            const float self_value = opgen_f16_to_f32(self[base + channel]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                            workspace[0 * channels + channel] += grad_weight_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -351,39 +381,49 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
-                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(self_block, self + base + channel);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(weight_block, weight + channel);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        partial[0 * channels + channel + lane] += grad_weight_term;
+                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(self_block, self + base + channel);
+                            float weight_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(weight_block, weight + channel);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float weight_value = (float)weight_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                grad_weight_group[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                        }
                     }
-                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float weight_value = opgen_f16_to_f32(weight[channel]);
-                    
-                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                    const float self_value = opgen_f16_to_f32(self[base + channel]);
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    partial[0 * channels + channel] += grad_weight_term;
-                }
+                    for (; channel < channels; ++channel) {
+                        const float weight_value = opgen_f16_to_f32(weight[channel]);
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                            const float self_value = opgen_f16_to_f32(self[base + channel]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                            partial[0 * channels + channel] += grad_weight_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -427,11 +467,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                     const float weight_value = opgen_bf16_to_f32(weight[channel]);
                     
                     const int64_t base = (row * channels + channel) * inner;
-                    double grad_weight_lanes[OPGEN_BLOCK] = {0};
+                    double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
                     /* whole blocks: lane l of every block adds to partial sum l */
-                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float grad_output_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(grad_output_block, grad_output + base + index);
                     float self_block[OPGEN_BLOCK];
@@ -444,7 +484,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                         grad_input_block[lane] = (float)grad_input_value;
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_lanes[lane] += grad_weight_term;
+                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                     }
                     opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
                     }
@@ -456,7 +496,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                         grad_weight_acc += grad_weight_lanes[lane];
                     }
                     partial[0 * channels + channel] += grad_weight_acc;
@@ -497,39 +537,49 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         workspace[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(self_block, self + base + channel);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(weight_block, weight + channel);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        workspace[0 * channels + channel + lane] += grad_weight_term;
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(self_block, self + base + channel);
+                            float weight_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(weight_block, weight + channel);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float weight_value = (float)weight_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_group[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            workspace[0 * channels + channel + lane] += grad_weight_group[lane];
+                        }
                     }
-                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
-                }
-                for (; channel < last; ++channel) {
-                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                    
-                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    workspace[0 * channels + channel] += grad_weight_term;
-                }
+                    for (; channel < last; ++channel) {
+                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                            const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            workspace[0 * channels + channel] += grad_weight_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -543,39 +593,49 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
-                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(self_block, self + base + channel);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(weight_block, weight + channel);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        partial[0 * channels + channel + lane] += grad_weight_term;
+                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(self_block, self + base + channel);
+                            float weight_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(weight_block, weight + channel);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float weight_value = (float)weight_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_group[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                        }
                     }
-                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                    
-                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                    partial[0 * channels + channel] += grad_weight_term;
-                }
+                    for (; channel < channels; ++channel) {
+                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                            const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            partial[0 * channels + channel] += grad_weight_term;
+                        }
+                    }
                 }
             }
             opgen_fence();

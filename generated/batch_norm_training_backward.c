@@ -35,15 +35,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
             const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
             const double mean_acc = (double)(mean[channel]);
-            double sum_diff_dst_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
             double sum_diff_dst_acc = 0;
-            double sum_diff_dst_centered_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
             double sum_diff_dst_centered_acc = 0;
             /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
             for (int64_t row = 0; row < outer; ++row) {
                 const int64_t base = (row * channels + channel) * inner;
                 int64_t index = 0;
-                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                     float src_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_block, src + base + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -54,8 +54,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     const float diff_dst_value = (float)diff_dst_block[lane];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                 }
                 }
                 for (; index < inner; ++index) {
@@ -67,7 +67,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                 sum_diff_dst_acc += sum_diff_dst_lanes[lane];
                 sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
             }
@@ -149,35 +149,49 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     partial[sum * channels + channel] = 0;
                 }
             }
-            for (int64_t row = row_first; row < row_last; ++row) {
-                const int64_t base = row * channels;
+            for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                 int64_t channel = first;
                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + base + channel);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel);
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const double mean_acc = (double)mean_block[lane];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    partial[0 * channels + channel + lane] += sum_diff_dst_term;
-                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_term;
-                }
+                    double sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                    double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(src_block, src + base + channel);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double mean_acc = (double)mean_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_group[lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                    }
                 }
                 for (; channel < last; ++channel) {
+                    
                     const double mean_acc = (double)(mean[channel]);
-                    const float src_value = src[base + channel];
-                const float diff_dst_value = diff_dst[base + channel];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    partial[0 * channels + channel] += sum_diff_dst_term;
-                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        const float src_value = src[base + channel];
+                        const float diff_dst_value = diff_dst[base + channel];
+                        
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        partial[0 * channels + channel] += sum_diff_dst_term;
+                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                    }
                 }
             }
         }
@@ -276,15 +290,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
             const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
             const double mean_acc = (double)(mean[channel]);
-            double sum_diff_dst_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
             double sum_diff_dst_acc = 0;
-            double sum_diff_dst_centered_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
             double sum_diff_dst_centered_acc = 0;
             /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
             for (int64_t row = 0; row < outer; ++row) {
                 const int64_t base = (row * channels + channel) * inner;
                 int64_t index = 0;
-                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                     float src_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_block, src + base + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -295,8 +309,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     const float diff_dst_value = (float)diff_dst_block[lane];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                 }
                 }
                 for (; index < inner; ++index) {
@@ -308,7 +322,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                 sum_diff_dst_acc += sum_diff_dst_lanes[lane];
                 sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
             }
@@ -390,35 +404,49 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     partial[sum * channels + channel] = 0;
                 }
             }
-            for (int64_t row = row_first; row < row_last; ++row) {
-                const int64_t base = row * channels;
+            for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                 int64_t channel = first;
                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel);
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const double mean_acc = (double)mean_block[lane];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    partial[0 * channels + channel + lane] += sum_diff_dst_term;
-                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_term;
-                }
+                    double sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                    double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double mean_acc = (double)mean_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_group[lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                    }
                 }
                 for (; channel < last; ++channel) {
+                    
                     const double mean_acc = (double)(mean[channel]);
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    partial[0 * channels + channel] += sum_diff_dst_term;
-                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        partial[0 * channels + channel] += sum_diff_dst_term;
+                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                    }
                 }
             }
         }
@@ -517,15 +545,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
         const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
             const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
             const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-            double sum_diff_dst_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
             double sum_diff_dst_acc = 0;
-            double sum_diff_dst_centered_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
             double sum_diff_dst_centered_acc = 0;
             /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
             for (int64_t row = 0; row < outer; ++row) {
                 const int64_t base = (row * channels + channel) * inner;
                 int64_t index = 0;
-                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                     float src_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_block, src + base + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -536,8 +564,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     const float diff_dst_value = (float)diff_dst_block[lane];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                 }
                 }
                 for (; index < inner; ++index) {
@@ -549,7 +577,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                 sum_diff_dst_acc += sum_diff_dst_lanes[lane];
                 sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
             }
@@ -631,35 +659,49 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     partial[sum * channels + channel] = 0;
                 }
             }
-            for (int64_t row = row_first; row < row_last; ++row) {
-                const int64_t base = row * channels;
+            for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                 int64_t channel = first;
                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(mean_block, mean + channel);
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const double mean_acc = (double)mean_block[lane];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    partial[0 * channels + channel + lane] += sum_diff_dst_term;
-                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_term;
-                }
+                    double sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                    double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(mean_block, mean + channel);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double mean_acc = (double)mean_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_group[lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                    }
                 }
                 for (; channel < last; ++channel) {
+                    
                     const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    partial[0 * channels + channel] += sum_diff_dst_term;
-                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        partial[0 * channels + channel] += sum_diff_dst_term;
+                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                    }
                 }
             }
         }
@@ -758,15 +800,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
             const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
             const double mean_acc = (double)(mean[channel]);
-            double sum_diff_dst_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
             double sum_diff_dst_acc = 0;
-            double sum_diff_dst_centered_lanes[OPGEN_BLOCK] = {0};
+            double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
             double sum_diff_dst_centered_acc = 0;
             /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
             for (int64_t row = 0; row < outer; ++row) {
                 const int64_t base = (row * channels + channel) * inner;
                 int64_t index = 0;
-                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                     float src_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_block, src + base + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -777,8 +819,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     const float diff_dst_value = (float)diff_dst_block[lane];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                 }
                 }
                 for (; index < inner; ++index) {
@@ -790,7 +832,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                 sum_diff_dst_acc += sum_diff_dst_lanes[lane];
                 sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
             }
@@ -872,35 +914,49 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     partial[sum * channels + channel] = 0;
                 }
             }
-            for (int64_t row = row_first; row < row_last; ++row) {
-                const int64_t base = row * channels;
+            for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                 int64_t channel = first;
                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + base + channel);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel);
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const double mean_acc = (double)mean_block[lane];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    partial[0 * channels + channel + lane] += sum_diff_dst_term;
-                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_term;
-                }
+                    double sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                    double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(src_block, src + base + channel);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double mean_acc = (double)mean_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_group[lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                    }
                 }
                 for (; channel < last; ++channel) {
+                    
                     const double mean_acc = (double)(mean[channel]);
-                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    partial[0 * channels + channel] += sum_diff_dst_term;
-                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        const float src_value = opgen_f16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                        
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        partial[0 * channels + channel] += sum_diff_dst_term;
+                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                    }
                 }
             }
         }

@@ -42,12 +42,17 @@
 /* A tile of a reduction holds at least this many elements; there are at most MAX_TILES. */
 #define OPGEN_TILE_ELEMENTS 65536
 #define OPGEN_MAX_TILES 64
+/* Independent sets of lane sums a reduction rotates through, block by block, so the
+ * additions of consecutive blocks do not wait for each other. */
+#define OPGEN_CHAINS 4
+/* Rows of an nxc reduction summed in registers before the partial sums in memory. */
+#define OPGEN_ROW_GROUP 4
 /* With at least this many rows, reductions split rows only. */
 #define OPGEN_MIN_ROW_TILES 16
 /* At most this many partial sums (doubles) per sum across all tiles. */
 #define OPGEN_MAX_PARTIALS ((int64_t)1 << 20)
 /* Rows of at least this many channels are split by channel, not by row. */
-#define OPGEN_CHANNEL_SPLIT 32768
+#define OPGEN_CHANNEL_SPLIT 262144
 
 /* Total bytes a kernel moves above which its outputs are streamed past the caches. */
 #define OPGEN_STREAM_BYTES ((int64_t)16777216)

@@ -43,11 +43,11 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                     const float slope_value = slope[channel];
                     
                     const int64_t base = (row * channels + channel) * inner;
-                    double diff_slope_lanes[OPGEN_BLOCK] = {0};
+                    double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
                     /* whole blocks: lane l of every block adds to partial sum l */
-                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float src_block[OPGEN_BLOCK];
                     opgen_load_block_f32(src_block, src + base + index);
                     float diff_dst_block[OPGEN_BLOCK];
@@ -60,7 +60,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                         diff_src_block[lane] = (float)diff_src_value;
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_lanes[lane] += diff_slope_term;
+                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                     }
                     opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                     }
@@ -72,7 +72,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                         diff_slope_acc += diff_slope_lanes[lane];
                     }
                     partial[0 * channels + channel] += diff_slope_acc;
@@ -113,39 +113,49 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         workspace[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + channel);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(slope_block, slope + channel);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        workspace[0 * channels + channel + lane] += diff_slope_term;
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                            float slope_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(slope_block, slope + channel);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float slope_value = (float)slope_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_group[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            workspace[0 * channels + channel + lane] += diff_slope_group[lane];
+                        }
                     }
-                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < last; ++channel) {
-                    const float slope_value = slope[channel];
-                    
-                    const float src_value = src[base + channel];
-                    const float diff_dst_value = diff_dst[base + channel];
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + channel] = diff_src_value;
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    workspace[0 * channels + channel] += diff_slope_term;
-                }
+                    for (; channel < last; ++channel) {
+                        const float slope_value = slope[channel];
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + channel] = diff_src_value;
+                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                            workspace[0 * channels + channel] += diff_slope_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -159,39 +169,49 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
-                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + channel);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(slope_block, slope + channel);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        partial[0 * channels + channel + lane] += diff_slope_term;
+                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                            float slope_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(slope_block, slope + channel);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float slope_value = (float)slope_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_group[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                        }
                     }
-                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float slope_value = slope[channel];
-                    
-                    const float src_value = src[base + channel];
-                    const float diff_dst_value = diff_dst[base + channel];
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + channel] = diff_src_value;
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    partial[0 * channels + channel] += diff_slope_term;
-                }
+                    for (; channel < channels; ++channel) {
+                        const float slope_value = slope[channel];
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + channel] = diff_src_value;
+                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                            partial[0 * channels + channel] += diff_slope_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -235,11 +255,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                     const float slope_value = opgen_bf16_to_f32(slope[channel]);
                     
                     const int64_t base = (row * channels + channel) * inner;
-                    double diff_slope_lanes[OPGEN_BLOCK] = {0};
+                    double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
                     /* whole blocks: lane l of every block adds to partial sum l */
-                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float src_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(src_block, src + base + index);
                     float diff_dst_block[OPGEN_BLOCK];
@@ -252,7 +272,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                         diff_src_block[lane] = (float)diff_src_value;
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_lanes[lane] += diff_slope_term;
+                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                     }
                     opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                     }
@@ -264,7 +284,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                         diff_slope_acc += diff_slope_lanes[lane];
                     }
                     partial[0 * channels + channel] += diff_slope_acc;
@@ -305,39 +325,49 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         workspace[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(slope_block, slope + channel);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        workspace[0 * channels + channel + lane] += diff_slope_term;
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                            float slope_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(slope_block, slope + channel);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float slope_value = (float)slope_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_group[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            workspace[0 * channels + channel + lane] += diff_slope_group[lane];
+                        }
                     }
-                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < last; ++channel) {
-                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                    
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    workspace[0 * channels + channel] += diff_slope_term;
-                }
+                    for (; channel < last; ++channel) {
+                        const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                            workspace[0 * channels + channel] += diff_slope_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -351,39 +381,49 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
-                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(slope_block, slope + channel);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        partial[0 * channels + channel + lane] += diff_slope_term;
+                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                            float slope_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(slope_block, slope + channel);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float slope_value = (float)slope_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_group[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                        }
                     }
-                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                    
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    partial[0 * channels + channel] += diff_slope_term;
-                }
+                    for (; channel < channels; ++channel) {
+                        const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                            partial[0 * channels + channel] += diff_slope_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -427,11 +467,11 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     const float slope_value = opgen_f16_to_f32(slope[channel]);
                     
                     const int64_t base = (row * channels + channel) * inner;
-                    double diff_slope_lanes[OPGEN_BLOCK] = {0};
+                    double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
                     /* whole blocks: lane l of every block adds to partial sum l */
-                    for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float src_block[OPGEN_BLOCK];
                     opgen_load_block_f16(src_block, src + base + index);
                     float diff_dst_block[OPGEN_BLOCK];
@@ -443,8 +483,8 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         const float diff_dst_value = (float)diff_dst_block[lane];
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                         diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_lanes[lane] += diff_slope_term;
+                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                     }
                     opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                     }
@@ -453,10 +493,10 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                     diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                         diff_slope_acc += diff_slope_lanes[lane];
                     }
                     partial[0 * channels + channel] += diff_slope_acc;
@@ -497,39 +537,49 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         workspace[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + channel);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(slope_block, slope + channel);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        workspace[0 * channels + channel + lane] += diff_slope_term;
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                            float slope_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(slope_block, slope + channel);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float slope_value = (float)slope_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                diff_slope_group[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            workspace[0 * channels + channel + lane] += diff_slope_group[lane];
+                        }
                     }
-                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < last; ++channel) {
-                    const float slope_value = opgen_f16_to_f32(slope[channel]);
-                    
-                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    workspace[0 * channels + channel] += diff_slope_term;
-                }
+                    for (; channel < last; ++channel) {
+                        const float slope_value = opgen_f16_to_f32(slope[channel]);
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                            workspace[0 * channels + channel] += diff_slope_term;
+                        }
+                    }
                 }
             }
             opgen_fence();
@@ -543,39 +593,49 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
-                for (int64_t row = outer * tile / tiles; row < outer * (tile + 1) / tiles; ++row) {
-                    const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + channel);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(slope_block, slope + channel);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        partial[0 * channels + channel + lane] += diff_slope_term;
+                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                            float slope_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(slope_block, slope + channel);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float slope_value = (float)slope_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                diff_slope_group[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                        }
                     }
-                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float slope_value = opgen_f16_to_f32(slope[channel]);
-                    
-                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                    partial[0 * channels + channel] += diff_slope_term;
-                }
+                    for (; channel < channels; ++channel) {
+                        const float slope_value = opgen_f16_to_f32(slope[channel]);
+                        
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                            partial[0 * channels + channel] += diff_slope_term;
+                        }
+                    }
                 }
             }
             opgen_fence();

@@ -9,6 +9,7 @@ each boolean attribute the math reads is fixed at generation time and named last
 
 from __future__ import annotations
 
+import ast
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ FORMS = ("ncx", "nxc")
 # Reductions run in tiles fixed by the shape alone, so sums never depend on the thread count.
 TILE_ELEMENTS = 65536
 MAX_TILES = 64
-CHANNEL_SPLIT = 32768  # rows of at least this many channels are split by channel instead
+CHANNEL_SPLIT = 262144  # rows of at least this many channels are split by channel instead
 PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
 # Compiled copies of every kernel, best last; chosen at run time by what the CPU supports.
@@ -113,6 +114,10 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         return f"{name}_acc"
 
     def c_text(section: str, tree: Any) -> str:
+        if section == "sums" and compute == "float" and _exact_in_float(tree, variant.dtypes):
+            # the term is exact in float (a product of two short values, a selection):
+            # compute it there and widen once, half the work of computing it in double
+            return f"(({accumulate}){c_text('elements', tree)})"
         kind = compute if section == "elements" else accumulate
         spelled = {name: spell(section, name) for name in expr.names(tree)}
         style = table.compute_types[kind]
@@ -223,6 +228,38 @@ def _detail(variant: Variant, compute: str, accumulate: str) -> str:
         parts.append({"ncx": "channel outer, spatial inner", "nxc": "channel innermost"}[variant.form or ""])
     parts += [f"{name}={'true' if value else 'false'}" for name, value in variant.constants.items()]
     return "; ".join(parts)
+
+
+def _exact_in_float(tree: Any, dtypes: dict[str, DType]) -> bool:
+    """True when float arithmetic computes `tree` exactly: stored values, constants, selections,
+    negation, and products of two stored values whose significands fit together in 24 bits and
+    whose exponents, smallest subnormal to largest, stay within f32's normal range (f16 yes;
+    bf16 no: it has f32's range, so its products can overflow or underflow f32)."""
+
+    def fits_range(dtype: DType) -> bool:
+        smallest = dtype.min_exponent - dtype.mantissa_bits  # the smallest subnormal is 2^smallest
+        largest = 1 - dtype.min_exponent  # IEEE: emax = 1 - emin
+        return 2 * smallest >= -126 and 2 * (largest + 1) <= 128
+
+    def bits(node: Any) -> int | None:  # significand bits of an exact value, None if not exact
+        if isinstance(node, ast.Constant):
+            return 1 if not isinstance(node.value, bool) and float(node.value) in (0.0, 1.0, -1.0) else None
+        if isinstance(node, ast.Name):
+            if node.id not in dtypes or not fits_range(dtypes[node.id]):
+                return None
+            return dtypes[node.id].mantissa_bits + 1
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return bits(node.operand)
+        if isinstance(node, ast.IfExp):
+            body, orelse = bits(node.body), bits(node.orelse)
+            return None if body is None or orelse is None else max(body, orelse)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            left, right = bits(node.left), bits(node.right)
+            return None if left is None or right is None or left + right > 24 else left + right
+        return None
+
+    result = bits(tree)
+    return result is not None and result <= 24
 
 
 def _live_names(spec: OpSpec, trees: dict[str, list[tuple[str, Any]]]) -> set[str]:
