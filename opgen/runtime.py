@@ -1,13 +1,14 @@
 """The Python API, generated from the specs: one function per op, built from its spec's data.
 
-A call checks every rule of the spec (argument types, dtype combination, attribute values,
-ranks, shapes and broadcast forms) before any kernel runs, then picks the variant and calls it.
+A call is checked against every rule of the spec (validate.py) before any kernel runs. The
+check depends only on the dtypes, shapes, layouts and attribute values, so its outcome (a
+Plan: which kernels, which dims, which outputs) is cached per op and reused by calls that
+repeat them; such calls only allocate outputs and call the kernels.
 """
 
 from __future__ import annotations
 
 import collections
-import inspect
 import math
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,23 @@ import ml_dtypes
 import numpy as np
 
 from opgen import plan, shapes
-from opgen.specs import OpSpec, check_attribute_value, load_specs
+from opgen.specs import OpSpec, load_specs
+from opgen.validate import Checked
 
-_UNSET = object()
+PLAN_CACHE_SIZE = 512  # plans kept per op
+ALIGNMENT = 64  # bytes; outputs opgen allocates start on a cache line, so streaming stores apply
 
 
 def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data starts on a 64-byte boundary."""
+    count = math.prod(shape)
+    raw = np.empty(count * dtype.itemsize + ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
 
 
 class OpLibrary:
@@ -35,6 +46,7 @@ class OpLibrary:
             spec.name: {v.name: plan.kernel(v, self.table) for v in plan.variants(spec, self.table)}
             for spec in self.specs
         }
+        self.dtype_names = {numpy_dtype(d.numpy): d.name for d in self.table.dtypes.values()}
         self._module: Any = None
         self.ops = {spec.name: make_function(self, spec) for spec in self.specs}
 
@@ -57,38 +69,41 @@ class OpLibrary:
         return self._module
 
 
-def make_function(library: OpLibrary, spec: OpSpec) -> Any:
-    """A Python function with the op's signature and documentation, calling `_run`."""
-    parameters = []
-    for tensor in spec.inputs:
-        default = None if tensor.optional else inspect.Parameter.empty
-        parameters.append(inspect.Parameter(tensor.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default))
-    for attribute in spec.attributes:
-        default = inspect.Parameter.empty if attribute.required else attribute.default
-        parameters.append(inspect.Parameter(attribute.name, inspect.Parameter.KEYWORD_ONLY, default=default))
-    for flag in spec.flags:
-        parameters.append(inspect.Parameter(flag.name, inspect.Parameter.KEYWORD_ONLY, default=None))
-    signature = inspect.Signature(parameters)
-    result_type = None
-    if len(spec.outputs) > 1:
+class _Op:
+    """What a generated function needs: its spec, library, result type and plan cache."""
+
+    def __init__(self, library: OpLibrary, spec: OpSpec) -> None:
+        self.library = library
+        self.spec = spec
+        self.plans: dict[tuple, Plan] = {}
+        self.single = len(spec.outputs) == 1
         camel = "".join(part.title() for part in spec.name.split("_"))
-        result_type = collections.namedtuple(f"{camel}Result", [t.name for t in spec.outputs])
+        self.result = None if self.single else collections.namedtuple(f"{camel}Result", [t.name for t in spec.outputs])
 
-    def op_function(*args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = signature.bind(*args, **kwargs)
-        except TypeError as error:
-            raise TypeError(f"{spec.name}(): {error}") from None
-        bound.apply_defaults()
-        outputs = _run(library, spec, dict(bound.arguments))
-        if result_type is None:
-            return outputs[spec.outputs[0].name]
-        return result_type(*(outputs[t.name] for t in spec.outputs))
 
-    op_function.__name__ = op_function.__qualname__ = spec.name
-    op_function.__signature__ = signature  # type: ignore[attr-defined]
-    op_function.__doc__ = _docstring(spec)
-    return op_function
+def make_function(library: OpLibrary, spec: OpSpec) -> Any:
+    """A real Python function with the op's signature (written from the spec), calling _call."""
+    params = [t.name if not t.optional else f"{t.name}=None" for t in spec.inputs]
+    params.append("*")
+    params += [a.name if a.required else f"{a.name}=_default_{a.name}" for a in spec.attributes]
+    params += [f"{f.name}=None" for f in spec.flags]
+    params.append("out=None")
+
+    def pack(names: list[str]) -> str:
+        return "(" + "".join(f"{n}, " for n in names) + ")"
+
+    body = (
+        f"def {spec.name}({', '.join(params)}):\n"
+        f"    return _call(_op, {pack([t.name for t in spec.inputs])}, {pack([a.name for a in spec.attributes])}, "
+        f"{pack([f.name for f in spec.flags])}, out)\n"
+    )
+    namespace: dict[str, Any] = {"_call": _call, "_op": _Op(library, spec)}
+    namespace.update({f"_default_{a.name}": a.default for a in spec.attributes if not a.required})
+    exec(compile(body, f"<opgen {spec.name}>", "exec"), namespace)  # names are checked C/Python identifiers
+    function = namespace[spec.name]
+    function.__doc__ = _docstring(spec)
+    function.__module__ = "opgen"
+    return function
 
 
 def _docstring(spec: OpSpec) -> str:
@@ -100,279 +115,217 @@ def _docstring(spec: OpSpec) -> str:
         lines.append(f"    {attribute.name} ({attribute.type}, {default}): {attribute.doc}")
     for flag in spec.flags:
         lines.append(f"    {flag.name} (bool, default: {flag.default_if_given} is given): {flag.doc}")
-    lines += ["", "Returns:" if len(spec.outputs) > 1 else "Returns:"]
+    shape = "an array" if len(spec.outputs) == 1 else "a tuple of arrays (None for outputs not requested)"
+    lines.append(f"    out: {shape} to write the results into, of their exact shape and dtype, C-contiguous.")
+    lines += ["", "Returns:"]
     for tensor in spec.outputs:
         lines.append(f"    {tensor.name}: {tensor.doc}")
-    lines += [
-        "",
-        "dtype combinations: " + "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in spec.dtypes),
-    ]
+    combinations = "; ".join(", ".join(f"{k} {v}" for k, v in row.items()) for row in spec.dtypes)
+    lines += ["", f"dtype combinations: {combinations}"]
     return "\n".join(lines)
 
 
-class _Call:
-    """One checked call of an op: validated arguments and the arrays to pass."""
+def _call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, out: Any) -> Any:
+    # bool and int compare equal: the types keep use_dst=1 from reusing use_dst=True's plan
+    key: tuple = (attributes, tuple(map(type, attributes)), flags, tuple(map(type, flags)))
+    for array in inputs:
+        if type(array) is np.ndarray:
+            key += (array.dtype, array.shape, array.flags.c_contiguous)
+        elif array is None:
+            key += (None,)
+        else:
+            key = ()  # not an array: the full check reports it
+            break
+    found = op.plans.get(key) if key else None
+    if found is None:
+        found = _make_plan(op, inputs, attributes, flags)
+        if key:
+            if len(op.plans) >= PLAN_CACHE_SIZE:
+                op.plans.clear()
+            op.plans[key] = found
+    outputs = found.run(inputs, out)
+    if op.single:
+        return outputs[0]
+    return op.result(*outputs)
 
-    def __init__(self, library: OpLibrary, spec: OpSpec, arguments: dict[str, Any]) -> None:
-        self.library = library
-        self.spec = spec
+
+def _make_plan(op: _Op, inputs: tuple, attributes: tuple, flags: tuple) -> Plan:
+    spec = op.spec
+    arguments = dict(zip([t.name for t in spec.inputs], inputs))
+    arguments.update(zip([a.name for a in spec.attributes], attributes))
+    arguments.update(zip([f.name for f in spec.flags], flags))
+    checked = Checked(spec, op.library.dtype_names, arguments)
+    return Plan(op, checked)
+
+
+class Plan:
+    """Everything a checked call needs to run: input preparation, outputs, kernel calls."""
+
+    def __init__(self, op: _Op, checked: Checked) -> None:
+        library, spec = op.library, op.spec
+        self.op = op
         self.name = spec.name
-        self.attributes = self._attributes(arguments)
-        self.flags = self._flags(arguments)
-        self.inputs = self._inputs(arguments)
-        self.row = self._dtype_row()
-        self.layout = self.attributes.get(spec.layout_attribute.name) if spec.layout_attribute else spec.layout
-        self.reference = self.inputs[spec.reference]
-        self._check_ranks()
-        self.forms = self._shapes()
-
-    def fail(self, kind: type[Exception], argument: str, message: str) -> None:
-        raise kind(f"{self.name}(): {argument}: {message}")
-
-    def _attributes(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        values = {}
-        for attribute in self.spec.attributes:
-            value = arguments[attribute.name]
-            problem = check_attribute_value(attribute, value)
-            if problem:
-                wrong_type = (
-                    not isinstance(value, (bool, int, float, str))
-                    or (attribute.type == "bool") != isinstance(value, bool)
-                    or (attribute.type == "string") != isinstance(value, str)
+        table = library.table
+        reference = checked.reference.shape
+        self.ffi = library.module.ffi
+        self.lib = library.module.lib
+        # per input: (use it?, shape to broadcast to or None, C type)
+        self.inputs = []
+        for tensor in spec.inputs:
+            array = checked.inputs[tensor.name]
+            used = array is not None
+            broadcast = reference if used and tensor.kind == "tensor" and array.shape != reference else None
+            c_type = table.dtypes[checked.row[tensor.name]].c_type if used else None
+            self.inputs.append((used, broadcast, c_type))
+        # per output: (name, shape, dtype, C type, requested?)
+        self.outputs = []
+        for tensor in spec.outputs:
+            requested = not (tensor.requested_by and not checked.flags[tensor.requested_by])
+            dtype = table.dtypes[checked.row[tensor.name]]
+            self.outputs.append(
+                (
+                    tensor.name,
+                    checked.output_shape(tensor.name),
+                    numpy_dtype(dtype.numpy),
+                    dtype.c_type,
+                    requested,
+                    tensor.kind,
                 )
-                self.fail(TypeError if wrong_type else ValueError, attribute.name, problem)
-            values[attribute.name] = value
-        return values
+            )
+        numbers = checked.variant_name(plan.dtype_tag(checked.row), None if spec.pattern == "elementwise" else "ncx")
+        used_attributes = library.variants[spec.name][numbers]["attributes"]
+        self.attributes = [float(np.float32(checked.attributes[a])) for a in used_attributes]
+        self.pattern = spec.pattern
+        tag = plan.dtype_tag(checked.row)
+        if spec.pattern == "elementwise":
+            self.kernel = getattr(self.lib, checked.variant_name(tag, None))
+            self.count = math.prod(reference)
+        elif spec.pattern == "broadcast_reduce":
+            operand = next(t for t in spec.inputs if t.kind == "channel")
+            self.operand_index = spec.inputs.index(operand)
+            form, expanded = checked.forms[operand.name]
+            self.sums_size = math.prod(expanded)
+            self.pieces = shapes.calls(reference, expanded) if math.prod(reference) else []
+            if self.pieces:
+                first = self.pieces[0]
+                name = checked.variant_name(tag, first.form)
+                self.kernel = getattr(self.lib, name)
+                inner = first.inner if first.form == "ncx" else 1
+                self.workspace = int(getattr(self.lib, f"{name}_workspace_size")(first.outer, first.channels, inner))
+        else:
+            outer, channels, inner = shapes.channel_dims(reference, checked.layout)
+            if inner == 0:  # no elements per channel: the sums are empty, only per-channel outputs remain
+                outer, inner = 0, 1
+            form = "ncx" if inner > 1 else "nxc"
+            name = checked.variant_name(tag, form)
+            self.kernel = getattr(self.lib, name)
+            self.dims = (outer, channels, inner) if form == "ncx" else (outer, channels)
+            self.channels = channels
+            self.workspace = int(getattr(self.lib, f"{name}_workspace_size")(outer, channels, inner))
 
-    def _flags(self, arguments: dict[str, Any]) -> dict[str, bool]:
-        values = {}
-        for flag in self.spec.flags:
-            value = arguments[flag.name]
-            if value is None:
-                value = arguments[flag.default_if_given] is not None
-            elif not isinstance(value, bool):
-                self.fail(TypeError, flag.name, f"must be True or False, not {value!r}")
-            values[flag.name] = value
-        return values
+    def pointer(self, array: np.ndarray | None, c_type: str) -> Any:
+        if array is None or array.size == 0:
+            return self.ffi.NULL
+        return self.ffi.from_buffer(c_type + "[]", array, require_writable=False)
 
-    def _inputs(self, arguments: dict[str, Any]) -> dict[str, np.ndarray | None]:
-        arrays: dict[str, np.ndarray | None] = {}
-        for tensor in self.spec.inputs:
-            value = arguments[tensor.name]
-            if value is None:
-                if not tensor.optional:
-                    self.fail(TypeError, tensor.name, "is required (got None)")
-                arrays[tensor.name] = None
+    def _prepare(self, inputs: tuple) -> list[np.ndarray | None]:
+        prepared = []
+        for array, (used, broadcast, _) in zip(inputs, self.inputs):
+            if not used:
+                prepared.append(None)
                 continue
-            if not isinstance(value, np.ndarray):
-                self.fail(TypeError, tensor.name, f"must be a NumPy array, not {type(value).__name__}")
-            if tensor.ignored_unless and not self.flags[tensor.ignored_unless]:
-                value = None  # the spec says: ignored (taken as its default) without that flag
-            arrays[tensor.name] = value
+            if broadcast is not None:
+                array = np.broadcast_to(array, broadcast)
+            if not array.flags.c_contiguous:
+                array = array.copy(order="C")  # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
+            prepared.append(array)
+        return prepared
+
+    def _outputs(self, out: Any, inputs: list[np.ndarray | None]) -> list[np.ndarray | None]:
+        given = self._check_out(out, inputs)
+        arrays: list[np.ndarray | None] = []
+        for index, (_, shape, dtype, _, requested, _) in enumerate(self.outputs):
+            if not requested:
+                arrays.append(None)
+            elif given is not None and given[index] is not None:
+                arrays.append(given[index])
+            else:
+                arrays.append(aligned_empty(shape, dtype))
         return arrays
 
-    def _dtype_row(self) -> dict[str, str]:
-        by_numpy = {numpy_dtype(d.numpy): d.name for d in self.library.table.dtypes.values()}
-        names: dict[str, str] = {}
-        for name, array in self.inputs.items():
+    def _check_out(self, out: Any, inputs: list[np.ndarray | None]) -> list[Any] | None:
+        if out is None:
+            return None
+        single = len(self.outputs) == 1
+        if single and not isinstance(out, tuple):
+            out = (out,)
+        if not isinstance(out, tuple) or len(out) != len(self.outputs):
+            raise TypeError(
+                f"{self.name}(): out: must be {'an array' if single else 'a tuple'} of "
+                f"{len(self.outputs)} output(s) ({', '.join(o[0] for o in self.outputs)})"
+            )
+        for array, (name, shape, dtype, _, requested, _) in zip(out, self.outputs):
             if array is None:
                 continue
-            if array.dtype not in by_numpy:
-                supported = ", ".join(str(d) for d in by_numpy)
-                self.fail(TypeError, name, f"dtype {array.dtype} is not supported (supported: {supported})")
-            names[name] = by_numpy[array.dtype]
-        for row in self.spec.dtypes:
-            if all(row[name] == dtype for name, dtype in names.items()):
-                return row
-        given = ", ".join(f"{name} {dtype}" for name, dtype in names.items())
-        allowed = "; ".join(", ".join(f"{n} {row[n]}" for n in names) for row in self.spec.dtypes)
-        first = next(iter(names))
-        self.fail(TypeError, first, f"the dtype combination ({given}) is not supported; supported: {allowed}")
-        raise AssertionError  # unreachable: fail raises
-
-    def _check_ranks(self) -> None:
-        spec = self.spec
-        rank = self.reference.ndim
-        if rank < spec.min_rank:
-            self.fail(
-                ValueError, spec.reference, f"must have at least {spec.min_rank} dims, got shape {self.reference.shape}"
-            )
-        if spec.max_rank is not None:
-            for name, array in self.inputs.items():
-                if array is not None and array.ndim > spec.max_rank:
-                    self.fail(ValueError, name, f"must have at most {spec.max_rank} dims, got {array.ndim}")
-
-    def _shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
-        """Check every input's shape; return (form, expanded shape) of each channel input."""
-        spec, reference = self.spec, self.reference.shape
-        forms = {}
-        for tensor in spec.inputs:
-            array = self.inputs[tensor.name]
-            if array is None or tensor.name == spec.reference:
-                continue
-            if tensor.kind == "tensor":
-                if tensor.broadcast:
-                    try:
-                        fits = np.broadcast_shapes(array.shape, reference) == reference
-                    except ValueError:
-                        fits = False
-                    if not fits:
-                        self.fail(
-                            ValueError,
-                            tensor.name,
-                            f"shape {array.shape} does not broadcast to {spec.reference}'s shape {reference}",
-                        )
-                elif array.shape != reference:
-                    self.fail(
-                        ValueError, tensor.name, f"shape {array.shape} must equal {spec.reference}'s shape {reference}"
-                    )
-                continue
-            for form in tensor.broadcast:
-                expanded = shapes.expand(form, array.shape, reference, self.layout or "NCX")
-                if expanded is not None:
-                    forms[tensor.name] = (form, expanded)
-                    break
-            else:
-                rules = "; or ".join(shapes.FORM_RULES[f].format(reference=spec.reference) for f in tensor.broadcast)
-                where = f" in {self.layout}" if spec.layout_attribute else ""
-                self.fail(
-                    ValueError,
-                    tensor.name,
-                    f"shape {array.shape} does not fit {spec.reference}'s shape {reference}{where}: it must be {rules}",
+            where = f"{self.name}(): out ({name})"
+            if not requested:
+                raise ValueError(f"{where}: this output is not requested; pass None for it")
+            if not isinstance(array, np.ndarray):
+                raise TypeError(f"{where}: must be a NumPy array, not {type(array).__name__}")
+            if array.dtype != dtype or array.shape != shape:
+                raise ValueError(
+                    f"{where}: must have shape {shape} and dtype {dtype}, not {array.shape} and {array.dtype}"
                 )
-        return forms
+            if not array.flags.c_contiguous or not array.flags.writeable:
+                raise ValueError(f"{where}: must be C-contiguous and writeable")
+            others = [x for x in inputs if x is not None] + [x for x in out if x is not None and x is not array]
+            if any(np.may_share_memory(array, other) for other in others):
+                raise ValueError(f"{where}: must not overlap an input or another output")
+        return list(out)
 
-    # --- running ---------------------------------------------------------------------
+    def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
+        prepared = self._prepare(inputs)
+        outputs = self._outputs(out, prepared)
+        pointers = [self.pointer(array, c_type) for array, (_, _, c_type) in zip(prepared, self.inputs)]
+        if self.pattern == "elementwise":
+            if self.count:
+                results = [self.pointer(a, o[3]) for a, o in zip(outputs, self.outputs)]
+                self.kernel(*pointers, *self.attributes, *results, self.count)
+        elif self.pattern == "broadcast_reduce":
+            self._run_broadcast_reduce(prepared, pointers, outputs)
+        elif self.channels:
+            workspace = np.empty(max(1, self.workspace), dtype=np.float64)
+            results = [self.pointer(a, o[3]) for a, o in zip(outputs, self.outputs)]
+            self.kernel(*pointers, *self.attributes, *results, self.pointer(workspace, "double"), *self.dims)
+        return outputs
 
-    def output_array(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        dtype = self.library.table.dtypes[self.row[name]]
-        return np.empty(shape, dtype=numpy_dtype(dtype.numpy))
-
-    def variant(self, form: str | None) -> dict[str, Any]:
-        parts = [self.name, plan.dtype_tag(self.row)]
-        if form:
-            parts.append(form)
-        for name in self.spec.specialized:
-            parts.append(name if self.attributes[name] else f"no_{name}")
-        return self.library.variants[self.name]["_".join(parts)]
-
-    def pointer(self, array: np.ndarray | None, name: str, offset: int = 0) -> Any:
-        ffi = self.library.module.ffi
-        if array is None or array.size == 0:
-            return ffi.NULL
-        c_type = self.library.table.dtypes[self.row[name]].c_type if name in self.row else "double"
-        return ffi.cast(f"{c_type} *", array.ctypes.data) + offset
-
-
-def _contiguous(array: np.ndarray | None, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
-    if array is None:
-        return None
-    if shape is not None and array.shape != shape:
-        array = np.broadcast_to(array, shape)
-    # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
-    return array if array.flags.c_contiguous else array.copy(order="C")
-
-
-def _run(library: OpLibrary, spec: OpSpec, arguments: dict[str, Any]) -> dict[str, np.ndarray | None]:
-    call = _Call(library, spec, arguments)
-    reference = call.reference.shape
-    inputs = {
-        name: _contiguous(array, reference if t.kind == "tensor" else None)
-        for t in spec.inputs
-        for name, array in [(t.name, call.inputs[t.name])]
-    }
-    outputs: dict[str, np.ndarray | None] = {}
-    for tensor in spec.outputs:
-        if tensor.requested_by and not call.flags[tensor.requested_by]:
-            outputs[tensor.name] = None
-        elif tensor.kind == "tensor":
-            outputs[tensor.name] = call.output_array(tensor.name, reference)
-    attributes = [np.float32(call.attributes[a]).item() for a in call.variant(_first_form(spec)).get("attributes", [])]
-    if spec.pattern == "elementwise":
-        _run_elementwise(call, inputs, outputs, attributes)
-    elif spec.pattern == "broadcast_reduce":
-        _run_broadcast_reduce(call, inputs, outputs, attributes)
-    else:
-        _run_reduce_then_apply(call, inputs, outputs, attributes)
-    return outputs
-
-
-def _first_form(spec: OpSpec) -> str | None:
-    return None if spec.pattern == "elementwise" else plan.FORMS[0]
-
-
-def _kernel(call: _Call, form: str | None) -> Any:
-    return getattr(call.library.module.lib, call.variant(form)["name"])
-
-
-def _run_elementwise(call: _Call, inputs: dict, outputs: dict, attributes: list) -> None:
-    count = call.reference.size
-    if count == 0:
-        return
-    pointers = [call.pointer(inputs[t.name], t.name) for t in call.spec.inputs]
-    pointers += attributes
-    pointers += [call.pointer(outputs[t.name], t.name) for t in call.spec.outputs]
-    _kernel(call, None)(*pointers, count)
-
-
-def _workspace(call: _Call, kernel_name: str, outer: int, channels: int, inner: int) -> np.ndarray:
-    lib = call.library.module.lib
-    size = getattr(lib, f"{kernel_name}_workspace_size")(outer, channels, inner)
-    return np.empty(max(1, size), dtype=np.float64)
-
-
-def _run_broadcast_reduce(call: _Call, inputs: dict, outputs: dict, attributes: list) -> None:
-    spec = call.spec
-    operand = next(t for t in spec.inputs if t.kind == "channel")
-    form, expanded = call.forms[operand.name]
-    operand_array = inputs[operand.name]
-    sums = {}
-    for tensor in spec.outputs:
-        if tensor.kind == "channel":
-            sums[tensor.name] = np.zeros(math.prod(expanded), dtype=np.float64)
-    if call.reference.size:
-        pieces = shapes.calls(call.reference.shape, expanded)
-        first = pieces[0]
-        name = call.variant(first.form)["name"]
-        workspace = _workspace(call, name, first.outer, first.channels, first.inner if first.form == "ncx" else 1)
-        for piece in pieces:
-            args = []
-            for tensor in spec.inputs:
-                offset = piece.operand_offset if tensor.kind == "channel" else piece.offset
-                args.append(call.pointer(inputs[tensor.name], tensor.name, offset))
-            args += attributes
-            for tensor in spec.outputs:
-                if tensor.kind == "channel":
-                    args.append(call.pointer(sums[tensor.name], "", piece.operand_offset))
-                else:
-                    args.append(call.pointer(outputs[tensor.name], tensor.name, piece.offset))
-            args.append(call.pointer(workspace, ""))
-            dims = (piece.outer, piece.channels, piece.inner) if piece.form == "ncx" else (piece.outer, piece.channels)
-            _kernel(call, piece.form)(*args, *dims)
-    for name, total in sums.items():
-        shape = shapes.reduced_shape(form, operand_array.shape, expanded)
-        dtype = numpy_dtype(call.library.table.dtypes[call.row[name]].numpy)
-        # double -> f32 -> target: the same two roundings as the C kernels' stores
-        with np.errstate(over="ignore"):  # sums beyond the dtype's range are Inf, as in C
-            outputs[name] = total.astype(np.float32).astype(dtype).reshape(shape)
-
-
-def _run_reduce_then_apply(call: _Call, inputs: dict, outputs: dict, attributes: list) -> None:
-    spec = call.spec
-    outer, channels, inner = shapes.channel_dims(call.reference.shape, call.layout)
-    if inner == 0:  # no elements per channel: the sums are empty, only per-channel outputs remain
-        outer, inner = 0, 1
-    form = "ncx" if inner > 1 else "nxc"
-    kernel_info = call.variant(form)
-    for tensor in spec.outputs:
-        if tensor.kind == "channel" and not (tensor.requested_by and not call.flags[tensor.requested_by]):
-            outputs[tensor.name] = call.output_array(tensor.name, (channels,))
-    if channels == 0:
-        return
-    workspace = _workspace(call, kernel_info["name"], outer, channels, inner)
-    args = [call.pointer(inputs[t.name], t.name) for t in spec.inputs]
-    args += attributes
-    args += [call.pointer(outputs[t.name], t.name) for t in spec.outputs]
-    args.append(call.pointer(workspace, ""))
-    dims = (outer, channels, inner) if form == "ncx" else (outer, channels)
-    getattr(call.library.module.lib, kernel_info["name"])(*args, *dims)
+    def _run_broadcast_reduce(self, prepared: list, pointers: list, outputs: list) -> None:
+        sums = {
+            index: np.zeros(self.sums_size, dtype=np.float64)
+            for index, o in enumerate(self.outputs)
+            if o[5] == "channel"
+        }
+        if self.pieces:
+            workspace = self.pointer(np.empty(max(1, self.workspace), dtype=np.float64), "double")
+            sum_pointers = {index: self.pointer(total, "double") for index, total in sums.items()}
+            result_pointers = [
+                self.pointer(a, o[3]) if o[5] == "tensor" else None for a, o in zip(outputs, self.outputs)
+            ]
+            for piece in self.pieces:
+                args = [
+                    p if p == self.ffi.NULL else p + (piece.operand_offset if i == self.operand_index else piece.offset)
+                    for i, p in enumerate(pointers)
+                ]
+                args += self.attributes
+                for index, result in enumerate(result_pointers):
+                    args.append(sum_pointers[index] + piece.operand_offset if index in sums else result + piece.offset)
+                args.append(workspace)
+                dims = (
+                    (piece.outer, piece.channels, piece.inner) if piece.form == "ncx" else (piece.outer, piece.channels)
+                )
+                self.kernel(*args, *dims)
+        for index, total in sums.items():
+            target = outputs[index]
+            # double -> f32 -> dtype: the same two roundings as the C kernels' stores; Inf beyond the range
+            with np.errstate(over="ignore"):
+                target[...] = total.astype(np.float32).astype(target.dtype).reshape(target.shape)

@@ -30,12 +30,16 @@ def test_signatures():
         ("src_or_dst", "POSITIONAL_OR_KEYWORD", empty),
         ("diff_dst", "POSITIONAL_OR_KEYWORD", empty),
         ("use_dst", "KEYWORD_ONLY", True),
+        ("out", "KEYWORD_ONLY", None),
     ]
-    assert parameters(opgen.hard_sigmoid_backward)[2:] == [
+    assert parameters(opgen.hard_sigmoid_backward)[2:-1] == [
         ("alpha", "KEYWORD_ONLY", empty),
         ("beta", "KEYWORD_ONLY", empty),
     ]
-    assert parameters(opgen.prelu_backward)[3:] == [("data_format", "KEYWORD_ONLY", "NXC")]
+    assert parameters(opgen.prelu_backward)[3:] == [
+        ("data_format", "KEYWORD_ONLY", "NXC"),
+        ("out", "KEYWORD_ONLY", None),
+    ]
     assert parameters(opgen.batch_norm_training_backward) == [
         ("src", "POSITIONAL_OR_KEYWORD", empty),
         ("diff_dst", "POSITIONAL_OR_KEYWORD", empty),
@@ -45,8 +49,9 @@ def test_signatures():
         ("epsilon", "KEYWORD_ONLY", empty),
         ("data_format", "KEYWORD_ONLY", "NXC"),
         ("with_diff_gamma_beta", "KEYWORD_ONLY", None),
+        ("out", "KEYWORD_ONLY", None),
     ]
-    assert [p[0] for p in parameters(opgen.aclnn_prelu_backward)] == ["grad_output", "self", "weight"]
+    assert [p[0] for p in parameters(opgen.aclnn_prelu_backward)] == ["grad_output", "self", "weight", "out"]
     assert "HardSigmoid" in opgen.hard_sigmoid_backward.__doc__
 
 
@@ -242,3 +247,65 @@ def test_other_spec_directory(tmp_path):
     assert np.array_equal(library.relu_backward(x, dd), opgen.relu_backward(x, dd))
     with pytest.raises(AttributeError, match="no op named"):
         library.no_such_op  # noqa: B018
+
+
+def test_out_is_written_and_returned():
+    src, dd, slope = arrays((2, 3, 4), (2, 3, 4), (4,))
+    diff_src, diff_slope = np.full((2, 3, 4), 7, F32), np.full(4, 7, F32)
+    result = opgen.prelu_backward(src, slope, dd, out=(diff_src, diff_slope))
+    assert result.diff_src is diff_src and result.diff_slope is diff_slope
+    fresh = opgen.prelu_backward(src, slope, dd)
+    assert np.array_equal(diff_src, fresh.diff_src) and np.array_equal(diff_slope, fresh.diff_slope)
+    single = np.empty((2, 3, 4), F32)
+    assert opgen.relu_backward(src, dd, out=single) is single
+    partial = opgen.prelu_backward(src, slope, dd, out=(None, diff_slope))
+    assert partial.diff_slope is diff_slope and partial.diff_src is not None
+    mean, var = np.zeros(4, F32), np.ones(4, F32)
+    bn_out = (np.empty((2, 3, 4), F32), None, None)
+    bn = opgen.batch_norm_training_backward(src, dd, mean, var, epsilon=1e-5, out=bn_out)
+    assert bn.diff_src is bn_out[0] and bn.diff_gamma is None
+
+
+BAD_OUT = [
+    (lambda s, d: opgen.relu_backward(s, d, out=np.empty((2, 3), F32)), ValueError, ["out (diff_src)", "shape"]),
+    (lambda s, d: opgen.relu_backward(s, d, out=np.empty((2, 3, 4), np.float16)), ValueError, ["dtype"]),
+    (lambda s, d: opgen.relu_backward(s, d, out=np.empty((2, 3, 8), F32)[:, :, ::2]), ValueError, ["C-contiguous"]),
+    (lambda s, d: opgen.relu_backward(s, d, out=[1]), TypeError, ["out"]),
+    (lambda s, d: opgen.relu_backward(s, d, out=s), ValueError, ["overlap"]),
+    (lambda s, d: opgen.prelu_backward(s, np.ones(4, F32), d, out=np.empty((2, 3, 4), F32)), TypeError, ["tuple"]),
+    (
+        lambda s, d: opgen.batch_norm_training_backward(
+            s, d, np.zeros(4, F32), np.ones(4, F32), epsilon=1e-5, out=(None, np.empty(4, F32), None)
+        ),
+        ValueError,
+        ["not requested"],
+    ),
+]
+
+
+@pytest.mark.parametrize("call,kind,fragments", BAD_OUT)
+def test_bad_out_is_rejected_and_nothing_is_written(call, kind, fragments):
+    src, dd = arrays((2, 3, 4), (2, 3, 4))
+    before = src.copy(), dd.copy()
+    with pytest.raises(kind) as caught:
+        call(src, dd)
+    for fragment in fragments:
+        assert fragment in str(caught.value), str(caught.value)
+    assert np.array_equal(src, before[0]) and np.array_equal(dd, before[1])
+
+
+def test_read_only_out_is_rejected_before_writing():
+    src, dd = arrays((5,), (5,))
+    target = np.full(5, 3.0, F32)
+    target.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        opgen.relu_backward(src, dd, out=target)
+    assert np.all(target == 3.0)
+
+
+def test_cached_plans_still_check_argument_types():
+    """A call that repeats shapes and dtypes reuses its plan; use_dst=1 must not reuse use_dst=True's."""
+    src, dd = arrays((7,), (7,))
+    opgen.relu_backward(src, dd, use_dst=True)
+    with pytest.raises(TypeError, match="use_dst"):
+        opgen.relu_backward(src, dd, use_dst=1)

@@ -1,0 +1,162 @@
+"""Check one call of an op against every rule of its spec, before any kernel runs.
+
+The result depends only on the dtypes, shapes, attribute values and flags of the call, so the
+run-time caches it (see runtime.py) and checks each new combination once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from opgen import shapes
+from opgen.specs import OpSpec, check_attribute_value
+
+
+class Checked:
+    """A call whose arguments obey the spec: attributes, flags, dtype row, layout and shape forms."""
+
+    def __init__(self, spec: OpSpec, dtype_names: dict[np.dtype, str], arguments: dict[str, Any]) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.attributes = self._attributes(arguments)
+        self.flags = self._flags(arguments)
+        self.inputs = self._inputs(arguments)
+        self.row = self._dtype_row(dtype_names)
+        self.layout = self.attributes.get(spec.layout_attribute.name) if spec.layout_attribute else spec.layout
+        self.reference = self.inputs[spec.reference]
+        self._check_ranks()
+        self.forms = self._shapes()
+
+    def fail(self, kind: type[Exception], argument: str, message: str) -> None:
+        raise kind(f"{self.name}(): {argument}: {message}")
+
+    def _attributes(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        values = {}
+        for attribute in self.spec.attributes:
+            value = arguments[attribute.name]
+            problem = check_attribute_value(attribute, value)
+            if problem:
+                wrong_type = (
+                    not isinstance(value, (bool, int, float, str))
+                    or (attribute.type == "bool") != isinstance(value, bool)
+                    or (attribute.type == "string") != isinstance(value, str)
+                )
+                self.fail(TypeError if wrong_type else ValueError, attribute.name, problem)
+            values[attribute.name] = value
+        return values
+
+    def _flags(self, arguments: dict[str, Any]) -> dict[str, bool]:
+        values = {}
+        for flag in self.spec.flags:
+            value = arguments[flag.name]
+            if value is None:
+                value = arguments[flag.default_if_given] is not None
+            elif not isinstance(value, bool):
+                self.fail(TypeError, flag.name, f"must be True or False, not {value!r}")
+            values[flag.name] = value
+        return values
+
+    def _inputs(self, arguments: dict[str, Any]) -> dict[str, np.ndarray | None]:
+        arrays: dict[str, np.ndarray | None] = {}
+        for tensor in self.spec.inputs:
+            value = arguments[tensor.name]
+            if value is None:
+                if not tensor.optional:
+                    self.fail(TypeError, tensor.name, "is required (got None)")
+                arrays[tensor.name] = None
+                continue
+            if not isinstance(value, np.ndarray):
+                self.fail(TypeError, tensor.name, f"must be a NumPy array, not {type(value).__name__}")
+            if tensor.ignored_unless and not self.flags[tensor.ignored_unless]:
+                value = None  # the spec says: ignored (taken as its default) without that flag
+            arrays[tensor.name] = value
+        return arrays
+
+    def _dtype_row(self, dtype_names: dict[np.dtype, str]) -> dict[str, str]:
+        names: dict[str, str] = {}
+        for name, array in self.inputs.items():
+            if array is None:
+                continue
+            if array.dtype not in dtype_names:
+                supported = ", ".join(str(d) for d in dtype_names)
+                self.fail(TypeError, name, f"dtype {array.dtype} is not supported (supported: {supported})")
+            names[name] = dtype_names[array.dtype]
+        for row in self.spec.dtypes:
+            if all(row[name] == dtype for name, dtype in names.items()):
+                return row
+        given = ", ".join(f"{name} {dtype}" for name, dtype in names.items())
+        allowed = "; ".join(", ".join(f"{n} {row[n]}" for n in names) for row in self.spec.dtypes)
+        first = next(iter(names))
+        self.fail(TypeError, first, f"the dtype combination ({given}) is not supported; supported: {allowed}")
+        raise AssertionError  # unreachable: fail raises
+
+    def _check_ranks(self) -> None:
+        spec = self.spec
+        rank = self.reference.ndim
+        if rank < spec.min_rank:
+            self.fail(
+                ValueError, spec.reference, f"must have at least {spec.min_rank} dims, got shape {self.reference.shape}"
+            )
+        if spec.max_rank is not None:
+            for name, array in self.inputs.items():
+                if array is not None and array.ndim > spec.max_rank:
+                    self.fail(ValueError, name, f"must have at most {spec.max_rank} dims, got {array.ndim}")
+
+    def _shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Check every input's shape; return (form, expanded shape) of each channel input."""
+        spec, reference = self.spec, self.reference.shape
+        forms = {}
+        for tensor in spec.inputs:
+            array = self.inputs[tensor.name]
+            if array is None or tensor.name == spec.reference:
+                continue
+            if tensor.kind == "tensor":
+                if tensor.broadcast:
+                    try:
+                        fits = np.broadcast_shapes(array.shape, reference) == reference
+                    except ValueError:
+                        fits = False
+                    if not fits:
+                        self.fail(
+                            ValueError,
+                            tensor.name,
+                            f"shape {array.shape} does not broadcast to {spec.reference}'s shape {reference}",
+                        )
+                elif array.shape != reference:
+                    self.fail(
+                        ValueError, tensor.name, f"shape {array.shape} must equal {spec.reference}'s shape {reference}"
+                    )
+                continue
+            for form in tensor.broadcast:
+                expanded = shapes.expand(form, array.shape, reference, self.layout or "NCX")
+                if expanded is not None:
+                    forms[tensor.name] = (form, expanded)
+                    break
+            else:
+                rules = "; or ".join(shapes.FORM_RULES[f].format(reference=spec.reference) for f in tensor.broadcast)
+                where = f" in {self.layout}" if spec.layout_attribute else ""
+                self.fail(
+                    ValueError,
+                    tensor.name,
+                    f"shape {array.shape} does not fit {spec.reference}'s shape {reference}{where}: it must be {rules}",
+                )
+        return forms
+
+    def output_shape(self, name: str) -> tuple[int, ...]:
+        tensor = self.spec.tensor(name)
+        if tensor.kind == "tensor":
+            return self.reference.shape
+        if self.spec.pattern == "reduce_then_apply":
+            return (shapes.channel_dims(self.reference.shape, self.layout)[1],)
+        form, expanded = self.forms[tensor.like]
+        return shapes.reduced_shape(form, self.inputs[tensor.like].shape, expanded)
+
+    def variant_name(self, dtype_tag: str, form: str | None) -> str:
+        parts = [self.name, dtype_tag]
+        if form:
+            parts.append(form)
+        for name in self.spec.specialized:
+            parts.append(name if self.attributes[name] else f"no_{name}")
+        return "_".join(parts)
