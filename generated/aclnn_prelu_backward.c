@@ -139,6 +139,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             }
                             opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
                         }
+                        OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             workspace[0 * channels + channel + lane] += grad_weight_group[lane];
                         }
@@ -195,6 +196,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             }
                             opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
                         }
+                        OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += grad_weight_group[lane];
                         }
@@ -351,6 +353,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                         }
+                        OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             workspace[0 * channels + channel + lane] += grad_weight_group[lane];
                         }
@@ -407,6 +410,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                         }
+                        OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += grad_weight_group[lane];
                         }
@@ -563,6 +567,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                         }
+                        OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             workspace[0 * channels + channel + lane] += grad_weight_group[lane];
                         }
@@ -619,6 +624,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                         }
+                        OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += grad_weight_group[lane];
                         }

@@ -174,6 +174,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
                         }
                     }
+                    OPGEN_SIMD
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
                         partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
@@ -429,6 +430,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
                         }
                     }
+                    OPGEN_SIMD
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
                         partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
@@ -684,6 +686,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
                         }
                     }
+                    OPGEN_SIMD
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
                         partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
@@ -939,6 +942,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
                         }
                     }
+                    OPGEN_SIMD
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
                         partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];

@@ -21,7 +21,8 @@ from opgen.specs import OpSpec, load_specs
 from opgen.validate import Checked
 
 PLAN_CACHE_SIZE = 512  # plans kept per op
-ALIGNMENT = 64  # bytes; outputs opgen allocates start on a cache line, so streaming stores apply
+ALIGNMENT = 64  # bytes; large outputs opgen allocates start on a cache line, so streaming stores apply
+STREAM_ALIGN_BYTES = 1 << 20  # outputs this large get the alignment
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -29,8 +30,10 @@ def numpy_dtype(name: str) -> np.dtype:
 
 
 def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An uninitialized C-contiguous array whose data starts on a 64-byte boundary."""
+    """An uninitialized C-contiguous array; large ones start on a 64-byte boundary."""
     count = math.prod(shape)
+    if count * dtype.itemsize < STREAM_ALIGN_BYTES:
+        return np.empty(shape, dtype)
     raw = np.empty(count * dtype.itemsize + ALIGNMENT, dtype=np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start : start + count * dtype.itemsize].view(dtype).reshape(shape)
@@ -175,7 +178,7 @@ class Plan:
             array = checked.inputs[tensor.name]
             used = array is not None
             broadcast = reference if used and tensor.kind == "tensor" and array.shape != reference else None
-            c_type = table.dtypes[checked.row[tensor.name]].c_type if used else None
+            c_type = table.dtypes[checked.row[tensor.name]].c_type + "[]" if used else None
             self.inputs.append((used, broadcast, c_type))
         # per output: (name, shape, dtype, C type, requested?)
         self.outputs = []
@@ -187,7 +190,7 @@ class Plan:
                     tensor.name,
                     checked.output_shape(tensor.name),
                     numpy_dtype(dtype.numpy),
-                    dtype.c_type,
+                    dtype.c_type + "[]",
                     requested,
                     tensor.kind,
                 )
@@ -224,9 +227,10 @@ class Plan:
             self.workspace = int(getattr(self.lib, f"{name}_workspace_size")(outer, channels, inner))
 
     def pointer(self, array: np.ndarray | None, c_type: str) -> Any:
+        """A C pointer to the array's data (`c_type` is the C array type, such as "float[]")."""
         if array is None or array.size == 0:
             return self.ffi.NULL
-        return self.ffi.from_buffer(c_type + "[]", array, require_writable=False)
+        return self.ffi.from_buffer(c_type, array)
 
     def _prepare(self, inputs: tuple) -> list[np.ndarray | None]:
         prepared = []
@@ -296,7 +300,7 @@ class Plan:
         elif self.channels:
             workspace = np.empty(max(1, self.workspace), dtype=np.float64)
             results = [self.pointer(a, o[3]) for a, o in zip(outputs, self.outputs)]
-            self.kernel(*pointers, *self.attributes, *results, self.pointer(workspace, "double"), *self.dims)
+            self.kernel(*pointers, *self.attributes, *results, self.pointer(workspace, "double[]"), *self.dims)
         return outputs
 
     def _run_broadcast_reduce(self, prepared: list, pointers: list, outputs: list) -> None:
@@ -306,8 +310,8 @@ class Plan:
             if o[5] == "channel"
         }
         if self.pieces:
-            workspace = self.pointer(np.empty(max(1, self.workspace), dtype=np.float64), "double")
-            sum_pointers = {index: self.pointer(total, "double") for index, total in sums.items()}
+            workspace = self.pointer(np.empty(max(1, self.workspace), dtype=np.float64), "double[]")
+            sum_pointers = {index: self.pointer(total, "double[]") for index, total in sums.items()}
             result_pointers = [
                 self.pointer(a, o[3]) if o[5] == "tensor" else None for a, o in zip(outputs, self.outputs)
             ]
