@@ -31,6 +31,11 @@ const char *opgen_cpu_target(void);
 /* Threads for large tensors; 0 (the default) means OpenMP's choice (OMP_NUM_THREADS). */
 void opgen_set_num_threads(int threads);
 int opgen_get_num_threads(void);
+/* Sums (double) to a dtype, rounding as the kernels do (to f32, then to the dtype):
+ * for the `*_sums` of the broadcast_reduce kernels. */
+void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+void opgen_narrow_bf16(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
 
 /* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
@@ -223,6 +228,18 @@ void tanh_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, con
 /* tanh_backward_bf16_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
  * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in double; use_dst=false) */
 void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+
+/* opgen_probe_copy: memory bandwidth probe: out = in
+ * (f32; stream: non-temporal stores) */
+void opgen_probe_copy(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
+
+/* opgen_probe_add: memory bandwidth probe: out = first + second (2 reads, 1 write)
+ * (f32; stream: non-temporal stores) */
+void opgen_probe_add(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
+
+/* opgen_probe_dot: memory bandwidth probe: *result = sum(first * second) (2 reads)
+ * (f32; stream: non-temporal stores) */
+void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
 
 #ifdef __cplusplus
 }

@@ -105,6 +105,27 @@ int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner)
     return tiles < 1 ? 1 : tiles;
 }
 
+void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count)
+{
+    for (int64_t index = 0; index < count; ++index) {
+        out[index] = (float)sums[index];
+    }
+}
+
+void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count)
+{
+    for (int64_t index = 0; index < count; ++index) {
+        out[index] = opgen_f32_to_f16((float)sums[index]);
+    }
+}
+
+void opgen_narrow_bf16(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count)
+{
+    for (int64_t index = 0; index < count; ++index) {
+        out[index] = opgen_f32_to_bf16((float)sums[index]);
+    }
+}
+
 void aclnn_prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
 void aclnn_prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -1089,4 +1110,73 @@ void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
     }
 #endif
     tanh_backward_bf16_no_use_dst__baseline(src_or_dst, diff_dst, diff_src, count);
+}
+
+void opgen_probe_copy__baseline(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#if OPGEN_X86_DISPATCH
+void opgen_probe_copy__avx2(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
+void opgen_probe_copy__avx512(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
+
+void opgen_probe_copy(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 2:
+        opgen_probe_copy__avx512(in, out, count, stream);
+        return;
+    case 1:
+        opgen_probe_copy__avx2(in, out, count, stream);
+        return;
+    default:
+        break;
+    }
+#endif
+    opgen_probe_copy__baseline(in, out, count, stream);
+}
+
+void opgen_probe_add__baseline(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#if OPGEN_X86_DISPATCH
+void opgen_probe_add__avx2(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
+void opgen_probe_add__avx512(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
+
+void opgen_probe_add(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 2:
+        opgen_probe_add__avx512(first, second, out, count, stream);
+        return;
+    case 1:
+        opgen_probe_add__avx2(first, second, out, count, stream);
+        return;
+    default:
+        break;
+    }
+#endif
+    opgen_probe_add__baseline(first, second, out, count, stream);
+}
+
+void opgen_probe_dot__baseline(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
+#if OPGEN_X86_DISPATCH
+void opgen_probe_dot__avx2(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
+void opgen_probe_dot__avx512(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
+#endif
+
+void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 2:
+        opgen_probe_dot__avx512(first, second, result, count);
+        return;
+    case 1:
+        opgen_probe_dot__avx2(first, second, result, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    opgen_probe_dot__baseline(first, second, result, count);
 }

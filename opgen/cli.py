@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from opgen.render import BUNDLED_OUTPUT, BUNDLED_SPECS, BUNDLED_TEMPLATES, RenderError, render_library, write_files
 from opgen.specs import SpecError
@@ -49,6 +51,47 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from opgen import bench
+
+    def names(text: str, allowed: Any, what: str) -> list[str]:
+        chosen = [name for name in text.split(",") if name]
+        unknown = [name for name in chosen if name not in allowed]
+        if unknown:
+            raise SystemExit(f"opgen bench: --{what}: unknown {', '.join(unknown)} (choose from {', '.join(allowed)})")
+        return chosen
+
+    sizes = names(args.sizes, bench.SIZES, "sizes")
+    ops = names(args.ops, bench.OPS, "ops")
+    dtypes = names(args.dtypes, bench.DTYPES, "dtypes")
+    try:
+        threads = [int(t) for t in args.threads.split(",")] if args.threads else sorted({1, os.cpu_count() or 1})
+    except ValueError:
+        raise SystemExit("opgen bench: --threads: a comma-separated list of thread counts") from None
+    print(bench.HEADER)
+    report = bench.run(sizes, threads, ops, dtypes, args.min_time, baselines=not args.no_baselines)
+    print()
+    print(bench.table(report))
+    bench.save(report, args.json)
+    print(f"wrote {args.json}")
+    if args.plot:
+        print(f"wrote {args.plot}" if bench.plot(report, args.plot) else "no plot: matplotlib is not installed")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    import opgen
+
+    details = opgen.info()
+    print(
+        f"opgen {details['version']}: kernels run the {details['cpu_target']} copy "
+        f"(set OPGEN_CPU_TARGET to baseline/avx2 to force a lower one), {details['threads']} threads"
+    )
+    for op, variants in details["ops"].items():
+        print(f"  {op}: {len(variants)} variants, {details['cpu_target']}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opgen", description="Generate, compile and list deep-learning kernels.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -59,6 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     listing = commands.add_parser("list", help="list the ops and their variants")
     listing.add_argument("--specs", help="directory of op specs (default: the bundled specs)")
     listing.set_defaults(run=_list)
+    info = commands.add_parser("info", help="which compiled copy (CPU target) and how many threads the kernels use")
+    info.set_defaults(run=_info)
+    bench = commands.add_parser("bench", help="measure every op variant against the machine's bandwidth")
+    bench.add_argument("--sizes", default="S,M,L,HW1,HW7,HW14", help="S, M, L, HW1, HW7, HW14 (default: all)")
+    bench.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
+    bench.add_argument(
+        "--ops", default="relu_backward,hard_sigmoid_backward,prelu_backward,batch_norm_training_backward"
+    )
+    bench.add_argument("--dtypes", default="f32,bf16,f16")
+    bench.add_argument("--min-time", type=float, default=0.2, help="seconds of calls per case (default 0.2)")
+    bench.add_argument("--no-baselines", action="store_true", help="skip NumPy and PyTorch")
+    bench.add_argument("--json", default="opgen-bench.json", help="where to write the results")
+    bench.add_argument("--plot", help="write a PNG chart here (needs matplotlib)")
+    bench.set_defaults(run=_bench)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

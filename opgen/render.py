@@ -75,6 +75,7 @@ def render_library(spec_dir: Path = BUNDLED_SPECS, template_dir: Path = BUNDLED_
     kernels_by_op = {spec.name: [plan.kernel(v, table) for v in plan.variants(spec, table)] for spec in specs}
     kernels = [k for spec in specs for k in kernels_by_op[spec.name]]
     label = "specs/" if Path(spec_dir).resolve() == BUNDLED_SPECS else Path(spec_dir).name + "/"
+    probes = _probes()
     settings = {
         "block": plan.BLOCK,
         "tile_elements": plan.TILE_ELEMENTS,
@@ -84,19 +85,56 @@ def render_library(spec_dir: Path = BUNDLED_SPECS, template_dir: Path = BUNDLED_
         "stream_bytes": plan.STREAM_BYTES,
         "targets": plan.TARGETS,
         "spec_dir": label,
+        "dtypes": [{"name": d.name, "c_type": d.c_type, "store": d.store} for d in table.dtypes.values()],
     }
     files = {
-        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels, **settings),
+        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels + probes, **settings),
         "opgen_internal.h": _render(env, "opgen_internal.h.j2", compute_types=sorted(table.compute_types), **settings),
-        "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels, **settings),
+        "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + probes, **settings),
+        "opgen_bandwidth.c": _render(env, "bandwidth.c.j2"),
     }
+    for target in plan.TARGETS[1:]:
+        files[f"opgen_bandwidth__{target['name']}.c"] = _render(env, "target.c.j2", op="opgen_bandwidth", target=target)
     for spec in specs:
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
         for target in plan.TARGETS[1:]:
             files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)
     files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
-    cdef = _render(env, "cdef.h.j2", kernels=kernels)
+    cdef = _render(env, "cdef.h.j2", kernels=kernels + probes, dtypes=settings["dtypes"])
     return Library(Path(spec_dir), table, specs, kernels, files, cdef)
+
+
+def _probes() -> list[dict[str, Any]]:
+    """The benchmark's bandwidth probes, described like kernels for the header and dispatcher."""
+    floats = [("const float *", "first"), ("const float *", "second")]
+    described = [
+        (
+            "opgen_probe_copy",
+            "memory bandwidth probe: out = in",
+            [("const float *", "in"), ("float *", "out"), ("int64_t ", "count"), ("int ", "stream")],
+        ),
+        (
+            "opgen_probe_add",
+            "memory bandwidth probe: out = first + second (2 reads, 1 write)",
+            [*floats, ("float *", "out"), ("int64_t ", "count"), ("int ", "stream")],
+        ),
+        (
+            "opgen_probe_dot",
+            "memory bandwidth probe: *result = sum(first * second) (2 reads)",
+            [*floats, ("double *", "result"), ("int64_t ", "count")],
+        ),
+    ]
+    return [
+        {
+            "name": name,
+            "summary": summary,
+            "detail": "f32; stream: non-temporal stores",
+            "params": params,
+            "pattern": "probe",
+            "form": None,
+        }
+        for name, summary, params in described
+    ]
 
 
 def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]], files: dict[str, str]) -> dict[str, Any]:

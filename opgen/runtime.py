@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import math
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,7 @@ class Plan:
         used_attributes = library.variants[spec.name][numbers]["attributes"]
         self.attributes = [float(np.float32(checked.attributes[a])) for a in used_attributes]
         self.pattern = spec.pattern
+        self.scratch_arrays = threading.local()  # per Python thread: kernels run without the GIL
         tag = plan.dtype_tag(checked.row)
         if spec.pattern == "elementwise":
             self.kernel = getattr(self.lib, checked.variant_name(tag, None))
@@ -209,6 +211,11 @@ class Plan:
             form, expanded = checked.forms[operand.name]
             self.sums_size = math.prod(expanded)
             self.pieces = shapes.calls(reference, expanded) if math.prod(reference) else []
+            self.narrow = {
+                i: getattr(self.lib, f"opgen_narrow_{checked.row[t.name]}")
+                for i, t in enumerate(spec.outputs)
+                if t.kind == "channel"
+            }
             if self.pieces:
                 first = self.pieces[0]
                 name = checked.variant_name(tag, first.form)
@@ -225,6 +232,14 @@ class Plan:
             self.dims = (outer, channels, inner) if form == "ncx" else (outer, channels)
             self.channels = channels
             self.workspace = int(getattr(self.lib, f"{name}_workspace_size")(outer, channels, inner))
+
+    def scratch(self, name: str, size: int) -> np.ndarray:
+        """A float64 buffer of `size` elements, kept for this plan and Python thread (no page faults per call)."""
+        found = getattr(self.scratch_arrays, name, None)
+        if found is None or found.size < size:
+            found = np.empty(max(1, size), dtype=np.float64)
+            setattr(self.scratch_arrays, name, found)
+        return found[:size]
 
     def pointer(self, array: np.ndarray | None, c_type: str) -> Any:
         """A C pointer to the array's data (`c_type` is the C array type, such as "float[]")."""
@@ -298,38 +313,42 @@ class Plan:
         elif self.pattern == "broadcast_reduce":
             self._run_broadcast_reduce(prepared, pointers, outputs)
         elif self.channels:
-            workspace = np.empty(max(1, self.workspace), dtype=np.float64)
+            workspace = self.scratch("workspace", self.workspace)
             results = [self.pointer(a, o[3]) for a, o in zip(outputs, self.outputs)]
             self.kernel(*pointers, *self.attributes, *results, self.pointer(workspace, "double[]"), *self.dims)
         return outputs
 
     def _run_broadcast_reduce(self, prepared: list, pointers: list, outputs: list) -> None:
-        sums = {
-            index: np.zeros(self.sums_size, dtype=np.float64)
-            for index, o in enumerate(self.outputs)
-            if o[5] == "channel"
-        }
+        sums = {}
+        for index, o in enumerate(self.outputs):
+            if o[5] == "channel":
+                sums[index] = self.scratch(f"sums{index}", self.sums_size)
+                sums[index].fill(0)
         if self.pieces:
-            workspace = self.pointer(np.empty(max(1, self.workspace), dtype=np.float64), "double[]")
-            sum_pointers = {index: self.pointer(total, "double[]") for index, total in sums.items()}
-            result_pointers = [
-                self.pointer(a, o[3]) if o[5] == "tensor" else None for a, o in zip(outputs, self.outputs)
+            workspace = self.pointer(self.scratch("workspace", self.workspace), "double[]")
+            results = [
+                self.pointer(sums[i], "double[]") if i in sums else self.pointer(a, o[3])
+                for i, (a, o) in enumerate(zip(outputs, self.outputs))
             ]
+            channel = [i in sums for i in range(len(results))]
             for piece in self.pieces:
-                args = [
-                    p if p == self.ffi.NULL else p + (piece.operand_offset if i == self.operand_index else piece.offset)
-                    for i, p in enumerate(pointers)
-                ]
-                args += self.attributes
-                for index, result in enumerate(result_pointers):
-                    args.append(sum_pointers[index] + piece.operand_offset if index in sums else result + piece.offset)
+                if piece.offset == 0 and piece.operand_offset == 0:
+                    args = [*pointers, *self.attributes, *results]
+                else:  # a leading dim the kernel does not cover: shift every pointer to this piece
+                    args = [
+                        p + (piece.operand_offset if i == self.operand_index else piece.offset)
+                        for i, p in enumerate(pointers)
+                    ]
+                    args += self.attributes
+                    args += [r + (piece.operand_offset if channel[i] else piece.offset) for i, r in enumerate(results)]
                 args.append(workspace)
-                dims = (
-                    (piece.outer, piece.channels, piece.inner) if piece.form == "ncx" else (piece.outer, piece.channels)
-                )
-                self.kernel(*args, *dims)
+                if piece.form == "ncx":
+                    self.kernel(*args, piece.outer, piece.channels, piece.inner)
+                else:
+                    self.kernel(*args, piece.outer, piece.channels)
         for index, total in sums.items():
             target = outputs[index]
-            # double -> f32 -> dtype: the same two roundings as the C kernels' stores; Inf beyond the range
-            with np.errstate(over="ignore"):
-                target[...] = total.astype(np.float32).astype(target.dtype).reshape(target.shape)
+            if target.size:  # double -> f32 -> dtype, in C: the same roundings as the kernels' stores
+                self.narrow[index](
+                    self.pointer(total, "double[]"), self.pointer(target, self.outputs[index][3]), target.size
+                )

@@ -1,0 +1,382 @@
+"""`opgen bench`: every op variant's speed next to the machine's bandwidth, measured in one run.
+
+For each size and thread count the run first measures bandwidth probes (generated kernels
+that only move memory: 2 reads + 1 write with ordinary and with streaming stores, and
+2 reads summed), then each case: median time of calls with preallocated outputs (`out=`),
+GB/s over the minimal bytes (each input read once, each output written once; BatchNorm:
+two passes over src and diff_dst plus the diff_src write, 5 tensor transfers), and that
+speed as a share of the probe the op's access pattern matches. NumPy (f32) and PyTorch
+(when installed) run the same math for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+import opgen
+
+# name -> (N, C, H, W); the three sizes of the comparison and small spatial sizes
+SIZES = {
+    "S": (1, 64, 28, 28),
+    "M": (8, 64, 56, 56),
+    "L": (32, 64, 112, 112),
+    "HW1": (16384, 64, 1, 1),
+    "HW7": (2048, 64, 7, 1),
+    "HW14": (1024, 64, 2, 7),
+}
+DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
+OPS = (
+    "relu_backward",
+    "hard_sigmoid_backward",
+    "sigmoid_backward",
+    "tanh_backward",
+    "prelu_backward",
+    "batch_norm_training_backward",
+)
+PRELU_FORMS = ("per_channel", "per_tensor", "full")
+
+
+@dataclass
+class Case:
+    op: str
+    dtype: str
+    layout: str
+    form: str
+    size: str
+    threads: int
+    seconds: float = 0.0
+    gbps: float = 0.0
+    bandwidth_share: float = 0.0
+    numpy_seconds: float | None = None
+    torch_seconds: float | None = None
+    bytes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _median_time(call: Callable[[], Any], min_time: float, max_runs: int = 200) -> float:
+    call()  # warm-up: first touch of outputs, plan cache
+    times: list[float] = []
+    started = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - started < min_time and len(times) < max_runs):
+        begin = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times)
+
+
+def _probes(count: int, min_time: float) -> dict[str, float]:
+    """GB/s of the generated bandwidth probes on `count` f32 elements."""
+    module = opgen.bundled.module
+    lib, ffi = module.lib, module.ffi
+    first, second, out = (np.ones(count, np.float32) for _ in range(3))
+    result = np.zeros(1)
+    pointers = [ffi.from_buffer("float[]", a) for a in (first, second, out)]
+    result_pointer = ffi.from_buffer("double[]", result)
+    nbytes = count * 4
+    figures = {
+        "copy": 2 * nbytes / _median_time(lambda: lib.opgen_probe_copy(pointers[0], pointers[2], count, 0), min_time),
+        "2r1w": 3 * nbytes / _median_time(lambda: lib.opgen_probe_add(*pointers, count, 0), min_time),
+        "2r1w_stream": 3 * nbytes / _median_time(lambda: lib.opgen_probe_add(*pointers, count, 1), min_time),
+        "2r": 2
+        * nbytes
+        / _median_time(lambda: lib.opgen_probe_dot(pointers[0], pointers[1], result_pointer, count), min_time),
+    }
+    return {name: value / 1e9 for name, value in figures.items()}
+
+
+def _logical_shape(size: tuple[int, int, int, int], layout: str) -> tuple[int, ...]:
+    n, c, h, w = size
+    return (n, c, h, w) if layout == "NCX" else (n, h, w, c)
+
+
+def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...], rng: np.random.Generator):
+    """(opgen call, NumPy call or None, torch call or None, bytes moved, probe mix)."""
+    np_dtype = DTYPES[dtype]
+    shape = _logical_shape(size, layout)
+    channels = size[1]
+    x = rng.standard_normal(shape).astype(np_dtype)
+    d = rng.standard_normal(shape).astype(np_dtype)
+    out = np.empty(shape, np_dtype)
+    itemsize = np.dtype(np_dtype).itemsize
+    tensor_bytes = x.size * itemsize
+    x32, d32, out32 = (x, d, out) if dtype == "f32" else (None, None, None)
+    if op in ("relu_backward", "hard_sigmoid_backward", "sigmoid_backward", "tanh_backward"):
+        kwargs = {"alpha": 1 / 6, "beta": 0.5} if op == "hard_sigmoid_backward" else {}
+        function = getattr(opgen, op)
+        numpy_call = _numpy_elementwise(op, x32, d32, out32) if x32 is not None else None
+        return (
+            (lambda: function(x, d, out=out, **kwargs)),
+            numpy_call,
+            _torch_call(op, x, d, None),
+            3 * tensor_bytes,
+            "2r1w",
+        )
+    if op == "prelu_backward":
+        axis = 1 if layout == "NCX" else len(shape) - 1
+        slope_shape = {"per_channel": (channels,), "per_tensor": (1,), "full": shape[1:]}[form]
+        slope = (rng.random(slope_shape) * 0.5).astype(np_dtype)
+        diff_slope = np.empty(slope_shape, np_dtype)
+        numpy_call = None
+        if x32 is not None:
+            view = [1] * len(shape)
+            if form == "per_channel":
+                view[axis] = channels
+            elif form == "full":
+                view = [1, *slope_shape]
+            axes = tuple(i for i, s in enumerate(view) if s == 1)
+            slope_view = slope.reshape(view)
+
+            def numpy_call() -> None:
+                positive = x32 > 0
+                np.multiply(d32, slope_view, out=out32)
+                np.copyto(out32, d32, where=positive)
+                np.sum(np.where(positive, 0, x32 * d32), axis=axes).reshape(slope_shape)
+
+        torch_call = _torch_call(op, x, d, slope) if form == "per_channel" and layout == "NCX" else None
+
+        def call() -> None:
+            opgen.prelu_backward(x, slope, d, data_format=layout, out=(out, diff_slope))
+
+        return call, numpy_call, torch_call, 3 * tensor_bytes + 2 * slope.nbytes, "2r1w"
+    if op == "batch_norm_training_backward":
+        axis = 1 if layout == "NCX" else len(shape) - 1
+        axes = tuple(i for i in range(len(shape)) if i != axis)
+        stats = [rng.standard_normal(channels).astype(np.float32) for _ in range(2)]
+        mean, gamma = stats
+        variance = (rng.random(channels) + 0.5).astype(np.float32)
+        diff_gamma, diff_beta = np.empty(channels, np.float32), np.empty(channels, np.float32)
+
+        def call() -> None:
+            opgen.batch_norm_training_backward(
+                x, d, mean, variance, gamma, epsilon=1e-5, data_format=layout, out=(out, diff_gamma, diff_beta)
+            )
+
+        numpy_call = None
+        if x32 is not None:
+            view = [1] * len(shape)
+            view[axis] = channels
+
+            def numpy_call() -> None:
+                inv_std = (1 / np.sqrt(variance + 1e-5)).reshape(view)
+                x_hat = (x32 - mean.reshape(view)) * inv_std
+                beta_sum = d32.sum(axis=axes, keepdims=True)
+                gamma_sum = (d32 * x_hat).sum(axis=axes, keepdims=True)
+                count = x32.size // channels
+                np.multiply(
+                    gamma.reshape(view) * inv_std, d32 - beta_sum / count - x_hat * gamma_sum / count, out=out32
+                )
+
+        torch_call = _torch_call(op, x, d, (mean, variance, gamma)) if layout == "NCX" else None
+        return call, numpy_call, torch_call, 5 * tensor_bytes, "bn"
+    raise ValueError(f"no benchmark for {op}")
+
+
+def _numpy_elementwise(op: str, x: np.ndarray, d: np.ndarray, out: np.ndarray) -> Callable[[], Any]:
+    if op == "relu_backward":
+        return lambda: np.multiply(d, x > 0, out=out)
+    if op == "hard_sigmoid_backward":
+        return lambda: np.multiply(d, np.float32(1 / 6) * ((x > -3) & (x < 3)), out=out)
+    if op == "sigmoid_backward":
+        return lambda: np.multiply(d, x * (1 - x), out=out)
+    return lambda: np.multiply(d, 1 - x * x, out=out)
+
+
+def _torch_call(op: str, x: np.ndarray, d: np.ndarray, extra: Any) -> Callable[[], Any] | None:
+    """The same op through PyTorch's ATen, when PyTorch is installed (NCX layout, f32/bf16/f16)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    dtype = {
+        np.dtype(np.float32): torch.float32,
+        np.dtype(np.float16): torch.float16,
+        np.dtype(ml_dtypes.bfloat16): torch.bfloat16,
+    }[x.dtype]
+    tx = torch.from_numpy(x.astype(np.float32)).to(dtype)
+    td = torch.from_numpy(d.astype(np.float32)).to(dtype)
+    aten = torch.ops.aten
+    if op == "relu_backward":
+        result = torch.empty_like(tx)
+        return lambda: aten.threshold_backward.grad_input(td, tx, 0, grad_input=result)
+    if op == "hard_sigmoid_backward":
+        result = torch.empty_like(tx)
+        return lambda: aten.hardsigmoid_backward.grad_input(td, tx, grad_input=result)
+    if op == "sigmoid_backward":
+        result = torch.empty_like(tx)
+        return lambda: aten.sigmoid_backward.grad_input(td, tx, grad_input=result)
+    if op == "tanh_backward":
+        result = torch.empty_like(tx)
+        return lambda: aten.tanh_backward.grad_input(td, tx, grad_input=result)
+    if op == "prelu_backward":
+        weight = torch.from_numpy(extra.astype(np.float32)).to(dtype)
+        return lambda: aten._prelu_kernel_backward(td, tx, weight)
+    if op == "batch_norm_training_backward":
+        mean, variance, gamma = (torch.from_numpy(a) for a in extra)
+        invstd = 1 / torch.sqrt(variance + 1e-5)
+        return lambda: aten.native_batch_norm_backward(
+            td, tx, gamma, None, None, mean, invstd, True, 1e-5, [True, True, True]
+        )
+    return None
+
+
+def cases(ops: list[str], dtypes: list[str]) -> list[tuple[str, str, str, str]]:
+    result = []
+    for op in ops:
+        layouts = ("NCX", "NXC") if op in ("prelu_backward", "batch_norm_training_backward") else ("NCX",)
+        forms = PRELU_FORMS if op == "prelu_backward" else ("-",)
+        for dtype in dtypes:
+            for layout in layouts:
+                for form in forms:
+                    result.append((op, dtype, layout if len(layouts) > 1 else "-", form))
+    return result
+
+
+def run(
+    sizes: list[str],
+    threads: list[int],
+    ops: list[str],
+    dtypes: list[str],
+    min_time: float,
+    baselines: bool = True,
+    progress: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    rows: list[Case] = []
+    probes: dict[str, dict[str, float]] = {}
+    try:
+        import torch
+
+        torch_version: str | None = torch.__version__
+    except ImportError:
+        torch, torch_version = None, None
+    try:
+        for size_name in sizes:
+            size = SIZES[size_name]
+            count = math.prod(size)
+            for thread_count in threads:
+                opgen.set_num_threads(thread_count)
+                if torch is not None:
+                    torch.set_num_threads(thread_count)
+                key = f"{size_name}/{thread_count}"
+                before = _probes(count, min_time)
+                for op, dtype, layout, form in cases(ops, dtypes):
+                    call, numpy_call, torch_call, nbytes, pattern = _make_case(
+                        op, dtype, layout if layout != "-" else "NCX", form, size, rng
+                    )
+                    case = Case(op, dtype, layout, form, size_name, thread_count, bytes=nbytes)
+                    case.seconds = _median_time(call, min_time)
+                    case.gbps = nbytes / case.seconds / 1e9
+                    if baselines and numpy_call is not None and thread_count == 1:
+                        case.numpy_seconds = _median_time(numpy_call, min_time / 4, max_runs=5)
+                    if baselines and torch_call is not None:
+                        case.torch_seconds = _median_time(torch_call, min_time / 4, max_runs=20)
+                    case.extra["pattern"] = pattern
+                    rows.append(case)
+                    progress(format_row(case))
+                after = _probes(count, min_time)
+                probes[key] = {name: max(before[name], after[name]) for name in before}
+                for case in rows:
+                    if f"{case.size}/{case.threads}" == key:
+                        case.bandwidth_share = _share(case, probes[key])
+    finally:
+        opgen.set_num_threads(0)
+    return {
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor(),
+            "cpus": os.cpu_count(),
+            "opgen_target": opgen.info()["cpu_target"],
+            "numpy": np.__version__,
+            "torch": torch_version,
+        },
+        "sizes": {name: SIZES[name] for name in sizes},
+        "probes_gbps": probes,
+        "cases": [asdict(case) for case in rows],
+    }
+
+
+def _share(case: Case, probe: dict[str, float]) -> float:
+    """The op's speed as a share of what its access pattern allows at the measured bandwidths."""
+    if case.extra.get("pattern") == "bn":
+        per_transfer = case.bytes / 5
+        write_pattern = max(probe["2r1w"], probe["2r1w_stream"])
+        floor = 2 * per_transfer / (probe["2r"] * 1e9) + 3 * per_transfer / (write_pattern * 1e9)
+        return floor / case.seconds
+    return case.gbps / max(probe["2r1w"], probe["2r1w_stream"])
+
+
+HEADER = (
+    f"{'op':30s} {'dtype':5s} {'layout':6s} {'form':11s} {'size':4s} {'thr':>3s} {'median':>10s} "
+    f"{'GB/s':>7s} {'NumPy x':>8s} {'torch x':>8s}"
+)
+
+
+def format_row(case: Case) -> str:
+    numpy_ratio = f"{case.numpy_seconds / case.seconds:8.1f}" if case.numpy_seconds else f"{'-':>8s}"
+    torch_ratio = f"{case.torch_seconds / case.seconds:8.1f}" if case.torch_seconds else f"{'-':>8s}"
+    return (
+        f"{case.op:30s} {case.dtype:5s} {case.layout:6s} {case.form:11s} {case.size:4s} {case.threads:3d} "
+        f"{case.seconds * 1e6:8.1f}us {case.gbps:7.1f} {numpy_ratio} {torch_ratio}"
+    )
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [
+        "bandwidth probes (GB/s): "
+        + "; ".join(
+            f"{key}: " + ", ".join(f"{name} {value:.1f}" for name, value in figures.items())
+            for key, figures in report["probes_gbps"].items()
+        )
+    ]
+    lines.append(HEADER + f" {'% bw':>6s}")
+    for row in report["cases"]:
+        case = Case(**row)
+        lines.append(format_row(case) + f" {100 * case.bandwidth_share:5.0f}%")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: str) -> bool:
+    """A roofline-style chart: each case's GB/s against the probes' bandwidth; False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    cases = report["cases"]
+    figure, axis = plt.subplots(figsize=(max(8, len(cases) * 0.18), 5))
+    colors = {1: "tab:blue", 2: "tab:orange"}
+    labels = []
+    for index, row in enumerate(cases):
+        axis.bar(index, row["gbps"], color=colors.get(row["threads"], "tab:green"))
+        labels.append(
+            f"{row['op'].replace('_backward', '')} {row['dtype']} {row['layout']} {row['form']} "
+            f"{row['size']}/{row['threads']}t"
+        )
+    for key, figures in report["probes_gbps"].items():
+        axis.axhline(figures["2r1w_stream"], linestyle="--", linewidth=0.8, color="gray")
+        axis.text(0, figures["2r1w_stream"], f" 2R1W streaming {key}", fontsize=7, va="bottom")
+    axis.set_xticks(range(len(cases)))
+    axis.set_xticklabels(labels, rotation=90, fontsize=6)
+    axis.set_ylabel("GB/s (minimal bytes)")
+    axis.set_title("opgen kernels against the measured memory bandwidth")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    return True
+
+
+def save(report: dict[str, Any], path: str) -> None:
+    with open(path, "w") as handle:
+        json.dump(report, handle, indent=1)
