@@ -18,7 +18,7 @@
 void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
-    const int split_rows = tiles <= outer;
+    const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
     /* outputs bigger than the caches go straight to memory */
@@ -30,19 +30,21 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
         OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
-            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
-            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
-            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
             for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                 partial[slot] = 0;
             }
-            for (int64_t row = row_first; row < row_last; ++row) {
-                for (int64_t channel = 0; channel < channels; ++channel) {
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
                     const float weight_value = weight[channel];
                     
-                    const int64_t base = (row * channels + channel) * inner;
+                    const int64_t base = unit * inner;
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
@@ -232,7 +234,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
 void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
-    const int split_rows = tiles <= outer;
+    const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
     /* outputs bigger than the caches go straight to memory */
@@ -244,19 +246,21 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
         OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
-            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
-            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
-            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
             for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                 partial[slot] = 0;
             }
-            for (int64_t row = row_first; row < row_last; ++row) {
-                for (int64_t channel = 0; channel < channels; ++channel) {
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
                     const float weight_value = opgen_f16_to_f32(weight[channel]);
                     
-                    const int64_t base = (row * channels + channel) * inner;
+                    const int64_t base = unit * inner;
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
@@ -446,7 +450,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
 void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
-    const int split_rows = tiles <= outer;
+    const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
     /* outputs bigger than the caches go straight to memory */
@@ -458,19 +462,21 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
         OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of rows, or (few rows) a block-aligned range of the inner dim */
-            const int64_t row_first = split_rows ? outer * tile / tiles : 0;
-            const int64_t row_last = split_rows ? outer * (tile + 1) / tiles : outer;
-            const int64_t inner_first = split_rows ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_rows ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
             for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                 partial[slot] = 0;
             }
-            for (int64_t row = row_first; row < row_last; ++row) {
-                for (int64_t channel = 0; channel < channels; ++channel) {
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
                     const float weight_value = opgen_bf16_to_f32(weight[channel]);
                     
-                    const int64_t base = (row * channels + channel) * inner;
+                    const int64_t base = unit * inner;
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;

@@ -90,11 +90,12 @@ int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner)
     if (tiles > OPGEN_MAX_TILES) {
         tiles = OPGEN_MAX_TILES;
     }
-    if (tiles > outer) {
-        /* enough rows to keep every thread busy: split rows only, which keeps each row's
-         * channels contiguous; else split the inner dim */
-        if (outer >= OPGEN_MIN_ROW_TILES || inner <= 1) {
-            tiles = outer;
+    /* tiles are contiguous: ranges of rows (nxc) or of (row, channel) units (ncx); with too
+     * few of those, block-aligned ranges of the inner dim */
+    const int64_t units = inner > 1 ? outer * channels : outer;
+    if (tiles > units) {
+        if (units >= OPGEN_MIN_ROW_TILES || inner <= 1) {
+            tiles = units;
         } else {
             tiles = opgen_min(tiles, (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK);
         }

@@ -219,7 +219,7 @@ def _torch_call(op: str, x: np.ndarray, d: np.ndarray, extra: Any) -> Callable[[
         result = torch.empty_like(tx)
         return lambda: aten.tanh_backward.grad_input(td, tx, grad_input=result)
     if op == "prelu_backward":
-        weight = torch.from_numpy(extra.astype(np.float32)).to(dtype)
+        weight = torch.from_numpy(extra.astype(np.float32)).to(dtype).reshape(-1, *([1] * (x.ndim - 2)))
         return lambda: aten._prelu_kernel_backward(td, tx, weight)
     if op == "batch_norm_training_backward":
         mean, variance, gamma = (torch.from_numpy(a) for a in extra)

@@ -216,6 +216,14 @@ class Plan:
                 for i, t in enumerate(spec.outputs)
                 if t.kind == "channel"
             }
+            # A short inner dim (H*W < one block) leaves the ncx loop little to vectorize: run the
+            # nxc loop over [outer][channels * inner] with the operand repeated along inner, and
+            # fold the sums back (fixed order: the `inner` partial sums of a channel, in turn).
+            self.repeat = 1
+            if len(self.pieces) == 1 and self.pieces[0].form == "ncx" and self.pieces[0].inner < plan.BLOCK:
+                piece = self.pieces[0]
+                self.repeat = piece.inner
+                self.pieces = [shapes.Call("nxc", 0, 0, piece.outer, piece.channels * piece.inner, 1)]
             if self.pieces:
                 first = self.pieces[0]
                 name = checked.variant_name(tag, first.form)
@@ -319,10 +327,15 @@ class Plan:
         return outputs
 
     def _run_broadcast_reduce(self, prepared: list, pointers: list, outputs: list) -> None:
+        if self.repeat > 1:
+            operand = prepared[self.operand_index]
+            repeated = np.repeat(operand.reshape(-1), self.repeat)
+            pointers = list(pointers)
+            pointers[self.operand_index] = self.pointer(repeated, self.inputs[self.operand_index][2])
         sums = {}
         for index, o in enumerate(self.outputs):
             if o[5] == "channel":
-                sums[index] = self.scratch(f"sums{index}", self.sums_size)
+                sums[index] = self.scratch(f"sums{index}", self.sums_size * self.repeat)
                 sums[index].fill(0)
         if self.pieces:
             workspace = self.pointer(self.scratch("workspace", self.workspace), "double[]")
@@ -348,6 +361,11 @@ class Plan:
                     self.kernel(*args, piece.outer, piece.channels)
         for index, total in sums.items():
             target = outputs[index]
+            if self.repeat > 1:
+                folded = total[0 :: self.repeat].copy()
+                for step in range(1, self.repeat):
+                    folded += total[step :: self.repeat]
+                total = folded
             if target.size:  # double -> f32 -> dtype, in C: the same roundings as the kernels' stores
                 self.narrow[index](
                     self.pointer(total, "double[]"), self.pointer(target, self.outputs[index][3]), target.size

@@ -1,0 +1,66 @@
+"""`opgen bench` runs and reports what it promises (speed itself is never asserted here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from opgen import bench
+
+
+def test_run_reports_every_case_with_its_baselines():
+    report = bench.run(
+        ["S"],
+        [1],
+        ["relu_backward", "prelu_backward", "batch_norm_training_backward"],
+        ["f32", "f16"],
+        min_time=0.001,
+        progress=lambda line: None,
+    )
+    assert set(report["probes_gbps"]["S/1"]) == {"copy", "2r1w", "2r1w_stream", "2r"}
+    assert all(value > 0 for value in report["probes_gbps"]["S/1"].values())
+    expected = len(bench.cases(["relu_backward", "prelu_backward", "batch_norm_training_backward"], ["f32", "f16"]))
+    assert len(report["cases"]) == expected
+    for case in report["cases"]:
+        assert case["seconds"] > 0 and case["gbps"] > 0 and case["bandwidth_share"] > 0
+        assert (case["numpy_seconds"] is not None) == (case["dtype"] == "f32")
+    assert "HW7" in bench.SIZES and "L" in bench.SIZES
+
+
+def test_cli_writes_json_and_table(tmp_path):
+    target = tmp_path / "bench.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "opgen.cli",
+            "bench",
+            "--sizes",
+            "S",
+            "--threads",
+            "1",
+            "--ops",
+            "hard_sigmoid_backward",
+            "--dtypes",
+            "bf16",
+            "--min-time",
+            "0.001",
+            "--json",
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "bandwidth probes" in result.stdout and "hard_sigmoid_backward" in result.stdout
+    report = json.loads(target.read_text())
+    assert report["cases"][0]["dtype"] == "bf16" and report["machine"]["opgen_target"]
+
+
+def test_cli_rejects_unknown_names(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "opgen.cli", "bench", "--sizes", "XL"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode != 0 and "--sizes: unknown XL" in result.stderr
