@@ -347,7 +347,8 @@ def table(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: str) -> bool:
-    """A roofline-style chart: each case's GB/s against the probes' bandwidth; False without matplotlib."""
+    """Roofline-style chart: per size, each case's speed as a share of the measured bandwidth (1 and
+    all threads side by side; 100 % is the probe its access pattern matches). False without matplotlib."""
     try:
         import matplotlib
 
@@ -356,24 +357,38 @@ def plot(report: dict[str, Any], path: str) -> bool:
     except ImportError:
         return False
     cases = report["cases"]
-    figure, axis = plt.subplots(figsize=(max(8, len(cases) * 0.18), 5))
-    colors = {1: "tab:blue", 2: "tab:orange"}
-    labels = []
-    for index, row in enumerate(cases):
-        axis.bar(index, row["gbps"], color=colors.get(row["threads"], "tab:green"))
-        labels.append(
-            f"{row['op'].replace('_backward', '')} {row['dtype']} {row['layout']} {row['form']} "
-            f"{row['size']}/{row['threads']}t"
-        )
-    for key, figures in report["probes_gbps"].items():
-        axis.axhline(figures["2r1w_stream"], linestyle="--", linewidth=0.8, color="gray")
-        axis.text(0, figures["2r1w_stream"], f" 2R1W streaming {key}", fontsize=7, va="bottom")
-    axis.set_xticks(range(len(cases)))
-    axis.set_xticklabels(labels, rotation=90, fontsize=6)
-    axis.set_ylabel("GB/s (minimal bytes)")
-    axis.set_title("opgen kernels against the measured memory bandwidth")
+    sizes = list(dict.fromkeys(row["size"] for row in cases))
+    threads = sorted({row["threads"] for row in cases})
+    keys = list(dict.fromkeys((row["op"], row["dtype"], row["layout"], row["form"]) for row in cases))
+    figure, axes = plt.subplots(
+        len(sizes), 1, figsize=(max(8, len(keys) * 0.35), 2.6 * len(sizes) + 1.5), squeeze=False, sharex=True
+    )
+    width = 0.8 / len(threads)
+    for axis, size in zip(axes[:, 0], sizes):
+        for offset, count in enumerate(threads):
+            shares = {
+                (r["op"], r["dtype"], r["layout"], r["form"]): 100 * r["bandwidth_share"]
+                for r in cases
+                if r["size"] == size and r["threads"] == count
+            }
+            axis.bar(
+                [i + offset * width for i in range(len(keys))],
+                [shares.get(k, 0) for k in keys],
+                width,
+                label=f"{count} thread{'s' if count > 1 else ''}",
+            )
+        axis.axhline(100, color="gray", linewidth=0.8, linestyle="--")
+        axis.set_ylabel(f"{size}: % of bw")
+        axis.legend(fontsize=7, loc="upper right")
+    labels = [
+        f"{op.replace('_backward', '')} {dtype} {layout} {form}".replace(" - -", "").replace(" -", "")
+        for op, dtype, layout, form in keys
+    ]
+    axes[-1, 0].set_xticks([i + 0.4 - width / 2 for i in range(len(keys))])
+    axes[-1, 0].set_xticklabels(labels, rotation=90, fontsize=7)
+    figure.suptitle("opgen kernels as a share of the memory bandwidth measured in the same run")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
     return True
 
 
