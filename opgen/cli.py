@@ -15,7 +15,7 @@ from opgen.specs import SpecError
 
 
 def _build(args: argparse.Namespace) -> int:
-    from opgen.compile import BuildError, build_module
+    from opgen.compile import BuildError, build_module, locked
 
     spec_dir = Path(args.specs) if args.specs else BUNDLED_SPECS
     if args.specs and not args.out:
@@ -23,19 +23,22 @@ def _build(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else BUNDLED_OUTPUT
     started = time.perf_counter()
     library = render_library(spec_dir, BUNDLED_TEMPLATES)
-    written = write_files(out_dir, library.files)
-    for name in sorted(library.files):
-        print(f"{'wrote    ' if name in written else 'unchanged'} {out_dir / name}")
     try:
-        module = build_module(library)
+        module = build_module(library)  # compile before touching the output: a failure leaves it as it was
     except BuildError as error:
         print(f"opgen build: error: {error}", file=sys.stderr)
         return 1
     target = out_dir / module.name
-    if not target.exists():
-        for old in out_dir.glob("_opgen_*"):  # modules of earlier builds
-            old.unlink()
-        shutil.copy2(module, target)
+    with locked(out_dir / ".opgen-build.lock"):
+        written = write_files(out_dir, library.files)
+        if not target.exists():
+            for old in out_dir.glob("_opgen_*"):  # modules of earlier builds
+                old.unlink()
+            temporary = out_dir / f".{module.name}.{os.getpid()}.tmp"
+            shutil.copy2(module, temporary)
+            os.replace(temporary, target)
+    for name in sorted(library.files):
+        print(f"{'wrote    ' if name in written else 'unchanged'} {out_dir / name}")
     kernels = len(library.kernels)
     print(f"built {len(library.specs)} ops, {kernels} kernels from {spec_dir} in {time.perf_counter() - started:.1f} s")
     print(f"module {target} (import it by name with {out_dir} on sys.path; or opgen.load({str(spec_dir)!r}))")

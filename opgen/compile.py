@@ -18,7 +18,9 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -86,6 +88,23 @@ def _compile_object(source: Path, directory: Path) -> Path:
     return target
 
 
+@contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if needed): concurrent builds take turns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            import fcntl
+        except ImportError:  # no POSIX locks here: builds still never expose partial files
+            yield
+            return
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def build_module(library: Library) -> Path:
     """Path of the compiled module for `library`, building it when the cache has none."""
     key = cache_key(library)
@@ -94,7 +113,12 @@ def build_module(library: Library) -> Path:
     found = _module_file(final, name)
     if found:
         return found
-    final.parent.mkdir(parents=True, exist_ok=True)
+    with locked(cache_root() / f".{key}.lock"):
+        found = _module_file(final, name)  # a concurrent build may have finished meanwhile
+        return found if found else _build(library, final, key, name)
+
+
+def _build(library: Library, final: Path, key: str, name: str) -> Path:
     work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
     try:
         write_files(work, library.files)

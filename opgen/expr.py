@@ -22,6 +22,7 @@ FUNCTIONS: dict[str, tuple[int, str]] = {
     "max": (2, "fmax"),
 }
 
+MAX_LENGTH = 4000  # characters in one expression
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
@@ -34,11 +35,16 @@ def parse(text: str) -> ast.expr:
     """Parse and check one expression; the result is numeric (not a bare condition)."""
     if not isinstance(text, str) or not text.strip():
         raise ExprError("expected a non-empty expression string")
+    if len(text) > MAX_LENGTH:
+        raise ExprError(f"longer than {MAX_LENGTH} characters")
     try:
         tree = ast.parse(text.strip(), mode="eval").body
+        kind = _kind(tree)
     except SyntaxError as error:
         raise ExprError(f"syntax error at column {error.offset}: {error.msg}") from None
-    if _kind(tree) == "condition":
+    except RecursionError:
+        raise ExprError("nested too deeply") from None
+    if kind == "condition":
         raise ExprError("the expression is a condition; it must give a number")
     return tree
 
@@ -142,7 +148,9 @@ def _kind(node: ast.expr) -> str:
         value = node.value
         if isinstance(value, bool):
             return "condition"
-        if isinstance(value, (int, float)) and math.isfinite(float(value)):
+        if isinstance(value, float) and math.isfinite(value):
+            return "number"
+        if isinstance(value, int) and abs(value) <= 2**53:
             return "number"
         raise ExprError(f"unsupported constant {value!r} (finite numbers only)")
     if isinstance(node, ast.Name):

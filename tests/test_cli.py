@@ -141,3 +141,35 @@ def test_compiler_error_shows_file_and_line(tmp_path, monkeypatch):
         build_module(dataclasses.replace(library, files=files))
     assert "relu_backward.c:" in str(caught.value) and "error" in str(caught.value)
     assert not any((tmp_path / "cache").glob("[!.]*")), "a failed build leaves no module in the cache"
+
+
+def test_concurrent_builds_and_a_killed_build_leave_a_consistent_library(tmp_path, user_specs, monkeypatch):
+    """Two builds of one spec set into one output directory and one cache at the same time both
+    succeed with the same result; a build killed half-way leaves nothing that a later build loads."""
+    import signal
+    import time
+
+    cache = tmp_path / "cache"
+    env = {**os.environ, "OPGEN_CACHE_DIR": str(cache)}
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "opgen.cli", "build", "--specs", str(user_specs), "--out", str(out)]
+    killed = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.6)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    builds = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    results = [b.communicate(timeout=300) for b in builds]
+    assert all(b.returncode == 0 for b in builds), results
+    modules = sorted(p.name for p in out.glob("_opgen_*"))
+    assert len(modules) == 1, modules
+    finished = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert len(finished) == 1 and any(finished[0].glob("_opgen_*")), finished
+    header = (out / "opgen.h").read_text()
+    assert header == render_library(user_specs).files["opgen.h"]
+    monkeypatch.setenv("OPGEN_CACHE_DIR", str(cache))
+    library = opgen.load(user_specs)
+    assert library.leaky_relu_backward(np.array([-1.0], np.float32), np.array([2.0], np.float32)).tolist() == [
+        np.float32(0.02)
+    ]

@@ -17,7 +17,7 @@ LIBRARY = render_library()
 
 def test_generated_directory_is_current():
     """Fails when a spec or template changed without `opgen build` being run and committed."""
-    on_disk = {p.name for p in BUNDLED_OUTPUT.iterdir() if not p.name.startswith("_opgen_")}
+    on_disk = {p.name for p in BUNDLED_OUTPUT.iterdir() if not p.name.startswith(("_opgen_", "."))}
     assert on_disk == set(LIBRARY.files), "generated/ holds other files than a build writes; run `opgen build`"
     stale = [name for name, text in LIBRARY.files.items() if (BUNDLED_OUTPUT / name).read_text() != text]
     assert not stale, f"generated/ is out of date in {stale}; run `opgen build` and commit generated/"

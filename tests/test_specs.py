@@ -6,6 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from opgen.render import BUNDLED_SPECS, BUNDLED_TEMPLATES, RenderError, render_library
 from opgen.specs import SpecError, load_specs
@@ -121,6 +123,20 @@ def test_rule_violations_name_file_and_key(tmp_path, old, new, fragments):
     rejected(tmp_path, RELU.replace(old, new, 1), *fragments)
 
 
+@pytest.mark.parametrize(
+    "expression,fragment",
+    [
+        ("1" + "0" * 400, "unsupported constant"),
+        ("-" * 3000 + "diff_dst", "nested too deeply"),
+        ("diff_dst" + " + diff_dst" * 1500, "longer than"),
+        ("(" * 300 + "diff_dst" + ")" * 300, "nested"),
+    ],
+)
+def test_pathological_expressions(tmp_path, expression, fragment):
+    text = RELU.replace('diff_src = "diff_dst if src_or_dst > 0 else 0"', f'diff_src = "{expression}"')
+    rejected(tmp_path, text, "math.elements.diff_src", fragment)
+
+
 def test_file_name_must_match_op_name(tmp_path):
     rejected(tmp_path, RELU, "op.name", "must match the file name", name="other_op")
 
@@ -141,3 +157,53 @@ def test_template_error_names_template_and_line(tmp_path):
     with pytest.raises(RenderError) as caught:
         render_library(BUNDLED_SPECS, templates)
     assert "elementwise.c.j2:" in str(caught.value) and "no_such_key" in str(caught.value)
+
+
+SPEC_FILES = sorted(p for p in BUNDLED_SPECS.glob("*.toml") if p.name != "dtypes.toml")
+TOKENS = [
+    '"f32"',
+    '"f64"',
+    "true",
+    "1e400",
+    '"x y"',
+    '"int"',
+    "[]",
+    "{}",
+    '"NCX"',
+    "-1",
+    '"a if b"',
+    '"exp(x)"',
+    "name",
+    "kind",
+    '"channel"',
+    '"tensor"',
+    "[[inputs]]",
+    "[math.sums]",
+    "=",
+    '"',
+    "\\n[op]\\n",
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    which=st.integers(0, len(SPEC_FILES) - 1),
+    edits=st.lists(
+        st.tuples(st.integers(0, 10_000), st.integers(0, 40), st.sampled_from(TOKENS)), min_size=1, max_size=4
+    ),
+)
+def test_mutated_specs_fail_cleanly(tmp_path_factory, which, edits):
+    """Random edits of a valid spec: the loader either accepts it or raises SpecError; a spec it
+    accepts renders (or raises RenderError); nothing else escapes."""
+    path = SPEC_FILES[which]
+    text = path.read_text()
+    for position, length, token in edits:
+        position %= max(1, len(text))
+        text = text[:position] + token.replace("\\\\n", "\\n") + text[position + length :]
+    directory = tmp_path_factory.mktemp("fuzz")
+    shutil.copy(BUNDLED_SPECS / "dtypes.toml", directory)
+    (directory / path.name).write_text(text)
+    try:
+        render_library(directory)
+    except (SpecError, RenderError):
+        pass

@@ -1,0 +1,144 @@
+"""Every kernel under AddressSanitizer and UndefinedBehaviorSanitizer, on every CPU target.
+
+A C driver (written here from the kernel list) calls each kernel on buffers of exactly the size
+its shape needs, for shapes around the block size, tails, thread splits, reduction tiles and
+empty tensors; any out-of-bounds access or undefined behaviour aborts the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from opgen.compile import compiler
+from opgen.plan import BLOCK, CHANNEL_SPLIT, PARALLEL_THRESHOLD, TARGETS
+from opgen.render import render_library
+
+LIBRARY = render_library()
+B = BLOCK
+BIG = PARALLEL_THRESHOLD + 7  # enough elements for a thread team
+ELEMENTWISE = [0, 1, 3, B - 1, B, B + 1, 2 * B + 3, BIG]
+NCX = [(1, 1, 1), (2, 3, B + 1), (3, 5, 2), (1, 1, BIG), (40, 3, 600), (0, 3, 4), (2, 0, 5), (3, 2, 0), (17, 1, 3 * B)]
+NXC = [(1, 1), (5, B + 1), (BIG, 1), (2, CHANNEL_SPLIT + 5), (1000, 33), (0, 4), (3, 0), (9, 2 * B)]
+
+
+def call(kernel: dict, dims: tuple[int, ...]) -> str:
+    """C statements that allocate exact-size buffers, call the kernel and free them."""
+    if kernel["pattern"] == "elementwise":
+        (count,) = dims
+        total, channels = count, 0
+        size_args = [str(count)]
+    else:
+        outer, channels, inner = dims if kernel["form"] == "ncx" else (*dims, 1)
+        total = outer * channels * inner
+        size_args = [str(d) for d in dims]
+    lines, names, frees = [], [], []
+    for type_, name in kernel["params"]:
+        c_type = type_.replace("const ", "").replace("*", "").strip()
+        if name == "workspace":
+            ncx_inner = dims[2] if kernel["form"] == "ncx" else 1
+            lines.append(f"int64_t {name}_n = {kernel['name']}_workspace_size({dims[0]}, {dims[1]}, {ncx_inner});")
+            lines.append(f"double *{name} = (double *)checked_malloc((size_t){name}_n * sizeof(double));")
+            frees.append(name)
+        elif "*" in type_:
+            is_channel = name.endswith("_sums") or any(
+                t["name"] == name and t["kind"] == "channel" for t in (*kernel["inputs"], *kernel["outputs"])
+            )
+            count = channels if is_channel else total
+            lines.append(f"{c_type} *{name} = ({c_type} *)checked_malloc((size_t){count} * sizeof({c_type}));")
+            lines.append(f"fill((unsigned char *){name}, (size_t){count} * sizeof({c_type}));")
+            frees.append(name)
+        names.append(name)
+    arguments = []
+    for type_, name in kernel["params"]:
+        if "*" in type_:
+            arguments.append(name)
+        elif type_.startswith("float"):
+            arguments.append("0.25f")
+    arguments += size_args
+    lines.append(f"{kernel['name']}({', '.join(arguments)});")
+    lines += [f"free({name});" for name in frees]
+    return "{\n        " + "\n        ".join(lines) + "\n    }"
+
+
+def driver() -> str:
+    body = []
+    for kernel in LIBRARY.kernels:
+        if kernel["pattern"] == "elementwise":
+            shapes = [(count,) for count in ELEMENTWISE]
+        elif kernel["form"] == "ncx":
+            shapes = NCX
+        else:
+            shapes = NXC
+        body += [f"    {call(kernel, dims)}" for dims in shapes]
+    return "\n".join(
+        [
+            "#include <stdio.h>",
+            "#include <stdlib.h>",
+            "#include <string.h>",
+            '#include "opgen.h"',
+            "static unsigned state = 12345u;",
+            "static void fill(unsigned char *p, size_t n) { for (size_t i = 0; i < n; ++i) {"
+            " state = state * 1103515245u + 12345u; p[i] = (unsigned char)(state >> 16); } }",
+            "static void *checked_malloc(size_t n) { void *p = malloc(n ? n : 1);"
+            ' if (!p) { fputs("out of memory\\n", stderr); exit(2); } return p; }',
+            "int main(void) {",
+            *body,
+            '    printf("%s ok\\n", opgen_cpu_target());',
+            "    return 0;",
+            "}",
+            "",
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def sanitized_binary(tmp_path_factory):
+    if shutil.which(compiler()[0]) is None:
+        pytest.skip("no C compiler")
+    directory = tmp_path_factory.mktemp("asan")
+    for name, text in LIBRARY.files.items():
+        (directory / name).write_text(text)
+    (directory / "driver.c").write_text(driver())
+    flags = [
+        "-std=c99",
+        "-O1",
+        "-g",
+        "-fopenmp",
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+        "-fno-omit-frame-pointer",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+    ]
+    sources = sorted(str(p) for p in directory.glob("*.c"))
+    result = subprocess.run(
+        [*compiler(), *flags, *sources, "-o", str(directory / "driver"), "-lm"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0 and "sanitize" in result.stderr and "cannot" in result.stderr:
+        pytest.skip(f"this compiler cannot build sanitizers: {result.stderr[:200]}")
+    assert result.returncode == 0, result.stderr
+    return directory / "driver"
+
+
+@pytest.mark.parametrize("target", [t["name"] for t in TARGETS])
+def test_kernels_are_sanitizer_clean(sanitized_binary, target):
+    env = {
+        **os.environ,
+        "OPGEN_CPU_TARGET": target,
+        "OMP_NUM_THREADS": "2",
+        "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0",
+        "UBSAN_OPTIONS": "print_stacktrace=1",
+    }
+    result = subprocess.run([str(sanitized_binary)], capture_output=True, text=True, env=env, check=False, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    names = [t["name"] for t in TARGETS]
+    ran = result.stdout.split()[0]
+    assert names.index(ran) <= names.index(target), f"asked for at most {target}, ran {ran}"
