@@ -134,7 +134,8 @@ def _call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, out: Any) -> 
     key: tuple = (attributes, tuple(map(type, attributes)), flags, tuple(map(type, flags)))
     for array in inputs:
         if type(array) is np.ndarray:
-            key += (array.dtype, array.shape, array.flags.c_contiguous)
+            layout = array.flags
+            key += (array.dtype, array.shape, layout.c_contiguous and layout.aligned)
         elif array is None:
             key += (None,)
         else:
@@ -263,8 +264,10 @@ class Plan:
                 continue
             if broadcast is not None:
                 array = np.broadcast_to(array, broadcast)
-            if not array.flags.c_contiguous:
-                array = array.copy(order="C")  # not np.ascontiguousarray: it turns 0-d arrays into 1-d ones
+            if not (array.flags.c_contiguous and array.flags.aligned):
+                # a copy (not np.ascontiguousarray: it turns 0-d arrays into 1-d ones); C may only
+                # read elements at addresses aligned to their type
+                array = array.copy(order="C")
             prepared.append(array)
         return prepared
 
@@ -303,8 +306,8 @@ class Plan:
                 raise ValueError(
                     f"{where}: must have shape {shape} and dtype {dtype}, not {array.shape} and {array.dtype}"
                 )
-            if not array.flags.c_contiguous or not array.flags.writeable:
-                raise ValueError(f"{where}: must be C-contiguous and writeable")
+            if not (array.flags.c_contiguous and array.flags.writeable and array.flags.aligned):
+                raise ValueError(f"{where}: must be C-contiguous, writeable and aligned to its dtype")
             others = [x for x in inputs if x is not None] + [x for x in out if x is not None and x is not array]
             if any(np.may_share_memory(array, other) for other in others):
                 raise ValueError(f"{where}: must not overlap an input or another output")

@@ -309,3 +309,26 @@ def test_cached_plans_still_check_argument_types():
     opgen.relu_backward(src, dd, use_dst=True)
     with pytest.raises(TypeError, match="use_dst"):
         opgen.relu_backward(src, dd, use_dst=1)
+
+
+def test_misaligned_and_reversed_inputs_are_computed_correctly():
+    """Inputs that start off an element boundary (a byte-offset view) or run backwards."""
+    raw = np.random.default_rng(3).standard_normal(64).astype(F32)
+    buffer = np.zeros(64 * 4 + 2, np.uint8)
+    buffer[2:].view(F32)[:] = raw
+    misaligned = buffer[2:].view(F32)
+    assert misaligned.ctypes.data % 4 == 2
+    reversed_ = raw[::-1]
+    for x in (misaligned, reversed_):
+        got = opgen.prelu_backward(x.reshape(4, 16), np.full(16, 0.5, F32), raw.reshape(4, 16))
+        expected = oracle.prelu_backward(x.reshape(4, 16), np.full(16, 0.5, F32), raw.reshape(4, 16))
+        assert_ulps(got.diff_src, expected[0], "f32", 1, "misaligned/reversed")
+
+
+def test_failed_call_leaves_out_untouched():
+    """Validation happens before any write: a bad slope leaves a given out array as it was."""
+    src, dd = arrays((2, 3, 4), (2, 3, 4))
+    diff_src, diff_slope = np.full((2, 3, 4), 9, F32), np.full(7, 9, F32)
+    with pytest.raises(ValueError):
+        opgen.prelu_backward(src, np.ones(7, F32), dd, out=(diff_src, diff_slope))
+    assert np.all(diff_src == 9) and np.all(diff_slope == 9)
