@@ -85,14 +85,27 @@ def assert_ulps(got: np.ndarray, expected64: np.ndarray, name: str, ulps: int, c
     both = ~nan_got & ~nan_expected
     distance = np.abs(_ordered(got, name) - _ordered(rounded, name))
     bad |= both & (distance > ulps)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise AssertionError(
-            describe(
-                f"{context}: {int(bad.sum())} of {bad.size} elements off by more than {ulps} ulp; first at {where}: "
-                f"got {got64[where]!r}, expected {expected64[where]!r} (rounded {float(rounded[where])!r})"
-            )
+    _report(
+        bad,
+        got64,
+        expected64,
+        context,
+        f"off by more than {ulps} ulp",
+        lambda where: f"rounded {float(rounded[where])!r}",
+    )
+
+
+def _report(bad: np.ndarray, got64: np.ndarray, expected64: np.ndarray, context: str, what: str, detail) -> None:
+    """Fail naming how many elements are `bad` and the first of them."""
+    if not bad.any():
+        return
+    where = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise AssertionError(
+        describe(
+            f"{context}: {int(bad.sum())} of {bad.size} elements {what}; first at {where}: "
+            f"got {got64[where]!r}, expected {expected64[where]!r}, {detail(where)}"
         )
+    )
 
 
 def ulp(values: np.ndarray, name: str) -> np.ndarray:
@@ -117,16 +130,16 @@ def assert_within(got: np.ndarray, expected64: np.ndarray, name: str, bound: np.
         bad |= np.isinf(got64) & (got64 != rounded) & (np.abs(_ordered(got, name) - _ordered(rounded, name)) > 1)
         bad |= np.isinf(rounded) & ~np.isinf(got64) & (np.abs(_ordered(got, name) - _ordered(rounded, name)) > 1)
         error = np.abs(got64 - expected64)
-        bad |= finite & ~(error <= ulp(expected64, name) + bound)
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise AssertionError(
-            describe(
-                f"{context}: {int(bad.sum())} of {bad.size} elements outside the bound; first at {where}: "
-                f"got {got64[where]!r}, expected {expected64[where]!r}, allowed error "
-                f"{float(ulp(expected64, name)[where] + np.broadcast_to(bound, expected64.shape)[where])!r}"
-            )
-        )
+        allowed = ulp(expected64, name) + bound
+        bad |= finite & ~(error <= allowed)
+    _report(
+        bad,
+        got64,
+        expected64,
+        context,
+        "outside the bound",
+        lambda where: f"allowed error {float(np.broadcast_to(allowed, expected64.shape)[where])!r}",
+    )
 
 
 def sum_bound(terms_abs_sum: np.ndarray, count: int) -> np.ndarray:
