@@ -9,9 +9,13 @@
 
 /* GCC will not turn `c ? a : b` on floats into a vector blend while it must keep FP
  * exceptions exact (-ftrapping-math). Results are the same IEEE values either way, and
- * opgen never reads FP exception flags, so let it (clang already does by default). */
+ * opgen never reads FP exception flags, so let it (clang already does by default).
+ * No contraction of a*b+c into FMA, whatever the build's flags (-std=gnu99 enables it):
+ * every CPU target must round alike. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
 #endif
 
 #include <math.h>

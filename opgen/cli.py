@@ -22,7 +22,13 @@ def _build(args: argparse.Namespace) -> int:
         raise SystemExit("opgen build: --out DIR is required with --specs (the bundled output is generated/)")
     out_dir = Path(args.out) if args.out else BUNDLED_OUTPUT
     started = time.perf_counter()
-    library = render_library(spec_dir, BUNDLED_TEMPLATES)
+    if (args.ops or args.dtypes) and not args.out:
+        raise SystemExit("opgen build: --out DIR is required with --ops or --dtypes (generated/ holds every op)")
+
+    def names(text: str | None) -> list[str] | None:
+        return [name for name in text.split(",") if name] if text else None
+
+    library = render_library(spec_dir, BUNDLED_TEMPLATES, names(args.ops), names(args.dtypes))
     try:
         module = build_module(library)  # compile before touching the output: a failure leaves it as it was
     except BuildError as error:
@@ -101,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     build = commands.add_parser("build", help="render the specs to C, compile the module, and print what was built")
     build.add_argument("--specs", help="directory of op specs and dtypes.toml (default: the bundled specs)")
     build.add_argument("--out", help="output directory (default: the bundled generated/)")
+    build.add_argument("--ops", help="comma-separated ops to build (default: all)")
+    build.add_argument("--dtypes", help="comma-separated dtypes: keep the dtype combinations made of these")
     build.set_defaults(run=_build)
     listing = commands.add_parser("list", help="list the ops and their variants")
     listing.add_argument("--specs", help="directory of op specs (default: the bundled specs)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -68,9 +69,17 @@ def _render(env: jinja2.Environment, name: str, **context: Any) -> str:
         raise RenderError(f"{where}: {error}") from None
 
 
-def render_library(spec_dir: Path = BUNDLED_SPECS, template_dir: Path = BUNDLED_TEMPLATES) -> Library:
-    """Load and check the specs in `spec_dir`, then render every file in memory."""
+def render_library(
+    spec_dir: Path = BUNDLED_SPECS,
+    template_dir: Path = BUNDLED_TEMPLATES,
+    ops: list[str] | None = None,
+    dtypes: list[str] | None = None,
+) -> Library:
+    """Load and check the specs in `spec_dir`, then render every file in memory.
+
+    `ops` keeps only those ops; `dtypes` keeps only the dtype combinations made of those dtypes."""
     table, specs = load_specs(Path(spec_dir))
+    specs = select(specs, table, ops, dtypes)
     env = environment(Path(template_dir))
     kernels_by_op = {spec.name: [plan.kernel(v, table) for v in plan.variants(spec, table)] for spec in specs}
     kernels = [k for spec in specs for k in kernels_by_op[spec.name]]
@@ -99,9 +108,32 @@ def render_library(spec_dir: Path = BUNDLED_SPECS, template_dir: Path = BUNDLED_
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
         for target in plan.TARGETS[1:]:
             files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)
+    files["CMakeLists.txt"] = _render(env, "CMakeLists.txt.j2", sources=sorted(n for n in files if n.endswith(".c")))
     files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
     cdef = _render(env, "cdef.h.j2", kernels=kernels + probes, dtypes=settings["dtypes"])
     return Library(Path(spec_dir), table, specs, kernels, files, cdef)
+
+
+def select(specs: list[OpSpec], table: DTypeTable, ops: list[str] | None, dtypes: list[str] | None) -> list[OpSpec]:
+    """The subset of `specs` a build asked for; an unknown name or an empty op is an error."""
+    if ops is not None:
+        known = {spec.name for spec in specs}
+        unknown = [name for name in ops if name not in known]
+        if unknown:
+            raise RenderError(f"--ops: no op named {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        specs = [spec for spec in specs if spec.name in ops]
+    if dtypes is not None:
+        unknown = [name for name in dtypes if name not in table.dtypes]
+        if unknown:
+            raise RenderError(f"--dtypes: no dtype named {', '.join(unknown)} (known: {', '.join(table.dtypes)})")
+        chosen = []
+        for spec in specs:
+            rows = tuple(row for row in spec.dtypes if set(row.values()) <= set(dtypes))
+            if not rows:
+                raise RenderError(f"--dtypes: {spec.name} has no dtype combination within {', '.join(dtypes)}")
+            chosen.append(dataclasses.replace(spec, dtypes=rows))
+        specs = chosen
+    return specs
 
 
 def _probes() -> list[dict[str, Any]]:

@@ -1,0 +1,133 @@
+"""The generated C builds and runs with no Python and no opgen: copied out of the repository, built
+with CMake and with a plain `cc *.c` line, warning-free, and checked against the oracle's outputs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opgen import oracle
+from opgen.compile import compiler
+from opgen.render import BUNDLED_OUTPUT
+from tests.helpers import rng, sum_bound, ulp
+from tests.test_batch_norm import bounds
+
+PROGRAM = Path(__file__).parent / "c" / "use_kernels.c"
+N, C, S = 3, 5, 37
+STRICT = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
+
+
+def write_golden(directory: Path) -> None:
+    generator = rng("vendoring")
+    src = generator.standard_normal((N, C, S)).astype(np.float32)
+    diff_dst = generator.standard_normal((N, C, S)).astype(np.float32)
+    slope = generator.random(C).astype(np.float32)
+    mean = generator.standard_normal(S).astype(np.float32)
+    variance = (generator.random(S) + 0.1).astype(np.float32)
+    gamma = generator.standard_normal(S).astype(np.float32)
+    for name, array in [
+        ("src", src),
+        ("diff_dst", diff_dst),
+        ("slope", slope),
+        ("mean", mean),
+        ("variance", variance),
+        ("gamma", gamma),
+    ]:
+        array.tofile(directory / f"{name}.f32")
+
+    def golden(name: str, expected: np.ndarray, allowed: np.ndarray) -> None:
+        expected.astype(np.float64).tofile(directory / name)
+        np.broadcast_to(allowed, expected.shape).astype(np.float64).tofile(directory / f"{name}.allowed")
+
+    golden("relu.diff_src", oracle.relu_backward(src, diff_dst), np.zeros(1))
+    prelu = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
+    golden("prelu.diff_src", prelu[0], ulp(prelu[0], "f32"))
+    magnitude = oracle.prelu_backward(-np.abs(src), slope, -np.abs(diff_dst), data_format="NCX")[1]
+    golden("prelu.diff_slope", prelu[1], ulp(prelu[1], "f32") + sum_bound(magnitude, N * S))
+    rows = src.reshape(N * C, S)
+    bn = oracle.batch_norm_training_backward(
+        rows, diff_dst.reshape(N * C, S), mean, variance, gamma, epsilon=1e-3, data_format="NXC"
+    )
+    src_bound, gamma_bound, beta_bound = bounds(rows, diff_dst.reshape(N * C, S), mean, variance, gamma, 1e-3, "NXC")
+    golden("bn.diff_src", bn[0], ulp(bn[0], "f32") + src_bound)
+    golden("bn.diff_gamma", bn[1], ulp(bn[1], "f32") + gamma_bound)
+    golden("bn.diff_beta", bn[2], ulp(bn[2], "f32") + beta_bound)
+
+
+@pytest.fixture(scope="module")
+def vendored(tmp_path_factory):
+    """generated/ copied outside the repository, without the Python module, plus golden files."""
+    root = tmp_path_factory.mktemp("vendor")
+    source = root / "opgen"
+    source.mkdir()
+    for path in BUNDLED_OUTPUT.iterdir():
+        if path.suffix in (".c", ".h") or path.name == "CMakeLists.txt":
+            shutil.copy(path, source)
+    golden = root / "golden"
+    golden.mkdir()
+    write_golden(golden)
+    return root
+
+
+def run(command: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, capture_output=True, text=True, cwd=cwd, check=False)
+    assert result.returncode == 0, f"{' '.join(command)}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.mark.parametrize("openmp", [False, True], ids=["no-openmp", "openmp"])
+def test_plain_cc_build(vendored, openmp):
+    source = vendored / "opgen"
+    binary = vendored / f"use_kernels_cc_{openmp}"
+    flags = [*STRICT, *(["-fopenmp"] if openmp else [])]
+    run(
+        [
+            *compiler(),
+            *flags,
+            f"-I{source}",
+            *sorted(map(str, source.glob("*.c"))),
+            str(PROGRAM),
+            "-o",
+            str(binary),
+            "-lm",
+        ]
+    )
+    result = run([str(binary), str(vendored / "golden")])
+    assert "6 passed, 0 failed" in result.stdout
+
+
+def test_cmake_build_and_install(vendored):
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed")
+    build, prefix = vendored / "build", vendored / "prefix"
+    run(
+        [
+            "cmake",
+            "-S",
+            str(vendored / "opgen"),
+            "-B",
+            str(build),
+            f"-DCMAKE_INSTALL_PREFIX={prefix}",
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DCMAKE_C_FLAGS=-Wall -Wextra -Wpedantic -Werror",
+        ]
+    )
+    run(["cmake", "--build", str(build), "-j", "2"])
+    run(["cmake", "--install", str(build)])
+    # A consumer project finds the installed package and links the static library.
+    consumer = vendored / "consumer"
+    consumer.mkdir()
+    shutil.copy(PROGRAM, consumer)
+    (consumer / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(consumer C)\nfind_package(opgen REQUIRED)\n"
+        "add_executable(use_kernels use_kernels.c)\n"
+        "target_link_libraries(use_kernels PRIVATE opgen::opgen_kernels_static m)\n"
+    )
+    run(["cmake", "-S", str(consumer), "-B", str(consumer / "build"), f"-DCMAKE_PREFIX_PATH={prefix}"])
+    run(["cmake", "--build", str(consumer / "build")])
+    result = run([str(consumer / "build" / "use_kernels"), str(vendored / "golden")])
+    assert "6 passed, 0 failed" in result.stdout
