@@ -173,3 +173,20 @@ def test_concurrent_builds_and_a_killed_build_leave_a_consistent_library(tmp_pat
     assert library.leaky_relu_backward(np.array([-1.0], np.float32), np.array([2.0], np.float32)).tolist() == [
         np.float32(0.02)
     ]
+
+
+def test_subset_build(tmp_path):
+    out = tmp_path / "subset"
+    result = run_cli(
+        "build", "--ops", "relu_backward,batch_norm_training_backward", "--dtypes", "f32,bf16", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    functions = {f["name"] for op in manifest["ops"] for f in op["functions"]}
+    assert {op["name"] for op in manifest["ops"]} == {"relu_backward", "batch_norm_training_backward"}
+    assert "relu_backward_bf16" in functions and "relu_backward_f16" not in functions
+    assert "batch_norm_training_backward_bf16_f32_nxc" in functions
+    assert not any("f16" in name.replace("bf16", "") for name in functions)
+    assert (out / "CMakeLists.txt").exists() and not (out / "prelu_backward.c").exists()
+    bad = run_cli("build", "--ops", "relu_backward", "--dtypes", "f64", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 1 and "--dtypes: no dtype named f64" in bad.stderr
