@@ -200,6 +200,16 @@ class Plan:
         numbers = checked.variant_name(plan.dtype_tag(checked.row), None if spec.pattern == "elementwise" else "ncx")
         used_attributes = library.variants[spec.name][numbers]["attributes"]
         self.attributes = [float(np.float32(checked.attributes[a])) for a in used_attributes]
+        # The plan's key records each input's dtype, shape and layout, so whether any needs
+        # preparing (ignored, broadcast, strided or misaligned) is known here, once.
+        self.copy_needed = any(
+            not used or broadcast is not None or not (a.flags.c_contiguous and a.flags.aligned)
+            for (used, broadcast, _), a in zip(self.inputs, (checked.inputs[t.name] for t in spec.inputs))
+        )
+        self.allocate = [
+            (requested, shape, dtype, math.prod(shape) * dtype.itemsize >= STREAM_ALIGN_BYTES)
+            for _, shape, dtype, _, requested, _ in self.outputs
+        ]
         self.pattern = spec.pattern
         self.scratch_arrays = threading.local()  # per Python thread: kernels run without the GIL
         tag = plan.dtype_tag(checked.row)
@@ -271,16 +281,16 @@ class Plan:
             prepared.append(array)
         return prepared
 
-    def _outputs(self, out: Any, inputs: list[np.ndarray | None]) -> list[np.ndarray | None]:
-        given = self._check_out(out, inputs)
+    def _outputs(self, out: Any, inputs: Any) -> list[np.ndarray | None]:
+        given = self._check_out(out, inputs) if out is not None else None
         arrays: list[np.ndarray | None] = []
-        for index, (_, shape, dtype, _, requested, _) in enumerate(self.outputs):
+        for index, (requested, shape, dtype, big) in enumerate(self.allocate):
             if not requested:
                 arrays.append(None)
             elif given is not None and given[index] is not None:
                 arrays.append(given[index])
             else:
-                arrays.append(aligned_empty(shape, dtype))
+                arrays.append(aligned_empty(shape, dtype) if big else np.empty(shape, dtype))
         return arrays
 
     def _check_out(self, out: Any, inputs: list[np.ndarray | None]) -> list[Any] | None:
@@ -314,7 +324,7 @@ class Plan:
         return list(out)
 
     def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
-        prepared = self._prepare(inputs)
+        prepared = self._prepare(inputs) if self.copy_needed else inputs
         outputs = self._outputs(out, prepared)
         pointers = [self.pointer(array, c_type) for array, (_, _, c_type) in zip(prepared, self.inputs)]
         if self.pattern == "elementwise":
