@@ -23,16 +23,27 @@ static const char *const opgen_target_names[] = { "baseline", "avx2", "avx512" }
 /* -1: not chosen yet. Written once with the same value by any thread that gets there first. */
 static int opgen_target = -1;
 
+#if OPGEN_X86_DISPATCH
+#include <cpuid.h>
+
+/* F16C from CPUID leaf 1 (ECX bit 29): not every compiler's __builtin_cpu_supports knows it. */
+static int opgen_cpu_has_f16c(void)
+{
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 29) & 1u);
+}
+#endif
+
 static int opgen_choose_target(void)
 {
     int best = 0;
     const char *cap = getenv("OPGEN_CPU_TARGET");
 #if OPGEN_X86_DISPATCH
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c()) {
         best = 1;
     }
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c()) {
         best = 2;
     }
 #endif

@@ -16,6 +16,10 @@
 #pragma GCC optimize("no-trapping-math", "fp-contract=off")
 #elif defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
+/* clang warns about every `omp simd` loop it keeps scalar (conversions with no vector form
+ * on the baseline target, say); the loop is still correct, and the kernels are not rewritten
+ * per compiler. */
+#pragma clang diagnostic ignored "-Wpass-failed"
 #endif
 
 #include <math.h>
@@ -310,5 +314,101 @@ static inline void opgen_store_block_f16(opgen_f16 *OPGEN_RESTRICT out, const fl
 #endif
     opgen_store_halves(out, halves, stream);
 }
+
+/* ---- The op API's machinery (opgen_runtime.c): the rules of an op as data, one checker ---- */
+
+#define OPGEN_MAX_OPERANDS 16
+#define OPGEN_MAX_FORMS 7
+
+enum opgen_pattern {
+    OPGEN_PATTERN_ELEMENTWISE,
+    OPGEN_PATTERN_BROADCAST_REDUCE,
+    OPGEN_PATTERN_REDUCE_THEN_APPLY
+};
+
+/* How an input's shape may relate to the reference's (README, "Ops and call shapes"). */
+enum opgen_form {
+    OPGEN_FORM_TO_REFERENCE,
+    OPGEN_FORM_PER_CHANNEL,
+    OPGEN_FORM_PER_TENSOR,
+    OPGEN_FORM_TRAILING,
+    OPGEN_FORM_NUMPY,
+    OPGEN_FORM_SINGLE,
+    OPGEN_FORM_CHANNEL_COUNT
+};
+
+typedef struct opgen_operand_info {
+    const char *name;
+    int input;     /* else an output */
+    int channel;   /* a per-channel (broadcast or reduced) operand; else the reference's shape */
+    int optional;  /* may be NULL */
+    int ignored;   /* an input ignored (taken as absent) unless the optional outputs are given */
+    int requested; /* one of the optional outputs, given all together or not at all */
+    int like;      /* a channel output of broadcast_reduce: the input whose shape it takes */
+    int form_count;
+    int forms[OPGEN_MAX_FORMS]; /* tried in order; the first that fits is used */
+    const char *rules;          /* the forms in words, for messages */
+} opgen_operand_info;
+
+/* One specialized kernel behind a uniform signature: tensors are the operands' data (inputs,
+ * then outputs; the sums of broadcast_reduce channel outputs), numbers the f32 attributes,
+ * dims count, or outer, channels and inner. */
+typedef void (*opgen_adapter)(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims);
+typedef int64_t (*opgen_workspace_function)(int64_t outer, int64_t channels, int64_t inner);
+
+typedef struct opgen_op_info {
+    const char *function;
+    int pattern;
+    int input_count;
+    int output_count;
+    const opgen_operand_info *operands;
+    int reference;
+    int min_rank;
+    int max_rank;
+    int row_count;
+    const opgen_dtype *rows; /* row_count rows of input_count + output_count dtypes */
+    const char *rows_text;
+    int forms;               /* kernels per row and flag set: 1 (elementwise) or 2 (ncx, nxc) */
+    int flag_count;          /* boolean attributes fixed in the kernels */
+    const opgen_adapter *kernels;                 /* by (row, form, flags) */
+    const opgen_workspace_function *workspaces;   /* the same order; NULL for elementwise */
+} opgen_op_info;
+
+/* A checked call and how it runs: kernel, dims and the layout of its workspace. */
+typedef struct opgen_call {
+    const opgen_op_info *op;
+    const opgen_tensor *tensors[OPGEN_MAX_OPERANDS]; /* NULL: absent or ignored */
+    int64_t counts[OPGEN_MAX_OPERANDS];
+    int channel_axis;        /* 1 (NCX), -1 (NXC) or 0 (no channel) */
+    int row;
+    int kernel;
+    int64_t dims[3];         /* count; or outer, channels, inner */
+    int64_t reference_count;
+    int64_t expanded[OPGEN_MAX_RANK]; /* broadcast_reduce: the operand broadcast to the reference's rank */
+    int operand;             /* broadcast_reduce: its channel input */
+    int64_t sums_size;       /* elements of the operand, the sums' length */
+    int64_t repeat;          /* > 1: the operand repeated along a short inner dim (nxc loop) */
+    int lead_count;          /* leading dims the kernel does not cover: one kernel call each */
+    int64_t lead_sizes[OPGEN_MAX_RANK];
+    int lead_kept[OPGEN_MAX_RANK];
+    unsigned char copied[OPGEN_MAX_OPERANDS]; /* inputs broadcast into the workspace, at copy_at */
+    size_t copy_at[OPGEN_MAX_OPERANDS];
+    size_t sums_at[OPGEN_MAX_OPERANDS];
+    size_t kernel_at;
+    size_t repeat_at;
+    size_t workspace_bytes;  /* 0, or the bytes used + alignment slack */
+} opgen_call;
+
+opgen_status opgen_error(opgen_status status, const char *function, const char *argument, const char *format, ...);
+opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
+                              int channel_axis, int flags, int with_data);
+opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *workspace, size_t workspace_size);
+opgen_status opgen_call_once(const opgen_call *call, const float *numbers);
+size_t opgen_dtype_size(opgen_dtype dtype);
+/* dst (dense) = src viewed with `strides` (elements; 0 repeats an element); and the reverse. */
+void opgen_gather(void *dst, const void *src, size_t element_size, int rank, const int64_t *dims,
+                  const int64_t *strides);
+void opgen_scatter(void *dst, const void *src, size_t element_size, int rank, const int64_t *dims,
+                   const int64_t *strides);
 
 #endif /* OPGEN_INTERNAL_H */

@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from opgen import plan
+from opgen import c_api, plan
 from opgen.specs import DTypeTable, OpSpec, load_specs
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -94,23 +94,38 @@ def render_library(
         "stream_bytes": plan.STREAM_BYTES,
         "targets": plan.TARGETS,
         "spec_dir": label,
-        "dtypes": [{"name": d.name, "c_type": d.c_type, "store": d.store} for d in table.dtypes.values()],
+        "dtypes": [
+            {"name": d.name, "c_type": d.c_type, "store": d.store, "code": c_api.dtype_code(d.name)}
+            for d in table.dtypes.values()
+        ],
+        "statuses": c_api.STATUSES,
+        "max_rank": c_api.MAX_RANK,
+        "max_operands": c_api.MAX_OPERANDS,
+        "max_forms": len(c_api.FORM_CODES),
+        "form_codes": list(c_api.FORM_CODES.values()),
+        "enums": c_api.enums(specs),
     }
+    try:
+        apis = [c_api.describe(spec, table, kernels_by_op[spec.name]) for spec in specs]
+    except ValueError as error:
+        raise RenderError(str(error)) from None
     files = {
-        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels + probes, **settings),
+        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels + probes, apis=apis, **settings),
         "opgen_internal.h": _render(env, "opgen_internal.h.j2", compute_types=sorted(table.compute_types), **settings),
         "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + probes, **settings),
         "opgen_bandwidth.c": _render(env, "bandwidth.c.j2"),
+        "opgen_runtime.c": _render(env, "runtime.c.j2", **settings),
     }
     for target in plan.TARGETS[1:]:
         files[f"opgen_bandwidth__{target['name']}.c"] = _render(env, "target.c.j2", op="opgen_bandwidth", target=target)
-    for spec in specs:
+    for spec, api in zip(specs, apis):
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
+        files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
         for target in plan.TARGETS[1:]:
             files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)
     files["CMakeLists.txt"] = _render(env, "CMakeLists.txt.j2", sources=sorted(n for n in files if n.endswith(".c")))
     files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
-    cdef = _render(env, "cdef.h.j2", kernels=kernels + probes, dtypes=settings["dtypes"])
+    cdef = _render(env, "cdef.h.j2", kernels=kernels + probes, apis=apis, **settings)
     return Library(Path(spec_dir), table, specs, kernels, files, cdef)
 
 

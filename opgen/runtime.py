@@ -17,7 +17,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from opgen import plan, shapes
+from opgen import c_api, plan
 from opgen.specs import OpSpec, load_specs
 from opgen.validate import Checked
 
@@ -51,6 +51,8 @@ class OpLibrary:
             for spec in self.specs
         }
         self.dtype_names = {numpy_dtype(d.numpy): d.name for d in self.table.dtypes.values()}
+        # string attribute values -> their C enum values
+        self.enum_values = {e["type"]: {v: i for i, (_, v) in enumerate(e["members"])} for e in c_api.enums(self.specs)}
         self._module: Any = None
         self.ops = {spec.name: make_function(self, spec) for spec in self.specs}
 
@@ -164,121 +166,95 @@ def _make_plan(op: _Op, inputs: tuple, attributes: tuple, flags: tuple) -> Plan:
 
 
 class Plan:
-    """Everything a checked call needs to run: input preparation, outputs, kernel calls."""
+    """Everything a checked call needs to run: input preparation, outputs, the C call.
+
+    The call goes through the op's public C entry point, opgen_<op>_with_workspace, which
+    checks the call again, picks the specialized kernel and runs it."""
 
     def __init__(self, op: _Op, checked: Checked) -> None:
         library, spec = op.library, op.spec
-        self.op = op
         self.name = spec.name
         table = library.table
-        reference = checked.reference.shape
         self.ffi = library.module.ffi
         self.lib = library.module.lib
-        # per input: (use it?, shape to broadcast to or None, C type)
-        self.inputs = []
-        for tensor in spec.inputs:
-            array = checked.inputs[tensor.name]
-            used = array is not None
-            broadcast = reference if used and tensor.kind == "tensor" and array.shape != reference else None
-            c_type = table.dtypes[checked.row[tensor.name]].c_type + "[]" if used else None
-            self.inputs.append((used, broadcast, c_type))
-        # per output: (name, shape, dtype, C type, requested?)
+        self.function = getattr(self.lib, f"opgen_{spec.name}_with_workspace")
+        # per input: used? (ignored and absent inputs are not)
+        self.used = [checked.inputs[t.name] is not None for t in spec.inputs]
+        # per output: (name, shape, dtype, requested?)
         self.outputs = []
         for tensor in spec.outputs:
             requested = not (tensor.requested_by and not checked.flags[tensor.requested_by])
-            dtype = table.dtypes[checked.row[tensor.name]]
-            self.outputs.append(
-                (
-                    tensor.name,
-                    checked.output_shape(tensor.name),
-                    numpy_dtype(dtype.numpy),
-                    dtype.c_type + "[]",
-                    requested,
-                    tensor.kind,
-                )
-            )
-        numbers = checked.variant_name(plan.dtype_tag(checked.row), None if spec.pattern == "elementwise" else "ncx")
-        used_attributes = library.variants[spec.name][numbers]["attributes"]
-        self.attributes = [float(np.float32(checked.attributes[a])) for a in used_attributes]
+            dtype = numpy_dtype(table.dtypes[checked.row[tensor.name]].numpy)
+            self.outputs.append((tensor.name, checked.output_shape(tensor.name), dtype, requested))
+        # descriptors: dtype code, shape (data pointers are set per call)
+        codes = {name: index for index, name in enumerate(table.dtypes)}
+        self.shapes = [
+            (codes[checked.row[t.name]], checked.inputs[t.name].shape) if used else None
+            for t, used in zip(spec.inputs, self.used)
+        ]
+        self.shapes += [
+            (codes[checked.row[name]], shape) if requested else None for name, shape, _, requested in self.outputs
+        ]
+        self.attributes = [_c_attribute(library, a, checked.attributes[a.name]) for a in spec.attributes]
         # The plan's key records each input's dtype, shape and layout, so whether any needs
-        # preparing (ignored, broadcast, strided or misaligned) is known here, once.
+        # a contiguous, aligned copy is known here, once.
         self.copy_needed = any(
-            not used or broadcast is not None or not (a.flags.c_contiguous and a.flags.aligned)
-            for (used, broadcast, _), a in zip(self.inputs, (checked.inputs[t.name] for t in spec.inputs))
+            used and not (a.flags.c_contiguous and a.flags.aligned)
+            for used, a in zip(self.used, (checked.inputs[t.name] for t in spec.inputs))
         )
         self.allocate = [
             (requested, shape, dtype, math.prod(shape) * dtype.itemsize >= STREAM_ALIGN_BYTES)
-            for _, shape, dtype, _, requested, _ in self.outputs
+            for _, shape, dtype, requested in self.outputs
         ]
-        self.pattern = spec.pattern
-        self.scratch_arrays = threading.local()  # per Python thread: kernels run without the GIL
-        tag = plan.dtype_tag(checked.row)
-        if spec.pattern == "elementwise":
-            self.kernel = getattr(self.lib, checked.variant_name(tag, None))
-            self.count = math.prod(reference)
-        elif spec.pattern == "broadcast_reduce":
-            operand = next(t for t in spec.inputs if t.kind == "channel")
-            self.operand_index = spec.inputs.index(operand)
-            form, expanded = checked.forms[operand.name]
-            self.sums_size = math.prod(expanded)
-            self.pieces = shapes.calls(reference, expanded) if math.prod(reference) else []
-            self.narrow = {
-                i: getattr(self.lib, f"opgen_narrow_{checked.row[t.name]}")
-                for i, t in enumerate(spec.outputs)
-                if t.kind == "channel"
-            }
-            # A short inner dim (H*W < one block) leaves the ncx loop little to vectorize: run the
-            # nxc loop over [outer][channels * inner] with the operand repeated along inner, and
-            # fold the sums back (fixed order: the `inner` partial sums of a channel, in turn).
-            self.repeat = 1
-            if len(self.pieces) == 1 and self.pieces[0].form == "ncx" and self.pieces[0].inner < plan.BLOCK:
-                piece = self.pieces[0]
-                self.repeat = piece.inner
-                self.pieces = [shapes.Call("nxc", 0, 0, piece.outer, piece.channels * piece.inner, 1)]
-            if self.pieces:
-                first = self.pieces[0]
-                name = checked.variant_name(tag, first.form)
-                self.kernel = getattr(self.lib, name)
-                inner = first.inner if first.form == "ncx" else 1
-                self.workspace = int(getattr(self.lib, f"{name}_workspace_size")(first.outer, first.channels, inner))
-        else:
-            outer, channels, inner = shapes.channel_dims(reference, checked.layout)
-            if inner == 0:  # no elements per channel: the sums are empty, only per-channel outputs remain
-                outer, inner = 0, 1
-            form = "ncx" if inner > 1 else "nxc"
-            name = checked.variant_name(tag, form)
-            self.kernel = getattr(self.lib, name)
-            self.dims = (outer, channels, inner) if form == "ncx" else (outer, channels)
-            self.channels = channels
-            self.workspace = int(getattr(self.lib, f"{name}_workspace_size")(outer, channels, inner))
+        self.local = threading.local()  # per Python thread: the C call runs without the GIL
+        size = self.ffi.new("size_t *")
+        status = getattr(self.lib, f"opgen_{spec.name}_workspace_size")(*self._descriptors(), *self.attributes, size)
+        self._raise(status)
+        self.workspace_bytes = int(size[0])
 
-    def scratch(self, name: str, size: int) -> np.ndarray:
-        """A float64 buffer of `size` elements, kept for this plan and Python thread (no page faults per call)."""
-        found = getattr(self.scratch_arrays, name, None)
-        if found is None or found.size < size:
-            found = np.empty(max(1, size), dtype=np.float64)
-            setattr(self.scratch_arrays, name, found)
-        return found[:size]
+    def _descriptors(self) -> list[Any]:
+        """This thread's descriptors (pointers, NULL for absent operands)."""
+        found = getattr(self.local, "descriptors", None)
+        if found is None:
+            block = self.ffi.new("opgen_tensor[]", len(self.shapes))
+            found = [block]
+            for index, described in enumerate(self.shapes):
+                if described is None:
+                    found.append(self.ffi.NULL)
+                    continue
+                code, shape = described
+                block[index].dtype = code
+                block[index].rank = len(shape)
+                for d, size in enumerate(shape):
+                    block[index].dims[d] = size
+                found.append(block + index)
+            self.local.descriptors = found
+        return found[1:]
 
-    def pointer(self, array: np.ndarray | None, c_type: str) -> Any:
-        """A C pointer to the array's data (`c_type` is the C array type, such as "float[]")."""
-        if array is None or array.size == 0:
+    def _raise(self, status: int) -> None:
+        if status == 0:
+            return
+        message = self.ffi.string(self.lib.opgen_last_error()).decode()
+        kind = {1: TypeError, 2: TypeError, 11: MemoryError}.get(status, ValueError)
+        raise kind(message)
+
+    def _workspace(self) -> Any:
+        """This thread's workspace, kept for the plan (no page faults per call)."""
+        if not self.workspace_bytes:
             return self.ffi.NULL
-        return self.ffi.from_buffer(c_type, array)
+        found = getattr(self.local, "workspace", None)
+        if found is None:
+            found = self.local.workspace = np.empty(self.workspace_bytes, dtype=np.uint8)
+        return self.ffi.from_buffer(found)
 
     def _prepare(self, inputs: tuple) -> list[np.ndarray | None]:
         prepared = []
-        for array, (used, broadcast, _) in zip(inputs, self.inputs):
-            if not used:
-                prepared.append(None)
-                continue
-            if broadcast is not None:
-                array = np.broadcast_to(array, broadcast)
-            if not (array.flags.c_contiguous and array.flags.aligned):
+        for array, used in zip(inputs, self.used):
+            if used and not (array.flags.c_contiguous and array.flags.aligned):
                 # a copy (not np.ascontiguousarray: it turns 0-d arrays into 1-d ones); C may only
                 # read elements at addresses aligned to their type
                 array = array.copy(order="C")
-            prepared.append(array)
+            prepared.append(array if used else None)
         return prepared
 
     def _outputs(self, out: Any, inputs: Any) -> list[np.ndarray | None]:
@@ -304,7 +280,7 @@ class Plan:
                 f"{self.name}(): out: must be {'an array' if single else 'a tuple'} of "
                 f"{len(self.outputs)} output(s) ({', '.join(o[0] for o in self.outputs)})"
             )
-        for array, (name, shape, dtype, _, requested, _) in zip(out, self.outputs):
+        for array, (name, shape, dtype, requested) in zip(out, self.outputs):
             if array is None:
                 continue
             where = f"{self.name}(): out ({name})"
@@ -326,60 +302,22 @@ class Plan:
     def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
         prepared = self._prepare(inputs) if self.copy_needed else inputs
         outputs = self._outputs(out, prepared)
-        pointers = [self.pointer(array, c_type) for array, (_, _, c_type) in zip(prepared, self.inputs)]
-        if self.pattern == "elementwise":
-            if self.count:
-                results = [self.pointer(a, o[3]) for a, o in zip(outputs, self.outputs)]
-                self.kernel(*pointers, *self.attributes, *results, self.count)
-        elif self.pattern == "broadcast_reduce":
-            self._run_broadcast_reduce(prepared, pointers, outputs)
-        elif self.channels:
-            workspace = self.scratch("workspace", self.workspace)
-            results = [self.pointer(a, o[3]) for a, o in zip(outputs, self.outputs)]
-            self.kernel(*pointers, *self.attributes, *results, self.pointer(workspace, "double[]"), *self.dims)
+        descriptors = self._descriptors()
+        buffers = []  # keeps the buffers' C views alive during the call
+        for descriptor, array in zip(descriptors, (*prepared, *outputs)):
+            if descriptor != self.ffi.NULL:  # not an absent, ignored or unrequested operand
+                view = self.ffi.from_buffer(array) if array.size else self.ffi.NULL
+                descriptor.data = view
+                buffers.append(view)
+        workspace = self._workspace()
+        self._raise(self.function(*descriptors, *self.attributes, workspace, self.workspace_bytes))
         return outputs
 
-    def _run_broadcast_reduce(self, prepared: list, pointers: list, outputs: list) -> None:
-        if self.repeat > 1:
-            operand = prepared[self.operand_index]
-            repeated = np.repeat(operand.reshape(-1), self.repeat)
-            pointers = list(pointers)
-            pointers[self.operand_index] = self.pointer(repeated, self.inputs[self.operand_index][2])
-        sums = {}
-        for index, o in enumerate(self.outputs):
-            if o[5] == "channel":
-                sums[index] = self.scratch(f"sums{index}", self.sums_size * self.repeat)
-                sums[index].fill(0)
-        if self.pieces:
-            workspace = self.pointer(self.scratch("workspace", self.workspace), "double[]")
-            results = [
-                self.pointer(sums[i], "double[]") if i in sums else self.pointer(a, o[3])
-                for i, (a, o) in enumerate(zip(outputs, self.outputs))
-            ]
-            channel = [i in sums for i in range(len(results))]
-            for piece in self.pieces:
-                if piece.offset == 0 and piece.operand_offset == 0:
-                    args = [*pointers, *self.attributes, *results]
-                else:  # a leading dim the kernel does not cover: shift every pointer to this piece
-                    args = [
-                        p + (piece.operand_offset if i == self.operand_index else piece.offset)
-                        for i, p in enumerate(pointers)
-                    ]
-                    args += self.attributes
-                    args += [r + (piece.operand_offset if channel[i] else piece.offset) for i, r in enumerate(results)]
-                args.append(workspace)
-                if piece.form == "ncx":
-                    self.kernel(*args, piece.outer, piece.channels, piece.inner)
-                else:
-                    self.kernel(*args, piece.outer, piece.channels)
-        for index, total in sums.items():
-            target = outputs[index]
-            if self.repeat > 1:
-                folded = total[0 :: self.repeat].copy()
-                for step in range(1, self.repeat):
-                    folded += total[step :: self.repeat]
-                total = folded
-            if target.size:  # double -> f32 -> dtype, in C: the same roundings as the kernels' stores
-                self.narrow[index](
-                    self.pointer(total, "double[]"), self.pointer(target, self.outputs[index][3]), target.size
-                )
+
+def _c_attribute(library: OpLibrary, attribute: Any, value: Any) -> Any:
+    """An attribute value as the C API takes it: enum value, 0/1, or float."""
+    if attribute.type == "string":
+        return library.enum_values[f"opgen_{attribute.name}"][value]
+    if attribute.type == "bool":
+        return int(value)
+    return float(value)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from opgen import shapes
+from opgen.c_api import MAX_RANK
 from opgen.specs import OpSpec, check_attribute_value
 
 
@@ -99,10 +100,10 @@ class Checked:
             self.fail(
                 ValueError, spec.reference, f"must have at least {spec.min_rank} dims, got shape {self.reference.shape}"
             )
-        if spec.max_rank is not None:
-            for name, array in self.inputs.items():
-                if array is not None and array.ndim > spec.max_rank:
-                    self.fail(ValueError, name, f"must have at most {spec.max_rank} dims, got {array.ndim}")
+        max_rank = min(spec.max_rank or MAX_RANK, MAX_RANK)  # the C descriptors hold MAX_RANK dims
+        for name, array in self.inputs.items():
+            if array is not None and array.ndim > max_rank:
+                self.fail(ValueError, name, f"must have at most {max_rank} dims, got {array.ndim}")
 
     def _shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Check every input's shape; return (form, expanded shape) of each channel input."""

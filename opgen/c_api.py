@@ -1,0 +1,161 @@
+"""Describe each op's public C API (opgen_<op>) for the templates: descriptors, rules, variants.
+
+The C side checks every rule of the spec with one generic checker (templates/runtime.c.j2);
+this module turns a spec into the tables that checker reads, and into the adapters that call
+each specialized kernel through one uniform signature.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opgen import shapes
+from opgen.specs import DTypeTable, OpSpec
+
+MAX_RANK = 12  # dims an opgen_tensor descriptor holds
+MAX_OPERANDS = 16  # inputs + outputs of one op
+PATTERN_CODES = {
+    "elementwise": "OPGEN_PATTERN_ELEMENTWISE",
+    "broadcast_reduce": "OPGEN_PATTERN_BROADCAST_REDUCE",
+    "reduce_then_apply": "OPGEN_PATTERN_REDUCE_THEN_APPLY",
+}
+FORM_CODES = {form: f"OPGEN_FORM_{form.upper()}" for form in ("to_reference", *shapes.FORM_RULES)}
+DIMS = {"count": 0, "outer": 0, "channels": 1, "inner": 2}
+# opgen_status: (name, opgen_status_string, when), in the order of their values
+STATUSES = (
+    ("OPGEN_SUCCESS", "success", "the call ran"),
+    ("OPGEN_NULL_POINTER", "null pointer", "a required descriptor, data pointer or out-pointer is NULL"),
+    ("OPGEN_UNSUPPORTED_DTYPE", "unsupported dtype", "a dtype, or a combination of dtypes, the op does not take"),
+    ("OPGEN_INVALID_RANK", "invalid rank", "too few or too many dims"),
+    ("OPGEN_INVALID_SHAPE", "invalid shape", "a negative dim, or shapes that break the op's rules"),
+    ("OPGEN_INVALID_ATTRIBUTE", "invalid attribute", "an attribute value outside its allowed set or range"),
+    ("OPGEN_INVALID_COMBINATION", "invalid combination", "optional outputs that go together given apart"),
+    ("OPGEN_SIZE_OVERFLOW", "size overflow", "an element or byte count beyond 64-bit arithmetic"),
+    ("OPGEN_MISALIGNED_DATA", "misaligned data", "a data pointer not aligned to its element type"),
+    ("OPGEN_OVERLAPPING_TENSORS", "overlapping tensors", "an output shares memory with another tensor"),
+    ("OPGEN_WORKSPACE_TOO_SMALL", "workspace too small", "fewer workspace bytes than _workspace_size reported"),
+    ("OPGEN_OUT_OF_MEMORY", "out of memory", "the one-call form could not allocate its workspace"),
+)
+
+
+def dtype_code(name: str) -> str:
+    return f"OPGEN_{name.upper()}"
+
+
+def enum_value(attribute: str, value: str) -> str:
+    return f"OPGEN_{attribute.upper()}_{value.upper()}"
+
+
+def enums(specs: list[OpSpec]) -> list[dict[str, Any]]:
+    """One C enum per string attribute name, its values in order of first appearance."""
+    found: dict[str, list[str]] = {}
+    for spec in specs:
+        for attribute in spec.attributes:
+            if attribute.type == "string":
+                values = found.setdefault(attribute.name, [])
+                values += [v for v in attribute.allowed if v not in values]
+    return [
+        {"type": f"opgen_{name}", "members": [(enum_value(name, v), v) for v in values]}
+        for name, values in found.items()
+    ]
+
+
+def _c_type(attribute_type: str, name: str) -> str:
+    return {"f32": "float", "bool": "int"}.get(attribute_type, f"opgen_{name}")
+
+
+def _default_text(name: str, attribute_type: str, default: Any) -> str:
+    if default is None:
+        return ""
+    if attribute_type == "string":
+        return enum_value(name, default)
+    if attribute_type == "bool":
+        return "1" if default else "0"
+    return repr(float(default))
+
+
+def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Everything api.c.j2 and opgen.h.j2 need to write opgen_<op> and its tables."""
+    tensors = [*spec.inputs, *spec.outputs]
+    if len(tensors) > MAX_OPERANDS:
+        raise ValueError(f"{spec.name}: more than {MAX_OPERANDS} inputs and outputs")
+    index = {t.name: i for i, t in enumerate(tensors)}
+    numbers = [a.name for a in spec.attributes if a.type == "f32"]
+    operands = []
+    for position, tensor in enumerate(tensors):
+        is_input = position < len(spec.inputs)
+        forms = list(tensor.broadcast)
+        rules = "; or ".join(
+            shapes.FORM_RULES[f].format(reference=spec.reference) for f in forms if f in shapes.FORM_RULES
+        )
+        operands.append(
+            {
+                "name": tensor.name,
+                "doc": tensor.doc,
+                "input": is_input,
+                "channel": tensor.kind == "channel",
+                "optional": tensor.optional or bool(tensor.requested_by),
+                "ignored": bool(tensor.ignored_unless),
+                "requested": bool(tensor.requested_by),
+                "like": index[tensor.like] if tensor.like else -1,
+                "forms": [FORM_CODES[f] for f in forms],
+                "rules": rules,
+            }
+        )
+    layout = spec.layout_attribute
+    attributes = []
+    for attribute in spec.attributes:
+        entry = {
+            "name": attribute.name,
+            "type": attribute.type,
+            "c_type": _c_type(attribute.type, attribute.name),
+            "doc": attribute.doc,
+            "default": attribute.default,
+            "minimum_exclusive": attribute.minimum_exclusive,
+            "members": [(enum_value(attribute.name, v), v) for v in attribute.allowed],
+            "layout": attribute is layout,
+            "default_text": _default_text(attribute.name, attribute.type, attribute.default),
+        }
+        attributes.append(entry)
+    rows = [[dtype_code(row[t.name]) for t in tensors] for row in spec.dtypes]
+    rows_text = "; ".join(", ".join(f"{t.name} {row[t.name]}" for t in tensors) for row in spec.dtypes)
+    adapters = []
+    for kernel in kernels:
+        arguments = []
+        for c_type, name in kernel["params"]:
+            if name == "workspace":
+                arguments.append("workspace")
+            elif name in DIMS:
+                arguments.append(f"dims[{DIMS[name]}]")
+            elif "*" not in c_type:
+                arguments.append(f"numbers[{numbers.index(name)}]")
+            else:
+                operand = name[: -len("_sums")] if name.endswith("_sums") and name not in index else name
+                arguments.append(f"({c_type.strip()})tensors[{index[operand]}]")
+        adapters.append({"kernel": kernel["name"], "arguments": arguments, "pattern": kernel["pattern"]})
+    parameters = [f"const opgen_tensor *{t.name}" for t in tensors]
+    parameters += [f"{a['c_type']} {a['name']}" for a in attributes]
+    return {
+        "op": spec.name,
+        "parameters": ", ".join(parameters),
+        "arguments": ", ".join([t.name for t in tensors] + [a["name"] for a in attributes]),
+        "function": f"opgen_{spec.name}",
+        "summary": spec.summary,
+        "source": spec.source,
+        "pattern": PATTERN_CODES[spec.pattern],
+        "operands": operands,
+        "input_count": len(spec.inputs),
+        "output_count": len(spec.outputs),
+        "reference": index[spec.reference],
+        "reference_name": spec.reference,
+        "min_rank": spec.min_rank,
+        "max_rank": min(spec.max_rank or MAX_RANK, MAX_RANK),
+        "fixed_layout": {"NCX": 1, "NXC": -1}.get(spec.layout or "", 0),
+        "attributes": attributes,
+        "numbers": numbers,
+        "specialized": list(spec.specialized),
+        "rows": rows,
+        "rows_text": rows_text,
+        "forms": 1 if spec.pattern == "elementwise" else 2,
+        "adapters": adapters,
+    }
