@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from opgen import shapes
-from opgen.specs import DTypeTable, OpSpec
+from opgen.specs import MAX_RANK, DTypeTable, OpSpec
 
-MAX_RANK = 12  # dims an opgen_tensor descriptor holds
 MAX_OPERANDS = 16  # inputs + outputs of one op
 PATTERN_CODES = {
     "elementwise": "OPGEN_PATTERN_ELEMENTWISE",
@@ -64,6 +63,12 @@ def _c_type(attribute_type: str, name: str) -> str:
     return {"f32": "float", "bool": "int"}.get(attribute_type, f"opgen_{name}")
 
 
+def _camel(name: str) -> str:
+    """grad_output -> gradOutput (CANN's spelling of argument names)."""
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
 def _default_text(name: str, attribute_type: str, default: Any) -> str:
     if default is None:
         return ""
@@ -100,6 +105,7 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
                 "like": index[tensor.like] if tensor.like else -1,
                 "forms": [FORM_CODES[f] for f in forms],
                 "rules": rules,
+                "camel": _camel(tensor.name),
             }
         )
     layout = spec.layout_attribute
@@ -133,11 +139,14 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
                 operand = name[: -len("_sums")] if name.endswith("_sums") and name not in index else name
                 arguments.append(f"({c_type.strip()})tensors[{index[operand]}]")
         adapters.append({"kernel": kernel["name"], "arguments": arguments, "pattern": kernel["pattern"]})
+    aclnn_parameters = [f"{'const ' if o['input'] else ''}aclTensor *{o['camel']}" for o in operands]
     parameters = [f"const opgen_tensor *{t.name}" for t in tensors]
     parameters += [f"{a['c_type']} {a['name']}" for a in attributes]
     return {
         "op": spec.name,
         "parameters": ", ".join(parameters),
+        "aclnn": spec.aclnn,
+        "aclnn_parameters": ", ".join(aclnn_parameters),
         "arguments": ", ".join([t.name for t in tensors] + [a["name"] for a in attributes]),
         "function": f"opgen_{spec.name}",
         "summary": spec.summary,
@@ -149,7 +158,7 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         "reference": index[spec.reference],
         "reference_name": spec.reference,
         "min_rank": spec.min_rank,
-        "max_rank": min(spec.max_rank or MAX_RANK, MAX_RANK),
+        "max_rank": MAX_RANK if spec.max_rank is None else spec.max_rank,
         "fixed_layout": {"NCX": 1, "NXC": -1}.get(spec.layout or "", 0),
         "attributes": attributes,
         "numbers": numbers,

@@ -146,7 +146,7 @@ def _link_module(library: Library, name: str, work: Path, objects: list[Path]) -
     ffi.cdef(library.cdef)
     ffi.set_source(
         name,
-        '#include "opgen.h"',
+        "".join(f'#include "{header}"\n' for header in ("opgen.h", "opgen_aclnn.h") if header in library.files),
         include_dirs=[str(work)],
         extra_objects=[str(o) for o in objects],
         libraries=["m"],

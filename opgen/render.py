@@ -95,7 +95,14 @@ def render_library(
         "targets": plan.TARGETS,
         "spec_dir": label,
         "dtypes": [
-            {"name": d.name, "c_type": d.c_type, "store": d.store, "code": c_api.dtype_code(d.name)}
+            {
+                "name": d.name,
+                "c_type": d.c_type,
+                "store": d.store,
+                "code": c_api.dtype_code(d.name),
+                "acl_name": d.acl_name,
+                "acl_value": d.acl_value,
+            }
             for d in table.dtypes.values()
         ],
         "statuses": c_api.STATUSES,
@@ -123,9 +130,18 @@ def render_library(
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
         for target in plan.TARGETS[1:]:
             files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)
-    files["CMakeLists.txt"] = _render(env, "CMakeLists.txt.j2", sources=sorted(n for n in files if n.endswith(".c")))
+    aclnn_apis = [api for api in apis if api["aclnn"]]
+    if aclnn_apis:
+        acl_dtypes = [d for d in settings["dtypes"] if d["acl_name"]]
+        aclnn_settings = {**settings, "dtypes": acl_dtypes, "apis": aclnn_apis}
+        files["opgen_aclnn.h"] = _render(env, "aclnn.h.j2", **aclnn_settings)
+        files["opgen_aclnn.c"] = _render(env, "aclnn.c.j2", **aclnn_settings)
+    headers = [name for name in ("opgen.h", "opgen_aclnn.h") if name in files]
+    files["CMakeLists.txt"] = _render(
+        env, "CMakeLists.txt.j2", sources=sorted(n for n in files if n.endswith(".c")), headers=headers
+    )
     files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
-    cdef = _render(env, "cdef.h.j2", kernels=kernels + probes, apis=apis, **settings)
+    cdef = _render(env, "cdef.h.j2", kernels=kernels + probes, apis=apis, aclnn_apis=aclnn_apis, **settings)
     return Library(Path(spec_dir), table, specs, kernels, files, cdef)
 
 
@@ -189,12 +205,15 @@ def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]], files: dict[st
     return {
         "generator": "opgen",
         "header": "opgen.h",
+        "headers": [name for name in ("opgen.h", "opgen_aclnn.h") if name in files],
         "sources": sorted(name for name in files if name.endswith(".c")),
         "ops": [
             {
                 "name": spec.name,
                 "pattern": spec.pattern,
                 "spec": Path(spec.path).name,
+                "api": [f"opgen_{spec.name}{suffix}" for suffix in ("", "_workspace_size", "_with_workspace")]
+                + ([f"aclnn{spec.aclnn}GetWorkspaceSize", f"aclnn{spec.aclnn}"] if spec.aclnn else []),
                 "functions": [
                     {
                         "name": k["name"],

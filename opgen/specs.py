@@ -21,6 +21,7 @@ LAYOUTS = {"NCX": 1, "NXC": -1}  # layout -> channel axis of the reference tenso
 CHANNEL_FORMS = ("per_channel", "per_tensor", "trailing", "numpy", "single", "channel_count")
 TENSOR_FORMS = ("to_reference",)
 ATTRIBUTE_TYPES = ("bool", "f32", "string")
+MAX_RANK = 12  # dims of the C API's tensor descriptor (opgen_tensor)
 
 # Names the generated C or Python uses for itself; a spec may not take them.
 _RESERVED = {
@@ -108,6 +109,8 @@ class DType:
     accumulate: str
     mantissa_bits: int
     min_exponent: int
+    acl_name: str | None = None  # aclDataType enumerator of the aclnn-compatible API, if any
+    acl_value: int | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,7 @@ class OpSpec:
     math: dict[str, tuple[tuple[str, str], ...]]
     path: str = ""
     specialized: tuple[str, ...] = field(default=())
+    aclnn: str | None = None  # name of an aclnn-compatible API to generate (aclnn<Name>)
 
     @property
     def layout_attribute(self) -> Attribute | None:
@@ -205,6 +209,7 @@ _OP_KEYS = {
     "layout": False,
     "min_rank": False,
     "max_rank": False,
+    "aclnn": False,
 }
 _TOP_KEYS = {
     "op": True,
@@ -247,6 +252,8 @@ _DTYPE_KEYS = {
     "accumulate": True,
     "mantissa_bits": True,
     "min_exponent": True,
+    "acl_name": False,
+    "acl_value": False,
 }
 _SECTIONS = {
     "elementwise": ("elements",),
@@ -293,6 +300,14 @@ def load_dtype_table(path: Path) -> DTypeTable:
         for key in ("load", "store"):
             if _string(where, f"{name}.{key}", row[key]).count("{}") != 1:
                 where.fail(f"{name}.{key}", "must contain '{}' exactly once (the operand)")
+        if ("acl_name" in row) != ("acl_value" in row):
+            where.fail(f"{name}.acl_name", "acl_name and acl_value go together")
+        if "acl_name" in row:
+            if not re.fullmatch(r"ACL_[A-Z0-9_]{1,40}", _string(where, f"{name}.acl_name", row["acl_name"])):
+                where.fail(f"{name}.acl_name", "must be an aclDataType enumerator such as ACL_FLOAT")
+            value = row["acl_value"]
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1024:
+                where.fail(f"{name}.acl_value", "must be an integer in 0..1023")
         dtypes[name] = DType(name=name, **row)
     if not dtypes:
         raise SpecError(f"{path}: no dtypes")
@@ -408,7 +423,21 @@ class _SpecReader:
         )
         self._check_roles(spec)
         specialized = self._check_math(spec)
-        return OpSpec(**{**spec.__dict__, "specialized": specialized})
+        return OpSpec(**{**spec.__dict__, "specialized": specialized, "aclnn": self._aclnn(op, spec)})
+
+    def _aclnn(self, op: dict[str, Any], spec: OpSpec) -> str | None:
+        name = op.get("aclnn")
+        if name is None:
+            return None
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Z][A-Za-z0-9]{0,62}", name):
+            self.fail("op.aclnn", "must be a CamelCase name such as PreluBackward (the API is aclnn<name>)")
+        if spec.attributes or spec.flags or spec.layout_attribute:
+            self.fail("op.aclnn", "an aclnn-compatible op takes tensors only (no attributes or flags)")
+        for row in spec.dtypes:
+            for tensor, dtype in row.items():
+                if self.table.dtypes[dtype].acl_name is None:
+                    self.fail("op.aclnn", f"dtype {dtype} (of {tensor}) has no acl_name in the dtype table")
+        return name
 
     # --- tables -----------------------------------------------------------------
 
@@ -552,8 +581,8 @@ class _SpecReader:
 
     def _rank(self, op: dict[str, Any], key: str, default: int | None) -> int | None:
         value = op.get(key, default)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            self.fail(f"op.{key}", "must be a non-negative integer")
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_RANK):
+            self.fail(f"op.{key}", f"must be an integer in 0..{MAX_RANK} (the dims a C descriptor holds)")
         return value
 
     def _dtype_rows(

@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 
 from opgen import shapes
-from opgen.c_api import MAX_RANK
-from opgen.specs import OpSpec, check_attribute_value
+from opgen.specs import MAX_RANK, OpSpec, check_attribute_value
 
 
 class Checked:
@@ -100,7 +99,7 @@ class Checked:
             self.fail(
                 ValueError, spec.reference, f"must have at least {spec.min_rank} dims, got shape {self.reference.shape}"
             )
-        max_rank = min(spec.max_rank or MAX_RANK, MAX_RANK)  # the C descriptors hold MAX_RANK dims
+        max_rank = MAX_RANK if spec.max_rank is None else spec.max_rank  # the C descriptors hold MAX_RANK dims
         for name, array in self.inputs.items():
             if array is not None and array.ndim > max_rank:
                 self.fail(ValueError, name, f"must have at most {max_rank} dims, got {array.ndim}")

@@ -1,0 +1,339 @@
+"""The public C API, called directly (through the compiled module): every opgen_status and every
+aclnn status is reached by a call that breaks one rule, the message names the argument, nothing
+is written on failure, and valid calls match the oracle."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import opgen
+from opgen import c_api, oracle
+from tests.helpers import assert_ulps, assert_within, data, rng, sum_bound
+
+MODULE = opgen.bundled.module
+ffi, lib = MODULE.ffi, MODULE.lib
+CODES = {np.dtype(np.float32): lib.OPGEN_F32, np.dtype(np.float16): lib.OPGEN_F16}
+CODES[np.dtype(ml_dtypes.bfloat16)] = lib.OPGEN_BF16
+STATUS = {name: index for index, (name, _, _) in enumerate(c_api.STATUSES)}
+SUCCESS, NULLPTR, INVALID = 0, 161001, 161002
+
+
+class Tensor:
+    """An opgen_tensor descriptor over a NumPy array (kept alive with it)."""
+
+    def __init__(self, array: np.ndarray, dims=None, dtype=None) -> None:
+        self.array = array
+        self.pointer = ffi.new("opgen_tensor *")
+        self.pointer.data = ffi.from_buffer(array) if array.size else ffi.NULL
+        self.pointer.dtype = CODES[array.dtype] if dtype is None else dtype
+        shape = array.shape if dims is None else dims
+        self.pointer.rank = len(shape)
+        for d, size in enumerate(shape):
+            self.pointer.dims[d] = size
+
+
+def last_error() -> str:
+    return ffi.string(lib.opgen_last_error()).decode()
+
+
+PRELU_NAMES = ("src", "slope", "diff_dst", "diff_src", "diff_slope")
+
+
+def prelu_call(tensors: list[Tensor], layout=None, **changes) -> int:
+    """Runs opgen_prelu_backward on descriptors; `changes` replaces a descriptor (None: NULL)."""
+    pointers = {name: t.pointer for name, t in zip(PRELU_NAMES, tensors)}
+    pointers.update(changes)
+    layout = lib.OPGEN_DATA_FORMAT_NCX if layout is None else layout
+    return lib.opgen_prelu_backward(*[ffi.NULL if p is None else p for p in pointers.values()], layout)
+
+
+def prelu_operands(shape=(2, 3, 5), dtype=np.float32, seed="c"):
+    generator = rng("c_api", seed, shape)
+    name = {np.float32: "f32", np.float16: "f16"}.get(dtype, "bf16")
+    src, diff_dst = data(generator, shape, name), data(generator, shape, name)
+    slope = data(generator, (shape[1],), name)
+    return src, slope, diff_dst, np.full(shape, 7, dtype), np.full(shape[1], 7, dtype)
+
+
+def test_valid_call_matches_oracle_and_python():
+    src, slope, diff_dst, diff_src, diff_slope = prelu_operands((3, 4, 17))
+    status = prelu_call([Tensor(a) for a in (src, slope, diff_dst, diff_src, diff_slope)])
+    assert status == lib.OPGEN_SUCCESS, last_error()
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
+    assert_ulps(diff_src, expected[0], "f32", 1, "C API diff_src")
+    python = opgen.prelu_backward(src, slope, diff_dst, data_format="NCX")
+    assert np.array_equal(python.diff_slope, diff_slope)  # the same entry point underneath
+
+
+def test_two_phase_workspace():
+    # NXC BatchNorm: the workspace holds per-tile partial sums
+    generator = rng("c_api", "two-phase")
+    shape = (4, 700, 3)
+    src, diff_dst = data(generator, shape, "f32"), data(generator, shape, "f32")
+    mean, variance = np.zeros(3, np.float32), np.ones(3, np.float32)
+    outputs = [np.empty(shape, np.float32), np.empty(3, np.float32), np.empty(3, np.float32)]
+    tensors = [Tensor(a) for a in (src, diff_dst, mean, variance)] + [None] + [Tensor(a) for a in outputs]
+    pointers = [ffi.NULL if t is None else t.pointer for t in tensors]
+    size = ffi.new("size_t *")
+    fmt = lib.OPGEN_DATA_FORMAT_NXC
+    assert lib.opgen_batch_norm_training_backward_workspace_size(*pointers, 1e-5, fmt, size) == 0, last_error()
+    assert size[0] > 0
+    workspace = np.zeros(size[0], np.uint8)
+    run = lib.opgen_batch_norm_training_backward_with_workspace
+    short = run(*pointers, 1e-5, fmt, ffi.from_buffer(workspace), size[0] - 1)
+    assert short == STATUS["OPGEN_WORKSPACE_TOO_SMALL"] and "workspace_size" in last_error()
+    missing = run(*pointers, 1e-5, fmt, ffi.NULL, size[0])
+    assert missing == STATUS["OPGEN_NULL_POINTER"] and "workspace" in last_error()
+    assert run(*pointers, 1e-5, fmt, ffi.from_buffer(workspace), size[0]) == 0, last_error()
+    expected = oracle.batch_norm_training_backward(
+        src, diff_dst, mean, variance, epsilon=1e-5, data_format="NXC", with_diff_gamma_beta=True
+    )
+    one_call = [np.empty_like(o) for o in outputs]
+    tensors2 = [Tensor(a) for a in (src, diff_dst, mean, variance)] + [None] + [Tensor(a) for a in one_call]
+    pointers2 = [ffi.NULL if t is None else t.pointer for t in tensors2]
+    assert lib.opgen_batch_norm_training_backward(*pointers2, 1e-5, fmt) == 0
+    for got, again in zip(outputs, one_call):
+        assert np.array_equal(got, again)  # the same sums, whoever allocated the workspace
+    assert_within(outputs[2], expected[2], "f32", sum_bound(np.abs(diff_dst).sum(axis=(0, 1)), 2800), "diff_beta")
+
+
+def _prelu_status_cases():
+    """(name, status, argument named, changes to a valid f32 call) for every rule."""
+    src, slope, diff_dst, diff_src, diff_slope = prelu_operands()
+    misaligned_tensor = Tensor(np.zeros((2, 3, 5), np.float32))
+    raw = np.zeros(200, np.uint8)
+    misaligned_tensor.raw = raw  # kept alive with the descriptor
+    misaligned_tensor.pointer.data = ffi.from_buffer(raw) + 2
+    huge = Tensor(np.zeros(1, np.float32), dims=(1 << 40, 1 << 40))
+    wrong_rank = Tensor(np.zeros(1, np.float32))
+    wrong_rank.pointer.rank = 13
+    big_rank = Tensor(np.zeros(1, np.float32), dims=(1,) * 12)
+    return [
+        ("required NULL", "OPGEN_NULL_POINTER", "slope", {"slope": None}),
+        ("data NULL", "OPGEN_NULL_POINTER", "diff_dst", {"diff_dst": Tensor(np.zeros(0, np.float32), dims=(2, 3, 5))}),
+        ("dtype code", "OPGEN_UNSUPPORTED_DTYPE", "slope", {"slope": Tensor(slope, dtype=99)}),
+        ("dtype mix", "OPGEN_UNSUPPORTED_DTYPE", "dtypes", {"slope": Tensor(slope.astype(np.float16))}),
+        ("rank 13", "OPGEN_INVALID_RANK", "src", {"src": wrong_rank}),
+        ("rank 12 slope", "OPGEN_INVALID_SHAPE", "slope", {"slope": big_rank}),
+        ("negative dim", "OPGEN_INVALID_SHAPE", "diff_dst", {"diff_dst": Tensor(diff_dst, dims=(2, -3, 5))}),
+        ("slope shape", "OPGEN_INVALID_SHAPE", "slope", {"slope": Tensor(np.zeros(4, np.float32))}),
+        ("diff_dst shape", "OPGEN_INVALID_SHAPE", "diff_dst", {"diff_dst": Tensor(np.zeros((2, 3, 4), np.float32))}),
+        ("diff_src shape", "OPGEN_INVALID_SHAPE", "diff_src", {"diff_src": Tensor(np.zeros((2, 15), np.float32))}),
+        ("diff_slope shape", "OPGEN_INVALID_SHAPE", "diff_slope", {"diff_slope": Tensor(np.zeros(1, np.float32))}),
+        ("layout", "OPGEN_INVALID_ATTRIBUTE", "data_format", {"layout": 7}),
+        ("overflow", "OPGEN_SIZE_OVERFLOW", "src", {"src": huge}),
+        ("misaligned", "OPGEN_MISALIGNED_DATA", "src", {"src": misaligned_tensor}),
+        ("overlap", "OPGEN_OVERLAPPING_TENSORS", "diff_src", {"diff_src": Tensor(src)}),
+    ], (src, slope, diff_dst, diff_src, diff_slope)
+
+
+CASES, OPERANDS = _prelu_status_cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_every_prelu_rule_has_its_status(case):
+    _, status_name, argument, changes = case
+    src, slope, diff_dst, diff_src, diff_slope = (a.copy() for a in OPERANDS)
+    tensors = [Tensor(a) for a in (src, slope, diff_dst, diff_src, diff_slope)]
+    changes = dict(changes)
+    layout = changes.pop("layout", None)
+    pointers = {k: (None if v is None else v.pointer) for k, v in changes.items()}
+    if "diff_src" in changes and changes["diff_src"].array is OPERANDS[0]:
+        pointers["diff_src"] = tensors[0].pointer  # really the same memory as src
+    status = prelu_call(tensors, layout=layout, **pointers)
+    assert status == STATUS[status_name], f"{status} {last_error()}"
+    message = last_error()
+    assert message.startswith(f"opgen_prelu_backward: {argument}: "), message
+    assert ffi.string(lib.opgen_status_string(status)).decode() == c_api.STATUSES[status][1]
+    assert np.all(diff_src == 7) and np.all(diff_slope == 7), "an output was written by a failed call"
+
+
+def test_optional_outputs_go_together_and_gamma_is_ignored_without_them():
+    generator = rng("c_api", "bn-combination")
+    src, diff_dst = data(generator, (2, 3, 4), "f32"), data(generator, (2, 3, 4), "f32")
+    mean, variance, gamma = np.zeros(3, np.float32), np.ones(3, np.float32), np.full(3, 2, np.float32)
+    diff_src, diff_gamma = np.full((2, 3, 4), 7, np.float32), np.full(3, 7, np.float32)
+    tensors = [Tensor(a) for a in (src, diff_dst, mean, variance, gamma, diff_src, diff_gamma)]
+    p = [t.pointer for t in tensors]
+    status = lib.opgen_batch_norm_training_backward(*p[:6], p[6], ffi.NULL, 1e-5, lib.OPGEN_DATA_FORMAT_NCX)
+    assert status == STATUS["OPGEN_INVALID_COMBINATION"] and "diff_beta" in last_error()
+    assert np.all(diff_src == 7)
+    bad_gamma = Tensor(np.ones(5, np.float16))  # ignored: neither checked nor read
+    status = lib.opgen_batch_norm_training_backward(
+        *p[:4], bad_gamma.pointer, p[5], ffi.NULL, ffi.NULL, 1e-5, lib.OPGEN_DATA_FORMAT_NCX
+    )
+    assert status == 0, last_error()
+    expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, epsilon=1e-5, data_format="NCX")
+    assert np.allclose(diff_src, expected[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -1.0, float("nan")])
+def test_attribute_ranges(epsilon):
+    tensors = [Tensor(np.ones(s, np.float32)) for s in ((2, 3), (2, 3), (3,), (3,))]
+    out = Tensor(np.empty((2, 3), np.float32))
+    status = lib.opgen_batch_norm_training_backward(
+        *[t.pointer for t in tensors], ffi.NULL, out.pointer, ffi.NULL, ffi.NULL, epsilon, lib.OPGEN_DATA_FORMAT_NXC
+    )
+    assert status == STATUS["OPGEN_INVALID_ATTRIBUTE"] and "epsilon" in last_error()
+    relu = [Tensor(np.ones(4, np.float32)) for _ in range(3)]
+    assert lib.opgen_relu_backward(*[t.pointer for t in relu], 2) == STATUS["OPGEN_INVALID_ATTRIBUTE"]
+    assert "use_dst" in last_error()
+
+
+def test_out_of_memory_in_the_one_call_form():
+    # 2^44 channels of 1 element: the per-channel scratch cannot be allocated (data is never read)
+    channels = 1 << 44
+    tensors = [Tensor(np.zeros(1, np.float32), dims=dims) for dims in ((1, channels), (channels,), (1, channels))]
+    outputs = [Tensor(np.zeros(1, np.float32), dims=dims) for dims in ((1, channels), (channels,))]
+    for t, other in zip(tensors + outputs, range(5)):
+        t.pointer.data = ffi.cast("void *", 4096 * (other + 1) * (1 << 48 >> 12))  # distinct, never dereferenced
+    status = lib.opgen_prelu_backward(*[t.pointer for t in tensors + outputs], lib.OPGEN_DATA_FORMAT_NXC)
+    assert status == STATUS["OPGEN_OUT_OF_MEMORY"], last_error()
+    assert "could not allocate" in last_error()
+
+
+def test_every_status_is_reached():
+    reached = {"OPGEN_SUCCESS", "OPGEN_WORKSPACE_TOO_SMALL", "OPGEN_OUT_OF_MEMORY", "OPGEN_INVALID_COMBINATION"}
+    reached |= {"OPGEN_INVALID_ATTRIBUTE"} | {case[1] for case in CASES}
+    assert reached == set(STATUS), set(STATUS) - reached
+
+
+# ---- the aclnn-compatible layer ----
+
+
+class AclTensor:
+    """An aclTensor over `storage` (kept alive): view dims, strides and offset in elements."""
+
+    def __init__(self, storage: np.ndarray, dims, strides=None, offset=0, dtype=None) -> None:
+        self.storage = storage
+        acl = {np.dtype(np.float32): lib.ACL_FLOAT, np.dtype(np.float16): lib.ACL_FLOAT16}
+        acl[np.dtype(ml_dtypes.bfloat16)] = lib.ACL_BF16
+        self.dims = ffi.new("int64_t[]", list(dims) or [0])
+        self.strides = ffi.new("int64_t[]", list(strides) or [0]) if strides is not None else ffi.NULL
+        storage_dims = ffi.new("int64_t[]", [storage.size])
+        data = ffi.from_buffer(storage) if storage.size else ffi.NULL
+        code = acl[storage.dtype] if dtype is None else dtype
+        self.pointer = lib.aclCreateTensor(
+            self.dims, len(dims), code, self.strides, offset, lib.ACL_FORMAT_ND, storage_dims, 1, data
+        )
+        assert self.pointer != ffi.NULL, last_error()
+
+    def __del__(self) -> None:
+        lib.aclDestroyTensor(self.pointer)
+
+
+def dense(array: np.ndarray) -> AclTensor:
+    return AclTensor(array.reshape(-1), array.shape)
+
+
+def strided_view(array: np.ndarray, generator) -> tuple[AclTensor, np.ndarray]:
+    """`array`'s values behind a transposed, offset view of a bigger storage."""
+    storage = data(generator, (array.size * 2 + 3,), "f32").astype(array.dtype)
+    # the storage holds array's transpose (reversed dims) from element 3 on
+    transposed = np.ascontiguousarray(array.T)
+    storage[3 : 3 + array.size] = transposed.reshape(-1)
+    strides = [int(s) for s in np.cumprod((1, *array.shape[:-1]))]
+    return AclTensor(storage, array.shape, strides, offset=3), storage
+
+
+def aclnn_run(grad_output, self_, weight, grad_input, grad_weight):
+    size = ffi.new("uint64_t *")
+    executor = ffi.new("aclOpExecutor **")
+    status = lib.aclnnPreluBackwardGetWorkspaceSize(
+        *[t.pointer if t is not None else ffi.NULL for t in (grad_output, self_, weight, grad_input, grad_weight)],
+        size,
+        executor,
+    )
+    if status != SUCCESS:
+        return status, size[0], None
+    workspace = np.zeros(max(1, size[0]), np.uint8)
+    status = lib.aclnnPreluBackward(ffi.from_buffer(workspace), size[0], executor[0], ffi.NULL)
+    return status, size[0], executor[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=["f32", "f16", "bf16"])
+@pytest.mark.parametrize("strided", [False, True], ids=["dense", "strided"])
+def test_aclnn_prelu_backward(dtype, strided):
+    name = {np.float32: "f32", np.float16: "f16"}.get(dtype, "bf16")
+    generator = rng("aclnn", name, strided)
+    shape = (2, 3, 4, 5)
+    self_ = data(generator, shape, name)
+    grad_output = data(generator, (4, 5), name)  # broadcasts to self
+    weight = data(generator, (3,), name)
+    grad_input = np.zeros(shape, dtype)
+    grad_weight = np.zeros(3, dtype)
+    if strided:
+        self_tensor, _ = strided_view(self_, generator)
+        grad_input_tensor, grad_input_storage = strided_view(grad_input, generator)
+    else:
+        self_tensor, grad_input_tensor = dense(self_), dense(grad_input)
+    status, _, _ = aclnn_run(dense(grad_output), self_tensor, dense(weight), grad_input_tensor, dense(grad_weight))
+    assert status == SUCCESS, last_error()
+    if strided:  # read the result back through the view
+        grad_input = np.lib.stride_tricks.as_strided(
+            grad_input_storage[3:], shape, [s * grad_input_storage.itemsize for s in (1, 2, 6, 24)]
+        )
+    expected = oracle.aclnn_prelu_backward(grad_output, self_, weight)
+    assert_ulps(np.ascontiguousarray(grad_input), expected[0], name, 1, "aclnn gradInput")
+    terms = np.abs(self_.astype(np.float64) * grad_output.astype(np.float64))
+    bound = sum_bound(terms.sum(axis=(0, 2, 3)), 40)
+    assert_within(grad_weight, expected[1], name, bound, "aclnn gradWeight")
+
+
+def test_aclnn_statuses():
+    generator = rng("aclnn", "statuses")
+    self_, grad_output = data(generator, (2, 3, 4), "f32"), data(generator, (2, 3, 4), "f32")
+    weight, grad_input, grad_weight = np.ones(3, np.float32), np.zeros((2, 3, 4), np.float32), np.zeros(3, np.float32)
+    tensors = [dense(a) for a in (grad_output, self_, weight, grad_input, grad_weight)]
+    size, executor = ffi.new("uint64_t *"), ffi.new("aclOpExecutor **")
+    phase_one = lib.aclnnPreluBackwardGetWorkspaceSize
+    assert phase_one(*[t.pointer for t in tensors[:4]], ffi.NULL, size, executor) == NULLPTR
+    assert phase_one(*[t.pointer for t in tensors], ffi.NULL, executor) == NULLPTR
+    for bad, index in [
+        (dense(np.ones(4, np.float32)), 2),  # weight count neither C nor 1
+        (dense(np.ones((2, 4), np.float32)), 0),  # gradOutput does not broadcast to self
+        (dense(np.ones((2, 3, 5), np.float32)), 3),  # gradInput not self's shape
+        (dense(np.ones((1, 3), np.float32)), 4),  # gradWeight [C] for a per-channel weight
+        (dense(np.ones(3, np.float16)), 2),  # dtypes differ
+        (AclTensor(np.ones(3, np.float32), (3,), dtype=3), 2),  # ACL_INT32
+        (AclTensor(np.ones(3, np.float32), (3,), strides=(2,)), 2),  # the view leaves its storage
+        (AclTensor(np.ones(1, np.float32), (1,) * 9), 2),  # more than 8 dims
+    ]:
+        trial = list(tensors)
+        trial[index] = bad
+        assert phase_one(*[t.pointer for t in trial], size, executor) == INVALID, index
+    assert np.all(grad_input == 0)
+    # an executor runs once
+    assert phase_one(*[t.pointer for t in tensors], size, executor) == SUCCESS, last_error()
+    workspace = np.zeros(size[0] + 1, np.uint8)
+    assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), 0 if size[0] else 0, ffi.NULL, ffi.NULL) == NULLPTR
+    if size[0]:
+        assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), size[0] - 1, executor[0], ffi.NULL) == INVALID
+    assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), size[0], executor[0], ffi.NULL) == SUCCESS
+    assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), size[0], executor[0], ffi.NULL) == INVALID
+    assert "ran already" in last_error()
+
+
+def test_aclnn_single_weight_and_empty():
+    generator = rng("aclnn", "single")
+    self_, grad_output = data(generator, (3, 2), "f32"), data(generator, (3, 2), "f32")
+    weight = np.full((1, 1), 0.25, np.float32)
+    grad_input, grad_weight = np.zeros((3, 2), np.float32), np.zeros((1, 1), np.float32)
+    status, _, _ = aclnn_run(*(dense(a) for a in (grad_output, self_, weight, grad_input, grad_weight)))
+    assert status == SUCCESS, last_error()
+    expected = oracle.aclnn_prelu_backward(grad_output, self_, weight)
+    assert_ulps(grad_input, expected[0], "f32", 1, "single weight gradInput")
+    # gradWeight takes a single-element weight's own shape: [1] is wrong for [1, 1]
+    status, _, _ = aclnn_run(*(dense(a) for a in (grad_output, self_, weight, grad_input, np.zeros(1, np.float32))))
+    assert status == INVALID
+    # empty self: success with no workspace; gradWeight is zero
+    empty = np.zeros((0, 3), np.float32)
+    grad_weight = np.full(3, 7, np.float32)
+    status, size, _ = aclnn_run(dense(empty), dense(empty), dense(np.ones(3, np.float32)), dense(empty.copy()), dense(grad_weight))
+    assert (status, size) == (SUCCESS, 0), last_error()
+    assert np.all(grad_weight == 0)
+    assert math.isfinite(float(grad_weight.sum()))
