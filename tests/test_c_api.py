@@ -333,7 +333,9 @@ def test_aclnn_single_weight_and_empty():
     # empty self: success with no workspace; gradWeight is zero
     empty = np.zeros((0, 3), np.float32)
     grad_weight = np.full(3, 7, np.float32)
-    status, size, _ = aclnn_run(dense(empty), dense(empty), dense(np.ones(3, np.float32)), dense(empty.copy()), dense(grad_weight))
+    status, size, _ = aclnn_run(
+        dense(empty), dense(empty), dense(np.ones(3, np.float32)), dense(empty.copy()), dense(grad_weight)
+    )
     assert (status, size) == (SUCCESS, 0), last_error()
     assert np.all(grad_weight == 0)
     assert math.isfinite(float(grad_weight.sum()))

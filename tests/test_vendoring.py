@@ -1,5 +1,6 @@
 """The generated C builds and runs with no Python and no opgen: copied out of the repository, built
-with CMake and with a plain `cc *.c` line, warning-free, and checked against the oracle's outputs."""
+with CMake and with a plain `cc *.c` line (gcc and clang, with and without OpenMP), warning-free,
+and every op, called through the op API and the aclnn API, checked against the oracle's outputs."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.test_batch_norm import bounds
 PROGRAM = Path(__file__).parent / "c" / "use_kernels.c"
 N, C, S = 3, 5, 37
 STRICT = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
+CHECKS = "15 passed, 0 failed"  # the checks tests/c/use_kernels.c makes
 
 
 def write_golden(directory: Path) -> None:
@@ -44,6 +46,19 @@ def write_golden(directory: Path) -> None:
         np.broadcast_to(allowed, expected.shape).astype(np.float64).tofile(directory / f"{name}.allowed")
 
     golden("relu.diff_src", oracle.relu_backward(src, diff_dst), np.zeros(1))
+    alpha = float(np.float32(1.0 / 6.0))
+    for name, expected in [
+        ("hard_sigmoid", oracle.hard_sigmoid_backward(src, diff_dst, alpha=alpha, beta=0.5)),
+        ("sigmoid", oracle.sigmoid_backward(src, diff_dst)),
+        ("tanh", oracle.tanh_backward(src, diff_dst)),
+    ]:
+        golden(f"{name}.diff_src", expected, ulp(expected, "f32"))
+    grad_row = diff_dst[0, 0].copy()
+    grad_row.tofile(directory / "grad_row.f32")
+    aclnn = oracle.aclnn_prelu_backward(grad_row, src, slope)
+    golden("aclnn.grad_input", aclnn[0], ulp(aclnn[0], "f32"))
+    magnitude = oracle.aclnn_prelu_backward(-np.abs(grad_row), -np.abs(src), slope)[1]
+    golden("aclnn.grad_weight", aclnn[1], ulp(aclnn[1], "f32") + sum_bound(magnitude, N * S))
     prelu = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
     golden("prelu.diff_src", prelu[0], ulp(prelu[0], "f32"))
     magnitude = oracle.prelu_backward(-np.abs(src), slope, -np.abs(diff_dst), data_format="NCX")[1]
@@ -79,14 +94,23 @@ def run(command: list[str], cwd: Path | None = None) -> subprocess.CompletedProc
     return result
 
 
+def c_compiler(name: str) -> list[str]:
+    if name == "cc":
+        return compiler()
+    if shutil.which(name) is None:
+        pytest.skip(f"{name} is not installed (.ci/run installs it)")
+    return [name]
+
+
+@pytest.mark.parametrize("cc", ["cc", "clang"])
 @pytest.mark.parametrize("openmp", [False, True], ids=["no-openmp", "openmp"])
-def test_plain_cc_build(vendored, openmp):
+def test_plain_cc_build(vendored, cc, openmp):
     source = vendored / "opgen"
-    binary = vendored / f"use_kernels_cc_{openmp}"
+    binary = vendored / f"use_kernels_{cc}_{openmp}"
     flags = [*STRICT, *(["-fopenmp"] if openmp else [])]
     run(
         [
-            *compiler(),
+            *c_compiler(cc),
             *flags,
             f"-I{source}",
             *sorted(map(str, source.glob("*.c"))),
@@ -97,7 +121,7 @@ def test_plain_cc_build(vendored, openmp):
         ]
     )
     result = run([str(binary), str(vendored / "golden")])
-    assert "6 passed, 0 failed" in result.stdout
+    assert CHECKS in result.stdout
 
 
 def test_cmake_build_and_install(vendored):
@@ -130,4 +154,4 @@ def test_cmake_build_and_install(vendored):
     run(["cmake", "-S", str(consumer), "-B", str(consumer / "build"), f"-DCMAKE_PREFIX_PATH={prefix}"])
     run(["cmake", "--build", str(consumer / "build")])
     result = run([str(consumer / "build" / "use_kernels"), str(vendored / "golden")])
-    assert "6 passed, 0 failed" in result.stdout
+    assert CHECKS in result.stdout
