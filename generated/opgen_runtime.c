@@ -629,6 +629,7 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
     int requested = 0, requestable = 0;
     opgen_status status;
     memset(call, 0, sizeof *call);
+    call->repeat = 1;
     call->op = op;
     call->channel_axis = channel_axis;
     for (int i = 0; i < operands; ++i) {

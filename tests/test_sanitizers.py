@@ -1,8 +1,10 @@
-"""Every kernel under AddressSanitizer and UndefinedBehaviorSanitizer, on every CPU target.
+"""Every kernel, and the op and aclnn APIs, under AddressSanitizer and UndefinedBehaviorSanitizer,
+on every CPU target.
 
 A C driver (written here from the kernel list) calls each kernel on buffers of exactly the size
 its shape needs, for shapes around the block size, tails, thread splits, reduction tiles and
-empty tensors; any out-of-bounds access or undefined behaviour aborts the run.
+empty tensors; then tests/c/api_cases.c runs the op and aclnn APIs through every broadcast form,
+strided views and failing checks. Any out-of-bounds access or undefined behaviour aborts the run.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,7 @@ from opgen.plan import BLOCK, CHANNEL_SPLIT, PARALLEL_THRESHOLD, TARGETS
 from opgen.render import render_library
 
 LIBRARY = render_library()
+API_CASES = Path(__file__).parent / "c" / "api_cases.c"
 B = BLOCK
 BIG = PARALLEL_THRESHOLD + 7  # enough elements for a thread team
 ELEMENTWISE = [0, 1, 3, B - 1, B, B + 1, 2 * B + 3, BIG]
@@ -85,9 +89,11 @@ def driver() -> str:
             " state = state * 1103515245u + 12345u; p[i] = (unsigned char)(state >> 16); } }",
             "static void *checked_malloc(size_t n) { void *p = malloc(n ? n : 1);"
             ' if (!p) { fputs("out of memory\\n", stderr); exit(2); } return p; }',
+            "void run_api_cases(void);",
             "int main(void) {",
             *body,
             '    printf("%s ok\\n", opgen_cpu_target());',
+            "    run_api_cases();",
             "    return 0;",
             "}",
             "",
@@ -103,6 +109,7 @@ def sanitized_binary(tmp_path_factory):
     for name, text in LIBRARY.files.items():
         (directory / name).write_text(text)
     (directory / "driver.c").write_text(driver())
+    shutil.copy(API_CASES, directory)
     flags = [
         "-std=c99",
         "-O1",
@@ -142,3 +149,4 @@ def test_kernels_are_sanitizer_clean(sanitized_binary, target):
     names = [t["name"] for t in TARGETS]
     ran = result.stdout.split()[0]
     assert names.index(ran) <= names.index(target), f"asked for at most {target}, ran {ran}"
+    assert "api cases ok" in result.stdout
