@@ -101,6 +101,18 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from opgen import check
+
+    spec_dir = Path(args.specs) if args.specs else BUNDLED_SPECS
+    library = Path(args.library) if args.library else None
+    if library is not None and not library.is_file():
+        raise RenderError(f"--library: no such file: {library}")
+    results = check.run(spec_dir, library, Path(args.oracle) if args.oracle else None, args.seed)
+    print(check.report(results))
+    return 1 if any(r.failure for r in results) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opgen", description="Generate, compile and list deep-learning kernels.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -127,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", default="opgen-bench.json", help="where to write the results")
     bench.add_argument("--plot", help="write a PNG chart here (needs matplotlib)")
     bench.set_defaults(run=_bench)
+    checking = commands.add_parser(
+        "check", help="run every variant of a built library against the oracle and print pass/fail per variant"
+    )
+    checking.add_argument("--specs", help="directory of op specs (default: the bundled specs)")
+    checking.add_argument("--library", help="a shared library built from the generated C (default: the cffi module)")
+    checking.add_argument("--oracle", help="a Python file with one oracle function per op (default: opgen.oracle)")
+    checking.add_argument("--seed", type=int, default=0, help="seed of the random data (default 0)")
+    checking.set_defaults(run=_check)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -43,7 +43,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 class OpLibrary:
     """The ops of one spec directory; kernels are compiled (or taken from the cache) on first use."""
 
-    def __init__(self, spec_dir: Path) -> None:
+    def __init__(self, spec_dir: Path, module: Any = None) -> None:
+        """`module` (with .ffi and .lib): run these instead of building the specs' cffi module."""
         self.spec_dir = Path(spec_dir)
         self.table, self.specs = load_specs(self.spec_dir)
         self.variants = {
@@ -53,7 +54,7 @@ class OpLibrary:
         self.dtype_names = {numpy_dtype(d.numpy): d.name for d in self.table.dtypes.values()}
         # string attribute values -> their C enum values
         self.enum_values = {e["type"]: {v: i for i, (_, v) in enumerate(e["members"])} for e in c_api.enums(self.specs)}
-        self._module: Any = None
+        self._module: Any = module
         self.ops = {spec.name: make_function(self, spec) for spec in self.specs}
 
     def __getattr__(self, name: str) -> Any:

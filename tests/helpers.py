@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 import secrets
 
-import ml_dtypes
 import numpy as np
 
 import opgen
+from opgen import accuracy
 from opgen.runtime import numpy_dtype
 
 SEED = int(os.environ.get("OPGEN_TEST_SEED", secrets.randbelow(2**31)))
@@ -33,40 +33,22 @@ def dtype_of(name: str) -> np.dtype:
 
 
 def finfo(name: str):
-    dtype = dtype_of(name)
-    return ml_dtypes.finfo(dtype) if dtype == np.dtype(ml_dtypes.bfloat16) else np.finfo(dtype)
+    return accuracy.finfo(TABLE.dtypes[name])
 
 
 def special_values(name: str, nonfinite: bool) -> np.ndarray:
-    """Zeros, subnormals, small integers (interval edges of HardSigmoid with alpha 1/4 or 1/6), tiny normals."""
-    info = finfo(name)
-    tiny, sub = float(info.tiny), float(info.smallest_subnormal)
-    values = [0.0, -0.0, sub, -sub, 3 * sub, -5 * sub, tiny, -tiny, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0]
-    if nonfinite:
-        values += [np.nan, np.inf, -np.inf, float(info.max), -float(info.max)]
-    return np.array(values)
+    return accuracy.special_values(TABLE.dtypes[name], nonfinite)
 
 
 def data(
     generator: np.random.Generator, shape: tuple[int, ...], name: str, *, specials: str = "finite", scale: float = 1.0
 ) -> np.ndarray:
     """Normal random values in dtype `name`; specials 'none', 'finite' or 'all' sets a quarter to edge values."""
-    values = np.asarray(generator.standard_normal(shape) * scale)
-    if specials != "none" and values.size:
-        pool = special_values(name, nonfinite=specials == "all")
-        mask = generator.random(shape) < 0.25
-        values[mask] = generator.choice(pool, size=int(mask.sum()))
-    with np.errstate(over="ignore"):
-        return values.astype(dtype_of(name))
+    return accuracy.random_data(generator, shape, TABLE.dtypes[name], specials, scale)
 
 
 def _ordered(array: np.ndarray, name: str) -> np.ndarray:
-    """Integers in the order of the floats of dtype `name`: adjacent values differ by 1 (+0 == -0)."""
-    bits = np.ascontiguousarray(array.astype(dtype_of(name)))
-    width = bits.dtype.itemsize * 8
-    raw = bits.view(np.uint16 if width == 16 else np.uint32).astype(np.int64)
-    sign = 1 << (width - 1)
-    return np.where(raw & sign, -(raw & (sign - 1)), raw)
+    return accuracy.ordered(array, TABLE.dtypes[name])
 
 
 def describe(context: str) -> str:
@@ -80,11 +62,7 @@ def assert_ulps(got: np.ndarray, expected64: np.ndarray, name: str, ulps: int, c
     got64 = got.astype(np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         rounded = expected64.astype(dtype_of(name))
-    nan_got, nan_expected = np.isnan(got64), np.isnan(expected64)
-    bad = nan_got != nan_expected
-    both = ~nan_got & ~nan_expected
-    distance = np.abs(_ordered(got, name) - _ordered(rounded, name))
-    bad |= both & (distance > ulps)
+    bad = accuracy.ulps_off(got, expected64, TABLE.dtypes[name], ulps)
     _report(
         bad,
         got64,
@@ -109,13 +87,7 @@ def _report(bad: np.ndarray, got64: np.ndarray, expected64: np.ndarray, context:
 
 
 def ulp(values: np.ndarray, name: str) -> np.ndarray:
-    """The spacing of dtype `name` at |values| (the subnormal spacing below the normal range)."""
-    row = TABLE.dtypes[name]
-    magnitude = np.abs(values)
-    with np.errstate(divide="ignore"):
-        exponent = np.floor(np.log2(np.where(magnitude > 0, magnitude, 1.0)))
-    exponent = np.maximum(np.where(magnitude > 0, exponent, row.min_exponent), row.min_exponent)
-    return np.exp2(exponent - row.mantissa_bits)
+    return accuracy.ulp(values, TABLE.dtypes[name])
 
 
 def assert_within(got: np.ndarray, expected64: np.ndarray, name: str, bound: np.ndarray, context: str) -> None:
@@ -123,15 +95,7 @@ def assert_within(got: np.ndarray, expected64: np.ndarray, name: str, bound: np.
     assert got.shape == expected64.shape, describe(f"{context}: shape {got.shape} != {expected64.shape}")
     assert got.dtype == dtype_of(name), describe(f"{context}: dtype {got.dtype}, expected {name}")
     got64 = got.astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        rounded = expected64.astype(dtype_of(name)).astype(np.float64)
-        finite = np.isfinite(rounded) & np.isfinite(got64)
-        bad = np.isnan(got64) != np.isnan(rounded)
-        bad |= np.isinf(got64) & (got64 != rounded) & (np.abs(_ordered(got, name) - _ordered(rounded, name)) > 1)
-        bad |= np.isinf(rounded) & ~np.isinf(got64) & (np.abs(_ordered(got, name) - _ordered(rounded, name)) > 1)
-        error = np.abs(got64 - expected64)
-        allowed = ulp(expected64, name) + bound
-        bad |= finite & ~(error <= allowed)
+    bad, allowed = accuracy.outside(got, expected64, TABLE.dtypes[name], bound)
     _report(
         bad,
         got64,
@@ -142,6 +106,4 @@ def assert_within(got: np.ndarray, expected64: np.ndarray, name: str, bound: np.
     )
 
 
-def sum_bound(terms_abs_sum: np.ndarray, count: int) -> np.ndarray:
-    """Accumulation error of a double sum of `count` terms, in the kernel and in the oracle."""
-    return 2.0 * max(count, 1) * 2.0**-53 * terms_abs_sum
+sum_bound = accuracy.sum_bound

@@ -1,15 +1,5 @@
-"""BatchNorm training backward (pattern reduce_then_apply) against the oracle.
-
-Bounds, derived from the arithmetic (u32 = 2^-24, u64 = 2^-53; M terms per channel):
-- diff_beta = sum(diff_dst) in double: 1 ulp of the output dtype + 2 M u64 sum|diff_dst|.
-- diff_gamma = sum(diff_dst * (src - mean)) * inv_std in double: each term and inv_std carry
-  at most 2 u64 more: 1 ulp + (2 M + 8) u64 sum|diff_dst (src - mean)| inv_std.
-- diff_src = scale * (diff_dst - shift - (src - mean) * coefficient) in f32, where scale,
-  shift and coefficient are rounded to f32 once (3 roundings) and the expression adds 5
-  (src - mean, *, -, -, *): at most 8 u32 times the magnitude of every term, plus 1 ulp of
-  the output dtype for the final store; each f32 rounding that lands among the subnormals errs
-  by up to 2^-150 absolute instead, times the factor its result is multiplied by.
-"""
+"""BatchNorm training backward (pattern reduce_then_apply) against the oracle, within the bounds
+derived in opgen.accuracy.batch_norm_bounds."""
 
 from __future__ import annotations
 
@@ -18,9 +8,10 @@ import pytest
 
 import opgen
 from opgen import oracle
+from opgen.accuracy import batch_norm_bounds
 from opgen.plan import BLOCK
 from opgen.shapes import channel_axis
-from tests.helpers import assert_within, data, dtype_of, rng, sum_bound
+from tests.helpers import assert_within, data, dtype_of, rng
 
 SPEC = next(s for s in opgen.bundled.specs if s.name == "batch_norm_training_backward")
 B = BLOCK
@@ -44,34 +35,10 @@ SHAPES = [
     (2, 0, 3),
     (64, 3),
 ]
-U32, U64 = 2.0**-24, 2.0**-53
-ETA = 2.0**-150  # half the smallest f32 subnormal
 
 
 def bounds(src, diff_dst, mean, variance, gamma, epsilon, layout):
-    """Per-output error bounds (see the module docstring), from the inputs in float64."""
-    x, dy = src.astype(np.float64), diff_dst.astype(np.float64)
-    axis = channel_axis(x.ndim, layout)
-    view = [1] * x.ndim
-    view[axis] = x.shape[axis]
-    axes = tuple(d for d in range(x.ndim) if d != axis)
-    count = max(1, x.size // max(1, x.shape[axis]))
-    centered = x - mean.astype(np.float64).reshape(view)
-    inv_std = 1.0 / np.sqrt(variance.astype(np.float64) + float(np.float32(epsilon)))
-    g = np.ones_like(inv_std) if gamma is None else gamma.astype(np.float64)
-    sum_dy = np.abs(dy).sum(axis=axes)
-    sum_centered = np.abs(dy * centered).sum(axis=axes)
-    beta_bound = sum_bound(sum_dy, count)
-    gamma_bound = (2 * count + 8) * U64 * sum_centered * inv_std
-    scale = np.abs(g * inv_std).reshape(view)
-    shift = (np.abs(dy.sum(axis=axes)) / count).reshape(view)
-    coefficient = (inv_std * inv_std * np.abs((dy * centered).sum(axis=axes)) / count).reshape(view)
-    terms = np.abs(dy) + shift + np.abs(centered) * coefficient
-    # Underflow: a rounding into the f32 subnormals errs by up to ETA absolute, not u32 relative.
-    # scale's rounding is multiplied by the terms, the coefficients' by scale (and |src - mean|), the last by 1.
-    underflow = ETA * (terms + 1 + scale * (2 + np.abs(centered)) + 4 * scale)
-    src_bound = 8 * U32 * scale * terms + underflow
-    return src_bound, gamma_bound, beta_bound
+    return batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon, channel_axis(src.ndim, layout))
 
 
 def cases():

@@ -190,3 +190,27 @@ def test_subset_build(tmp_path):
     assert (out / "CMakeLists.txt").exists() and not (out / "prelu_backward.c").exists()
     bad = run_cli("build", "--ops", "relu_backward", "--dtypes", "f64", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 1 and "--dtypes: no dtype named f64" in bad.stderr
+
+
+def test_check_passes_on_the_bundled_library():
+    result = run_cli("check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1].startswith("35 passed, 0 failed"), lines[-1]
+    # one line per op, dtype combination, layout and fixed attribute
+    assert sum(line.startswith("prelu_backward ") for line in lines) == 6
+
+
+def test_check_reports_a_wrong_result(tmp_path):
+    """A check that can fail: an oracle off by a factor of 2 for one op fails that op only."""
+    oracle = tmp_path / "oracle.py"
+    oracle.write_text(
+        "from opgen.oracle import *  # noqa: F403\n"
+        "from opgen import oracle as _base\n\n\n"
+        "def relu_backward(src_or_dst, diff_dst, *, use_dst=True):\n"
+        "    return 2 * _base.relu_backward(src_or_dst, diff_dst, use_dst=use_dst)\n"
+    )
+    result = run_cli("check", "--oracle", str(oracle))
+    assert result.returncode == 1
+    failing = [line.split()[0] for line in result.stdout.splitlines() if "FAIL" in line]
+    assert failing == ["relu_backward"] * 3, result.stdout

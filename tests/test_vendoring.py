@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +143,9 @@ def test_cmake_build_and_install(vendored):
     )
     run(["cmake", "--build", str(build), "-j", "2"])
     run(["cmake", "--install", str(build)])
+    # `opgen check` runs every variant of the shared library built here against the oracle
+    checked = run([sys.executable, "-m", "opgen.cli", "check", "--library", str(build / "libopgen_kernels.so")])
+    assert checked.stdout.splitlines()[-1].startswith("35 passed, 0 failed"), checked.stdout
     # A consumer project finds the installed package and links the static library.
     consumer = vendored / "consumer"
     consumer.mkdir()

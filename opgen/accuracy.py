@@ -1,0 +1,137 @@
+"""The stated tolerances, as code: test data with edge values, ulp distances and error bounds.
+
+The test suite and `opgen check` both judge results with these (README, "Accuracy"):
+- elementwise outputs: at most 1 ulp of the output dtype from the float64 oracle rounded to
+  that dtype;
+- sums: 1 ulp of the output dtype + 2 n 2^-53 sum|terms| (n - 1 double additions in the
+  kernel, as many in the oracle);
+- BatchNorm: the bounds of batch_norm_bounds, from counting its roundings.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from opgen.specs import DType
+
+U32, U64 = 2.0**-24, 2.0**-53
+ETA = 2.0**-150  # half the smallest f32 subnormal
+
+
+def numpy_dtype(row: DType) -> np.dtype:
+    return np.dtype(ml_dtypes.bfloat16) if row.numpy == "bfloat16" else np.dtype(row.numpy)
+
+
+def finfo(row: DType):
+    dtype = numpy_dtype(row)
+    return ml_dtypes.finfo(dtype) if dtype == np.dtype(ml_dtypes.bfloat16) else np.finfo(dtype)
+
+
+def special_values(row: DType, nonfinite: bool) -> np.ndarray:
+    """Zeros, subnormals, small integers (interval edges of HardSigmoid with alpha 1/4 or 1/6), tiny normals."""
+    info = finfo(row)
+    tiny, sub = float(info.tiny), float(info.smallest_subnormal)
+    values = [0.0, -0.0, sub, -sub, 3 * sub, -5 * sub, tiny, -tiny, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0]
+    if nonfinite:
+        values += [np.nan, np.inf, -np.inf, float(info.max), -float(info.max)]
+    return np.array(values)
+
+
+def random_data(
+    generator: np.random.Generator, shape: tuple[int, ...], row: DType, specials: str = "finite", scale: float = 1.0
+) -> np.ndarray:
+    """Normal random values of dtype `row`; specials 'none', 'finite' or 'all' sets a quarter to edge values."""
+    values = np.asarray(generator.standard_normal(shape) * scale)
+    if specials != "none" and values.size:
+        pool = special_values(row, nonfinite=specials == "all")
+        mask = generator.random(shape) < 0.25
+        values[mask] = generator.choice(pool, size=int(mask.sum()))
+    with np.errstate(over="ignore"):
+        return values.astype(numpy_dtype(row))
+
+
+def ordered(array: np.ndarray, row: DType) -> np.ndarray:
+    """Integers in the order of the floats of dtype `row`: adjacent values differ by 1 (+0 == -0)."""
+    bits = np.ascontiguousarray(array.astype(numpy_dtype(row)))
+    width = bits.dtype.itemsize * 8
+    raw = bits.view(np.uint16 if width == 16 else np.uint32).astype(np.int64)
+    sign = 1 << (width - 1)
+    return np.where(raw & sign, -(raw & (sign - 1)), raw)
+
+
+def ulp(values: np.ndarray, row: DType) -> np.ndarray:
+    """The spacing of dtype `row` at |values| (the subnormal spacing below the normal range)."""
+    magnitude = np.abs(values)
+    with np.errstate(divide="ignore"):
+        exponent = np.floor(np.log2(np.where(magnitude > 0, magnitude, 1.0)))
+    exponent = np.maximum(np.where(magnitude > 0, exponent, row.min_exponent), row.min_exponent)
+    return np.exp2(exponent - row.mantissa_bits)
+
+
+def sum_bound(terms_abs_sum: np.ndarray, count: int) -> np.ndarray:
+    """Accumulation error of a double sum of `count` terms, in the kernel and in the oracle."""
+    return 2.0 * max(count, 1) * U64 * terms_abs_sum
+
+
+def ulps_off(got: np.ndarray, expected64: np.ndarray, row: DType, ulps: int) -> np.ndarray:
+    """Where got (dtype `row`) is more than `ulps` from the oracle rounded to that dtype, or NaN disagrees."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = expected64.astype(numpy_dtype(row))
+    nan_got, nan_expected = np.isnan(got.astype(np.float64)), np.isnan(expected64)
+    distance = np.abs(ordered(got, row) - ordered(rounded, row))
+    return (nan_got != nan_expected) | (~nan_got & ~nan_expected & (distance > ulps))
+
+
+def outside(got: np.ndarray, expected64: np.ndarray, row: DType, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where |got - exact| > 1 ulp of dtype `row` + bound (non-finite values must agree); and the allowance."""
+    got64 = got.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = expected64.astype(numpy_dtype(row)).astype(np.float64)
+        finite = np.isfinite(rounded) & np.isfinite(got64)
+        far = np.abs(ordered(got, row) - ordered(rounded, row)) > 1
+        bad = np.isnan(got64) != np.isnan(rounded)
+        bad |= np.isinf(got64) & (got64 != rounded) & far
+        bad |= np.isinf(rounded) & ~np.isinf(got64) & far
+        allowed = ulp(expected64, row) + bound
+        bad |= finite & ~(np.abs(got64 - expected64) <= allowed)
+    return bad, allowed
+
+
+def batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon: float, axis: int):
+    """Error bounds of BatchNorm's diff_src, diff_gamma and diff_beta, from the inputs in float64.
+
+    u32 = 2^-24, u64 = 2^-53; M terms per channel:
+    - diff_beta = sum(diff_dst) in double: 2 M u64 sum|diff_dst|.
+    - diff_gamma = sum(diff_dst * (src - mean)) * inv_std in double: each term and inv_std carry
+      at most 2 u64 more: (2 M + 8) u64 sum|diff_dst (src - mean)| inv_std.
+    - diff_src = scale * (diff_dst - shift - (src - mean) * coefficient) in f32, where scale,
+      shift and coefficient are rounded to f32 once (3 roundings) and the expression adds 5
+      (src - mean, *, -, -, *): at most 8 u32 times the magnitude of every term; each f32
+      rounding that lands among the subnormals errs by up to 2^-150 absolute instead, times the
+      factor its result is multiplied by.
+    (1 ulp of the output dtype for the final store is added by `outside`.)"""
+    with np.errstate(all="ignore"):  # NaN and Inf in the inputs make NaN and Inf bounds
+        return _batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon, axis)
+
+
+def _batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon: float, axis: int):
+    x, dy = src.astype(np.float64), diff_dst.astype(np.float64)
+    view = [1] * x.ndim
+    view[axis] = x.shape[axis]
+    axes = tuple(d for d in range(x.ndim) if d != axis)
+    count = max(1, x.size // max(1, x.shape[axis]))
+    centered = x - mean.astype(np.float64).reshape(view)
+    inv_std = 1.0 / np.sqrt(variance.astype(np.float64) + float(np.float32(epsilon)))
+    g = np.ones_like(inv_std) if gamma is None else gamma.astype(np.float64)
+    sum_dy = np.abs(dy).sum(axis=axes)
+    sum_centered = np.abs(dy * centered).sum(axis=axes)
+    beta_bound = sum_bound(sum_dy, count)
+    gamma_bound = (2 * count + 8) * U64 * sum_centered * inv_std
+    scale = np.abs(g * inv_std).reshape(view)
+    shift = (np.abs(dy.sum(axis=axes)) / count).reshape(view)
+    coefficient = (inv_std * inv_std * np.abs((dy * centered).sum(axis=axes)) / count).reshape(view)
+    terms = np.abs(dy) + shift + np.abs(centered) * coefficient
+    underflow = ETA * (terms + 1 + scale * (2 + np.abs(centered)) + 4 * scale)
+    src_bound = 8 * U32 * scale * terms + underflow
+    return src_bound, gamma_bound, beta_bound
