@@ -159,3 +159,28 @@ def test_cmake_build_and_install(vendored):
     run(["cmake", "--build", str(consumer / "build")])
     result = run([str(consumer / "build" / "use_kernels"), str(vendored / "golden")])
     assert CHECKS in result.stdout
+
+
+def test_readme_example_compiles_and_runs(vendored):
+    """The complete program in the README's "Use from C" builds warning-free and runs."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Use from C") :]
+    example = section[section.index("```c\n") + 5 : section.index("```", section.index("```c\n") + 5)]
+    program = vendored / "readme_example.c"
+    program.write_text(example)
+    source = vendored / "opgen"
+    binary = vendored / "readme_example"
+    run(
+        [
+            *compiler(),
+            *STRICT,
+            f"-I{source}",
+            *sorted(map(str, source.glob("*.c"))),
+            str(program),
+            "-o",
+            str(binary),
+            "-lm",
+        ]
+    )
+    result = run([str(binary)])
+    assert result.stdout.startswith("diff_beta[0] = "), result.stdout
