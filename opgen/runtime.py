@@ -236,6 +236,7 @@ class Plan:
         if status == 0:
             return
         message = self.ffi.string(self.lib.opgen_last_error()).decode()
+        message = message.replace(f"opgen_{self.name}: ", f"{self.name}(): ", 1)  # in Python's words
         kind = {1: TypeError, 2: TypeError, 11: MemoryError}.get(status, ValueError)
         raise kind(message)
 
