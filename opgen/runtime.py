@@ -208,6 +208,8 @@ class Plan:
             for _, shape, dtype, requested in self.outputs
         ]
         self.local = threading.local()  # per Python thread: the C call runs without the GIL
+        self.input_count = len(spec.inputs)
+        self.present = [index for index, described in enumerate(self.shapes) if described is not None]
         size = self.ffi.new("size_t *")
         status = getattr(self.lib, f"opgen_{spec.name}_workspace_size")(*self._descriptors(), *self.attributes, size)
         self._raise(status)
@@ -241,13 +243,14 @@ class Plan:
         raise kind(message)
 
     def _workspace(self) -> Any:
-        """This thread's workspace, kept for the plan (no page faults per call)."""
+        """This thread's workspace, kept for the plan (no page faults per call), as a C pointer."""
         if not self.workspace_bytes:
             return self.ffi.NULL
         found = getattr(self.local, "workspace", None)
         if found is None:
-            found = self.local.workspace = np.empty(self.workspace_bytes, dtype=np.uint8)
-        return self.ffi.from_buffer(found)
+            buffer = np.empty(self.workspace_bytes, dtype=np.uint8)
+            found = self.local.workspace = (buffer, self.ffi.from_buffer(buffer))
+        return found[1]
 
     def _prepare(self, inputs: tuple) -> list[np.ndarray | None]:
         prepared = []
@@ -302,14 +305,12 @@ class Plan:
         prepared = self._prepare(inputs) if self.copy_needed else inputs
         outputs = self._outputs(out)
         descriptors = self._descriptors()
-        buffers = []  # keeps the buffers' C views alive during the call
-        for descriptor, array in zip(descriptors, (*prepared, *outputs)):
-            if descriptor != self.ffi.NULL:  # not an absent, ignored or unrequested operand
-                view = self.ffi.from_buffer(array) if array.size else self.ffi.NULL
-                descriptor.data = view
-                buffers.append(view)
-        workspace = self._workspace()
-        self._raise(self.function(*descriptors, *self.attributes, workspace, self.workspace_bytes))
+        from_buffer, views = self.ffi.from_buffer, []  # views: alive until the call returns
+        for index in self.present:
+            view = from_buffer(prepared[index] if index < self.input_count else outputs[index - self.input_count])
+            descriptors[index].data = view
+            views.append(view)
+        self._raise(self.function(*descriptors, *self.attributes, self._workspace(), self.workspace_bytes))
         return outputs
 
 
