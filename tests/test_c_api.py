@@ -5,6 +5,7 @@ is written on failure, and valid calls match the oracle."""
 from __future__ import annotations
 
 import math
+import subprocess
 
 import ml_dtypes
 import numpy as np
@@ -339,3 +340,68 @@ def test_aclnn_single_weight_and_empty():
     assert (status, size) == (SUCCESS, 0), last_error()
     assert np.all(grad_weight == 0)
     assert math.isfinite(float(grad_weight.sum()))
+
+
+FAULT_DRIVER = r"""
+#undef calloc /* the library's calls go to opgen_test_calloc; this file's to the real one */
+#include <stdio.h>
+#include <stdlib.h>
+#include "opgen.h"
+#include "opgen_aclnn.h"
+
+static int failing; /* calloc fails while set */
+void *opgen_test_calloc(size_t count, size_t size) { return failing ? NULL : calloc(count, size); }
+
+int main(void)
+{
+    int64_t dims[1] = { 4 };
+    float data[4] = { 0 }, grad[4] = { 0 }, weight[1] = { 0.25f };
+    uint64_t size = 0;
+    aclOpExecutor *executor = NULL;
+    aclTensor *self = aclCreateTensor(dims, 1, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, dims, 1, data);
+    aclTensor *grad_output = aclCreateTensor(dims, 1, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, dims, 1, grad);
+    int64_t one[1] = { 1 };
+    aclTensor *w = aclCreateTensor(one, 1, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, one, 1, weight);
+    aclTensor *grad_input = aclCreateTensor(dims, 1, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, dims, 1, grad);
+    float grad_weight_data[1];
+    aclTensor *gw = aclCreateTensor(one, 1, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, one, 1, grad_weight_data);
+    aclnnStatus status;
+    failing = 1;
+    printf("tensor %s\n", aclCreateTensor(dims, 1, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, dims, 1, data) ? "made" : "NULL");
+    status = aclnnPreluBackwardGetWorkspaceSize(grad_output, self, w, grad_input, gw, &size, &executor);
+    printf("status %d\n", (int)status);
+    printf("%s\n", opgen_last_error());
+    return 0;
+}
+"""
+
+
+def test_aclnn_inner_error_when_memory_runs_out(tmp_path):
+    """ACLNN_ERR_INNER: the executor cannot be allocated (calloc made to fail in a test build)."""
+    from opgen.compile import compiler
+    from opgen.render import render_library
+
+    library = render_library(ops=["aclnn_prelu_backward"], dtypes=["f32"])
+    for name, text in library.files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "driver.c").write_text(FAULT_DRIVER)
+    sources = [str(p) for p in sorted(tmp_path.glob("*.c"))]
+    binary = tmp_path / "driver"
+    command = [
+        *compiler(),
+        "-std=c99",
+        "-O0",
+        "-Dcalloc=opgen_test_calloc",
+        f"-I{tmp_path}",
+        *sources,
+        "-o",
+        str(binary),
+    ]
+    built = subprocess.run([*command, "-lm"], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    result = subprocess.run([str(binary)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "tensor NULL"
+    assert lines[1] == "status 561000", result.stdout
+    assert "executor: could not allocate" in lines[2]
