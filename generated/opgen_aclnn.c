@@ -147,7 +147,8 @@ aclnnStatus aclDestroyTensor(const aclTensor *tensor)
 static aclnnStatus opgen_aclnn_operand_of(const char *function, const char *name, const aclTensor *tensor,
                                           opgen_aclnn_operand *operand)
 {
-    int64_t count = 1, last = 0, dense = 1;
+    int64_t last = 0, dense = 1;
+    int empty = 0;
     size_t size;
     memset(operand, 0, sizeof *operand);
     if (tensor == NULL) {
@@ -164,9 +165,9 @@ static aclnnStatus opgen_aclnn_operand_of(const char *function, const char *name
     for (int d = 0; d < tensor->rank; ++d) {
         operand->view.dims[d] = tensor->dims[d];
         operand->strides[d] = tensor->strides[d];
-        count = tensor->dims[d] == 0 || count == 0 ? 0 : count;
+        empty |= tensor->dims[d] == 0;
     }
-    if (count > 0) {
+    if (!empty) {
         if (tensor->offset < 0) {
             opgen_error(OPGEN_INVALID_SHAPE, function, name, "offset %lld is negative", (long long)tensor->offset);
             return ACLNN_ERR_PARAM_INVALID;

@@ -379,6 +379,7 @@ typedef struct opgen_call {
     const opgen_op_info *op;
     const opgen_tensor *tensors[OPGEN_MAX_OPERANDS]; /* NULL: absent or ignored */
     int64_t counts[OPGEN_MAX_OPERANDS];
+    int forms[OPGEN_MAX_OPERANDS]; /* the broadcast form each channel input takes */
     int channel_axis;        /* 1 (NCX), -1 (NXC) or 0 (no channel) */
     int row;
     int kernel;

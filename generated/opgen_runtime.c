@@ -419,15 +419,18 @@ static opgen_status opgen_check_shapes(opgen_call *call, int channel_axis)
         }
         if (info->input) {
             int64_t expanded[OPGEN_MAX_RANK];
-            int fits = 0;
-            for (int f = 0; f < info->form_count && !fits; ++f) {
-                fits = opgen_expand(info->forms[f], tensor, call->counts[i], reference, channel_axis, expanded);
+            int form = -1;
+            for (int f = 0; f < info->form_count && form < 0; ++f) {
+                if (opgen_expand(info->forms[f], tensor, call->counts[i], reference, channel_axis, expanded)) {
+                    form = info->forms[f];
+                }
             }
-            if (!fits) {
+            if (form < 0) {
                 return opgen_error(OPGEN_INVALID_SHAPE, op->function, info->name,
                                    "shape %s does not fit %s's shape %s: it must be %s", OPGEN_SHAPE(shape, tensor),
                                    reference_name, OPGEN_SHAPE(wanted, reference), info->rules);
             }
+            call->forms[i] = form;
             if (op->pattern == OPGEN_PATTERN_BROADCAST_REDUCE) {
                 call->operand = i;
                 memcpy(call->expanded, expanded, sizeof expanded);
@@ -440,15 +443,7 @@ static opgen_status opgen_check_shapes(opgen_call *call, int channel_axis)
             memset(&expected, 0, sizeof expected);
             if (op->pattern == OPGEN_PATTERN_BROADCAST_REDUCE) {
                 const opgen_tensor *like = call->tensors[info->like];
-                int channel_count = 0;
-                for (int f = 0; f < op->operands[info->like].form_count; ++f) {
-                    int64_t ignored[OPGEN_MAX_RANK];
-                    if (opgen_expand(op->operands[info->like].forms[f], like, call->counts[info->like], reference,
-                                     channel_axis, ignored)) {
-                        channel_count = op->operands[info->like].forms[f] == OPGEN_FORM_CHANNEL_COUNT;
-                        break;
-                    }
-                }
+                const int channel_count = call->forms[info->like] == OPGEN_FORM_CHANNEL_COUNT;
                 if (channel_count && call->counts[info->like] != 1) {
                     expected.rank = 1; /* a per-channel gradient of any-shaped weights is [C] */
                     expected.dims[0] = call->counts[info->like];
@@ -546,6 +541,11 @@ static void opgen_plan_pieces(opgen_call *call)
     call->dims[2] = inner;
 }
 
+static opgen_status opgen_workspace_overflow(const opgen_op_info *op)
+{
+    return opgen_error(OPGEN_SIZE_OVERFLOW, op->function, "workspace", "its size overflows size_t");
+}
+
 static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
 {
     const opgen_op_info *op = call->op;
@@ -559,7 +559,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
             call->copied[i] = 1;
             if (!opgen_add_size(&total, (size_t)call->reference_count * opgen_dtype_size(tensor->dtype),
                                 &call->copy_at[i])) {
-                return opgen_error(OPGEN_SIZE_OVERFLOW, op->function, "workspace", "its size overflows size_t");
+                return opgen_workspace_overflow(op);
             }
         }
     }
@@ -593,13 +593,13 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         for (int i = op->input_count; i < op->input_count + op->output_count; ++i) {
             if (op->operands[i].channel && call->tensors[i] != NULL &&
                 !opgen_add_size(&total, (size_t)(call->sums_size * call->repeat) * sizeof(double), &call->sums_at[i])) {
-                return opgen_error(OPGEN_SIZE_OVERFLOW, op->function, "workspace", "its size overflows size_t");
+                return opgen_workspace_overflow(op);
             }
         }
         if (call->repeat > 1 &&
             !opgen_add_size(&total, (size_t)call->dims[1] * opgen_dtype_size(call->tensors[call->operand]->dtype),
                             &call->repeat_at)) {
-            return opgen_error(OPGEN_SIZE_OVERFLOW, op->function, "workspace", "its size overflows size_t");
+            return opgen_workspace_overflow(op);
         }
     }
     call->kernel = (call->row * op->forms + form) * (1 << op->flag_count) + flags;
@@ -607,17 +607,17 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         !(op->pattern == OPGEN_PATTERN_BROADCAST_REDUCE && call->reference_count == 0)) {
         /* per-channel scratch: at most a few dozen doubles per channel */
         if (call->dims[1] > INT64_MAX / 1024) {
-            return opgen_error(OPGEN_SIZE_OVERFLOW, op->function, "workspace", "its size overflows size_t");
+            return opgen_workspace_overflow(op);
         }
         const int64_t doubles = op->workspaces[call->kernel](call->dims[0], call->dims[1], call->dims[2]);
         if (!opgen_add_size(&total, (size_t)doubles * sizeof(double), &call->kernel_at)) {
-            return opgen_error(OPGEN_SIZE_OVERFLOW, op->function, "workspace", "its size overflows size_t");
+            return opgen_workspace_overflow(op);
         }
     }
     /* slack to align the caller's workspace to 64 bytes */
     call->workspace_bytes = total > 0 ? total + 64 : 0;
     if (call->workspace_bytes < total) {
-        return opgen_error(OPGEN_SIZE_OVERFLOW, op->function, "workspace", "its size overflows size_t");
+        return opgen_workspace_overflow(op);
     }
     return OPGEN_SUCCESS;
 }

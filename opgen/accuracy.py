@@ -10,9 +10,12 @@ The test suite and `opgen check` both judge results with these (README, "Accurac
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 
+from opgen import runtime, shapes
 from opgen.specs import DType
 
 U32, U64 = 2.0**-24, 2.0**-53
@@ -20,7 +23,7 @@ ETA = 2.0**-150  # half the smallest f32 subnormal
 
 
 def numpy_dtype(row: DType) -> np.dtype:
-    return np.dtype(ml_dtypes.bfloat16) if row.numpy == "bfloat16" else np.dtype(row.numpy)
+    return runtime.numpy_dtype(row.numpy)
 
 
 def finfo(row: DType):
@@ -72,6 +75,47 @@ def ulp(values: np.ndarray, row: DType) -> np.ndarray:
 def sum_bound(terms_abs_sum: np.ndarray, count: int) -> np.ndarray:
     """Accumulation error of a double sum of `count` terms, in the kernel and in the oracle."""
     return 2.0 * max(count, 1) * U64 * terms_abs_sum
+
+
+def sum_magnitudes(spec: Any, reference_function: Any, arrays: dict[str, np.ndarray], kwargs: dict[str, Any]) -> tuple:
+    """For a broadcast_reduce op whose sum terms are products of its reference and its other
+    tensor input: the oracle on -|reference| and -|other|, so every term counts and is positive,
+    gives sum|terms| per slot (Inf where Inf * 0 made it NaN: such slots are checked for Inf/NaN)."""
+    other = next(t for t in spec.inputs if t.kind == "tensor" and t.name != spec.reference)
+    flipped = dict(arrays)
+    for name in (spec.reference, other.name):
+        flipped[name] = -np.abs(arrays[name].astype(np.float64))
+    results = reference_function(*(flipped[t.name] for t in spec.inputs), **kwargs)
+    return tuple(np.where(np.isnan(r), np.inf, r) for r in results)
+
+
+def operand_shapes(form: str, shape: tuple[int, ...], layout: str) -> list[tuple[int, ...]]:
+    """Operand shapes of one broadcast form for a reference of `shape` (written from the rules)."""
+    rank = len(shape)
+    if form == "per_channel":
+        axis = shapes.channel_axis(rank, layout)
+        return [] if axis is None else [(shape[axis],)]
+    if form == "per_tensor":
+        return [(1,)]
+    if form == "trailing":
+        return [shape[1:]]
+    if form == "numpy":
+        masks = [
+            [d == 0 for d in range(rank)],
+            [d == rank - 1 for d in range(rank)],
+            [d in (0, rank - 1) for d in range(rank)],
+            [d % 2 == 1 for d in range(rank)],
+            [True] * rank,
+        ]
+        return list(dict.fromkeys(tuple(s if keep else 1 for s, keep in zip(shape, mask)) for mask in masks))
+    if form == "single":
+        return [(1,), (), (1, 1, 1)]
+    if form == "channel_count":
+        channels = shape[1] if rank > 1 else 1
+        return [(channels,), (1, channels), (channels, 1, 1)]
+    if form == "to_reference":
+        return [shape[-2:], shape[-1:]]
+    raise AssertionError(form)
 
 
 def ulps_off(got: np.ndarray, expected64: np.ndarray, row: DType, ulps: int) -> np.ndarray:

@@ -75,20 +75,6 @@ def _attribute_values(spec: OpSpec) -> dict[str, Any]:
     return values
 
 
-def _operand_shape(form: str, shape: tuple[int, ...], layout: str) -> tuple[int, ...] | None:
-    axis = shapes.channel_axis(len(shape), layout)
-    channels = shape[axis] if axis is not None else 1
-    return {
-        "per_channel": (channels,) if axis is not None else None,
-        "per_tensor": (1,),
-        "trailing": shape[1:] if shape else None,
-        "numpy": tuple(s if i % 2 else 1 for i, s in enumerate(shape)),
-        "single": (1,) * max(1, len(shape) - 1),
-        "channel_count": (channels,),
-        "to_reference": shape[-2:],
-    }.get(form)
-
-
 def _cases(spec: OpSpec, layout: str):
     """(label, input shapes) for the op's pattern: every broadcast form of its operands."""
     channel_inputs = [t for t in spec.inputs if t.kind == "channel" or t.broadcast]
@@ -97,16 +83,18 @@ def _cases(spec: OpSpec, layout: str):
         if len(shape) < spec.min_rank or (spec.max_rank is not None and len(shape) > spec.max_rank):
             continue
         for form in forms:
-            input_shapes = {}
-            for tensor in spec.inputs:
-                if form in tensor.broadcast:
-                    input_shapes[tensor.name] = _operand_shape(form, shape, layout)
-                elif tensor.kind == "channel":
-                    input_shapes[tensor.name] = _operand_shape(tensor.broadcast[0], shape, layout)
-                else:
-                    input_shapes[tensor.name] = shape
-            if all(s is not None for s in input_shapes.values()):
-                yield f"{shape} {form or ''}".strip(), input_shapes
+            for shaped in accuracy.operand_shapes(form, shape, layout) if form else [shape]:
+                input_shapes = {}
+                for tensor in spec.inputs:
+                    if form in tensor.broadcast:
+                        input_shapes[tensor.name] = shaped
+                    elif tensor.kind == "channel":
+                        options = accuracy.operand_shapes(tensor.broadcast[0], shape, layout)
+                        input_shapes[tensor.name] = options[0] if options else None
+                    else:
+                        input_shapes[tensor.name] = shape
+                if all(s is not None for s in input_shapes.values()):
+                    yield f"{shape} {form or ''} {shaped}".strip(), input_shapes
 
 
 def _compare(spec, row, table, got, expected, bounds) -> str | None:
@@ -129,20 +117,14 @@ def _bounds(spec, arrays, kwargs, reference_function, layout, expected) -> list:
     if spec.pattern == "elementwise":
         return [None] * len(spec.outputs)
     if spec.pattern == "broadcast_reduce":
-        # sum |reference| * |other| per slot: flip both to -|x| so every term counts, positive
-        other = next(t for t in spec.inputs if t.kind == "tensor" and t.name != spec.reference)
-        flipped = dict(arrays)
-        for name in (spec.reference, other.name):
-            flipped[name] = -np.abs(arrays[name].astype(np.float64))
-        magnitude = reference_function(*(flipped[t.name] for t in spec.inputs), **kwargs)
+        magnitude = accuracy.sum_magnitudes(spec, reference_function, arrays, kwargs)
         result = []
         for index, tensor in enumerate(spec.outputs):
             if tensor.kind == "tensor":
                 result.append(None)
                 continue
-            abs_sum = np.where(np.isnan(magnitude[index]), np.inf, magnitude[index])
             count = arrays[spec.reference].size // max(1, expected[index].size)
-            result.append(accuracy.sum_bound(abs_sum, count))
+            result.append(accuracy.sum_bound(magnitude[index], count))
         return result
     if spec.name == "batch_norm_training_backward":
         src_bound, gamma_bound, beta_bound = accuracy.batch_norm_bounds(

@@ -47,10 +47,7 @@ class OpLibrary:
         """`module` (with .ffi and .lib): run these instead of building the specs' cffi module."""
         self.spec_dir = Path(spec_dir)
         self.table, self.specs = load_specs(self.spec_dir)
-        self.variants = {
-            spec.name: {v.name: plan.kernel(v, self.table) for v in plan.variants(spec, self.table)}
-            for spec in self.specs
-        }
+        self.variants = {spec.name: [v.name for v in plan.variants(spec, self.table)] for spec in self.specs}
         self.dtype_names = {numpy_dtype(d.numpy): d.name for d in self.table.dtypes.values()}
         # string attribute values -> their C enum values
         self.enum_values = {e["type"]: {v: i for i, (_, v) in enumerate(e["members"])} for e in c_api.enums(self.specs)}

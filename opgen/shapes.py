@@ -1,15 +1,13 @@
-"""Shape rules: which broadcast form an operand takes, and the kernel calls that cover a tensor.
+"""Shape rules: which broadcast form an operand takes, and the shape of its gradient.
 
 A broadcast form maps an operand's shape to an "expanded" shape of the reference's rank
-(1 where the operand is broadcast). Kernels see the reference as [outer][channels][inner]
-with the operand indexed by the channel; any leading dims left over become separate calls.
+(1 where the operand is broadcast). The C runtime (templates/runtime.c.j2) applies the same
+rules to split a call into kernel calls; Python uses them for its messages and output shapes.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass
 
 from opgen.specs import LAYOUTS
 
@@ -61,44 +59,6 @@ def reduced_shape(form: str, shape: tuple[int, ...], expanded: tuple[int, ...]) 
     if form == "channel_count":
         return (math.prod(expanded),)
     return shape
-
-
-@dataclass(frozen=True)
-class Call:
-    """One kernel call: element offset into the reference, offset into the operand, dims."""
-
-    form: str  # "ncx" (inner > 1) or "nxc"
-    offset: int
-    operand_offset: int
-    outer: int
-    channels: int
-    inner: int
-
-
-def calls(reference: tuple[int, ...], expanded: tuple[int, ...]) -> list[Call]:
-    """Kernel calls that cover `reference` with an operand broadcast as `expanded`."""
-    groups: list[list] = []  # [size, kept], adjacent dims of the same kind merged
-    for size, operand_size in zip(reference, expanded):
-        if size == 1:
-            continue
-        kept = operand_size == size
-        if groups and groups[-1][1] == kept:
-            groups[-1][0] *= size
-        else:
-            groups.append([size, kept])
-    inner = groups.pop()[0] if groups and not groups[-1][1] else 1
-    channels = groups.pop()[0] if groups and groups[-1][1] else 1
-    outer = groups.pop()[0] if groups and not groups[-1][1] else 1
-    block = outer * channels * inner
-    form = "ncx" if inner > 1 else "nxc"
-    result = []
-    for position, index in enumerate(itertools.product(*(range(size) for size, _ in groups))):
-        operand_index = 0
-        for (size, kept), i in zip(groups, index):
-            if kept:
-                operand_index = operand_index * size + i
-        result.append(Call(form, position * block, operand_index * channels, outer, channels, inner))
-    return result
 
 
 def channel_dims(reference: tuple[int, ...], layout: str) -> tuple[int, int, int]:

@@ -152,11 +152,3 @@ class Checked:
             return (shapes.channel_dims(self.reference.shape, self.layout)[1],)
         form, expanded = self.forms[tensor.like]
         return shapes.reduced_shape(form, self.inputs[tensor.like].shape, expanded)
-
-    def variant_name(self, dtype_tag: str, form: str | None) -> str:
-        parts = [self.name, dtype_tag]
-        if form:
-            parts.append(form)
-        for name in self.spec.specialized:
-            parts.append(name if self.attributes[name] else f"no_{name}")
-        return "_".join(parts)
