@@ -25,9 +25,73 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+                 * a block-aligned range of the inner dim of every unit */
+                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                    {
+                        const int64_t channel = unit % channels;
+                        const float weight_value = weight[channel];
+                        
+                        const int64_t base = unit * inner;
+                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        double grad_weight_acc = 0;
+                        int64_t index = inner_first;
+                        /* whole blocks: lane l of every block adds to partial sum l (float
+                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(self_block, self + base + index);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                            }
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float grad_output_value = grad_output[base + index];
+                        const float self_value = self[base + index];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_acc += grad_weight_term;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            grad_weight_acc += grad_weight_lanes[lane];
+                        }
+                        partial[0 * channels + channel] += grad_weight_acc;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -48,23 +112,27 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l */
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(grad_output_block, grad_output + base + index);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(self_block, self + base + index);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                    }
-                    opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                    /* whole blocks: lane l of every block adds to partial sum l (float
+                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(grad_output_block, grad_output + base + index);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(self_block, self + base + index);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                            }
+                            opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = grad_output[base + index];
@@ -82,8 +150,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
             }
         }
         opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order */
+    }    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -104,9 +171,70 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
         /* few rows of many channels: each thread takes whole ranges of channels */
         const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                    for (int64_t sum = 0; sum < 1; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            workspace[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            double grad_weight_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(self_block, self + base + channel);
+                                float weight_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(weight_block, weight + channel);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float weight_value = (float)weight_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_group[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += grad_weight_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const float weight_value = weight[channel];
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = grad_output[base + channel];
+                                const float self_value = self[base + channel];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                workspace[0 * channels + channel] += grad_weight_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 const int64_t first = range * OPGEN_CHANNEL_SPLIT;
                 const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
@@ -162,11 +290,68 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                 }
             }
             opgen_fence();
-        }
-    } else {
-        OPGEN_PARALLEL(threads)
+        }    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t tile = 0; tile < tiles; ++tile) {
+                    double *partial = workspace + tile * 1 * channels;
+                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                        partial[slot] = 0;
+                    }
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        int64_t channel = 0;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            double grad_weight_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(self_block, self + base + channel);
+                                float weight_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(weight_block, weight + channel);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float weight_value = (float)weight_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_group[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                            }
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float weight_value = weight[channel];
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = grad_output[base + channel];
+                                const float self_value = self[base + channel];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                partial[0 * channels + channel] += grad_weight_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -219,8 +404,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                 }
             }
             opgen_fence();
-        }
-    }
+        }    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -241,9 +425,77 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+                 * a block-aligned range of the inner dim of every unit */
+                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                    {
+                        const int64_t channel = unit % channels;
+                        const float weight_value = opgen_f16_to_f32(weight[channel]);
+                        
+                        const int64_t base = unit * inner;
+                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        double grad_weight_acc = 0;
+                        int64_t index = inner_first;
+                        /* whole blocks: lane l of every block adds to partial sum l (float
+                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                            float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + index);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                            }
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_run[lane];
+                            }
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                        const float self_value = opgen_f16_to_f32(self[base + index]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_acc += grad_weight_term;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            grad_weight_acc += grad_weight_lanes[lane];
+                        }
+                        partial[0 * channels + channel] += grad_weight_acc;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -264,30 +516,38 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l */
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(grad_output_block, grad_output + base + index);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(self_block, self + base + index);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                    }
-                    opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                    /* whole blocks: lane l of every block adds to partial sum l (float
+                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(grad_output_block, grad_output + base + index);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(self_block, self + base + index);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                            }
+                            opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_run[lane];
+                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
                     const float self_value = opgen_f16_to_f32(self[base + index]);
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                     grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                         grad_weight_acc += grad_weight_term;
                     }
                     for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
@@ -298,8 +558,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
             }
         }
         opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order */
+    }    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -320,9 +579,70 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
         /* few rows of many channels: each thread takes whole ranges of channels */
         const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                    for (int64_t sum = 0; sum < 1; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            workspace[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float grad_weight_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + channel);
+                                float weight_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(weight_block, weight + channel);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float weight_value = (float)weight_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_group[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += grad_weight_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const float weight_value = opgen_f16_to_f32(weight[channel]);
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                workspace[0 * channels + channel] += grad_weight_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 const int64_t first = range * OPGEN_CHANNEL_SPLIT;
                 const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
@@ -335,7 +655,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                     const int64_t group_end = opgen_min(group + 1, outer);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        float grad_weight_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float grad_output_block[OPGEN_BLOCK];
@@ -352,7 +672,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float weight_value = (float)weight_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_group[lane] += grad_weight_term;
                             }
                             opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
@@ -371,18 +691,75 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             const float self_value = opgen_f16_to_f32(self[base + channel]);
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                             workspace[0 * channels + channel] += grad_weight_term;
                         }
                     }
                 }
             }
             opgen_fence();
-        }
-    } else {
-        OPGEN_PARALLEL(threads)
+        }    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t tile = 0; tile < tiles; ++tile) {
+                    double *partial = workspace + tile * 1 * channels;
+                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                        partial[slot] = 0;
+                    }
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        int64_t channel = 0;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            float grad_weight_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + channel);
+                                float weight_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(weight_block, weight + channel);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float weight_value = (float)weight_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_group[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                            }
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float weight_value = opgen_f16_to_f32(weight[channel]);
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                partial[0 * channels + channel] += grad_weight_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -392,7 +769,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                     const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                     int64_t channel = 0;
                     for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        float grad_weight_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float grad_output_block[OPGEN_BLOCK];
@@ -409,7 +786,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float weight_value = (float)weight_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_group[lane] += grad_weight_term;
                             }
                             opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
@@ -428,15 +805,14 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             const float self_value = opgen_f16_to_f32(self[base + channel]);
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                             partial[0 * channels + channel] += grad_weight_term;
                         }
                     }
                 }
             }
             opgen_fence();
-        }
-    }
+        }    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -457,9 +833,73 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+                 * a block-aligned range of the inner dim of every unit */
+                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                    {
+                        const int64_t channel = unit % channels;
+                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                        
+                        const int64_t base = unit * inner;
+                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        double grad_weight_acc = 0;
+                        int64_t index = inner_first;
+                        /* whole blocks: lane l of every block adds to partial sum l (float
+                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + index);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                            }
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                        const float self_value = opgen_bf16_to_f32(self[base + index]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_acc += grad_weight_term;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            grad_weight_acc += grad_weight_lanes[lane];
+                        }
+                        partial[0 * channels + channel] += grad_weight_acc;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -480,23 +920,27 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l */
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(grad_output_block, grad_output + base + index);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(self_block, self + base + index);
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                    }
-                    opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                    /* whole blocks: lane l of every block adds to partial sum l (float
+                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + index);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(self_block, self + base + index);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                            }
+                            opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
@@ -514,8 +958,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
             }
         }
         opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order */
+    }    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -536,9 +979,70 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
         /* few rows of many channels: each thread takes whole ranges of channels */
         const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                    for (int64_t sum = 0; sum < 1; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            workspace[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            double grad_weight_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + channel);
+                                float weight_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(weight_block, weight + channel);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float weight_value = (float)weight_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_group[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += grad_weight_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                workspace[0 * channels + channel] += grad_weight_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 const int64_t first = range * OPGEN_CHANNEL_SPLIT;
                 const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
@@ -594,11 +1098,68 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                 }
             }
             opgen_fence();
-        }
-    } else {
-        OPGEN_PARALLEL(threads)
+        }    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t tile = 0; tile < tiles; ++tile) {
+                    double *partial = workspace + tile * 1 * channels;
+                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                        partial[slot] = 0;
+                    }
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        int64_t channel = 0;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            double grad_weight_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + channel);
+                                float weight_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(weight_block, weight + channel);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float weight_value = (float)weight_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_group[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                            }
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                partial[0 * channels + channel] += grad_weight_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -651,8 +1212,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                 }
             }
             opgen_fence();
-        }
-    }
+        }    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {

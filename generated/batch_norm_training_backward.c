@@ -27,9 +27,99 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
     (void)stream;
     (void)threads;
     (void)workspace;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t channel = 0; channel < channels; ++channel) {
+                const double variance_acc = (double)(variance[channel]);
+            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                const double mean_acc = (double)(mean[channel]);
+                double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double sum_diff_dst_acc = 0;
+                double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double sum_diff_dst_centered_acc = 0;
+                /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    }
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = src[base + index];
+                    const float diff_dst_value = diff_dst[base + index];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_acc += sum_diff_dst_term;
+                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                    }
+                }
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                    sum_diff_dst_acc += sum_diff_dst_lanes[lane];
+                    sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+                }
+                const double diff_beta_acc = sum_diff_dst_acc;
+                const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                const double scale_acc = (gamma_acc * inv_std_acc);
+                const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                if (diff_gamma) {
+                    diff_gamma[channel] = (float)(diff_gamma_acc);
+                }
+                if (diff_beta) {
+                    diff_beta[channel] = (float)(diff_beta_acc);
+                }
+                const float scale_value = (float)scale_acc;
+                const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+                const float centered_coefficient_value = (float)centered_coefficient_acc;
+                const float mean_value = mean[channel];
+                /* pass 2: the elementwise outputs */
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = src[base + index];
+                    const float diff_dst_value = diff_dst[base + index];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + index] = diff_src_value;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t channel = 0; channel < channels; ++channel) {
             const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -114,8 +204,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
             }
         }
         opgen_fence();
-    }
-}
+    }}
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
@@ -135,9 +224,74 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     (void)threads;
     (void)channel_values;
     /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+                const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+                const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+                const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+                const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+                for (int64_t sum = 0; sum < 2; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        partial[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                    const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                        }
+                    }
+                    for (; channel < last; ++channel) {
+                        
+                        const double mean_acc = (double)(mean[channel]);
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            partial[0 * channels + channel] += sum_diff_dst_term;
+                            partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                        }
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t range = 0; range < ranges; ++range) {
             double *partial = partials + (split_channels ? 0 : range * 2 * channels);
             const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
@@ -197,8 +351,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
             }
         }
         opgen_fence();
-    }
-    /* the partial sums, in tile order */
+    }    /* the partial sums, in tile order */
     for (int64_t slot = 0; slot < 2 * channels; ++slot) {
         sums[slot] = 0;
     }
@@ -230,9 +383,51 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
     /* pass 2: the elementwise outputs, rows split among the threads */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + base + channel);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float scale_value = channel_values[0 * channels + channel + lane];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = src[base + channel];
+                const float diff_dst_value = diff_dst[base + channel];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src[base + channel] = diff_src_value;
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t row = 0; row < outer; ++row) {
             const int64_t base = row * channels;
             int64_t channel = 0;
@@ -269,8 +464,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
             }
         }
         opgen_fence();
-    }
-}
+    }}
 
 /* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
@@ -283,9 +477,99 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
     (void)stream;
     (void)threads;
     (void)workspace;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t channel = 0; channel < channels; ++channel) {
+                const double variance_acc = (double)(variance[channel]);
+            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                const double mean_acc = (double)(mean[channel]);
+                double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double sum_diff_dst_acc = 0;
+                double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double sum_diff_dst_centered_acc = 0;
+                /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    }
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_acc += sum_diff_dst_term;
+                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                    }
+                }
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                    sum_diff_dst_acc += sum_diff_dst_lanes[lane];
+                    sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+                }
+                const double diff_beta_acc = sum_diff_dst_acc;
+                const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                const double scale_acc = (gamma_acc * inv_std_acc);
+                const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                if (diff_gamma) {
+                    diff_gamma[channel] = (float)(diff_gamma_acc);
+                }
+                if (diff_beta) {
+                    diff_beta[channel] = (float)(diff_beta_acc);
+                }
+                const float scale_value = (float)scale_acc;
+                const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+                const float centered_coefficient_value = (float)centered_coefficient_acc;
+                const float mean_value = mean[channel];
+                /* pass 2: the elementwise outputs */
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t channel = 0; channel < channels; ++channel) {
             const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -370,8 +654,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
             }
         }
         opgen_fence();
-    }
-}
+    }}
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
@@ -391,9 +674,74 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     (void)threads;
     (void)channel_values;
     /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+                const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+                const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+                const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+                const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+                for (int64_t sum = 0; sum < 2; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        partial[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                    const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                        }
+                    }
+                    for (; channel < last; ++channel) {
+                        
+                        const double mean_acc = (double)(mean[channel]);
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            partial[0 * channels + channel] += sum_diff_dst_term;
+                            partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                        }
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t range = 0; range < ranges; ++range) {
             double *partial = partials + (split_channels ? 0 : range * 2 * channels);
             const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
@@ -453,8 +801,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
             }
         }
         opgen_fence();
-    }
-    /* the partial sums, in tile order */
+    }    /* the partial sums, in tile order */
     for (int64_t slot = 0; slot < 2 * channels; ++slot) {
         sums[slot] = 0;
     }
@@ -486,9 +833,51 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
     /* pass 2: the elementwise outputs, rows split among the threads */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + channel);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float scale_value = channel_values[0 * channels + channel + lane];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t row = 0; row < outer; ++row) {
             const int64_t base = row * channels;
             int64_t channel = 0;
@@ -525,8 +914,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
             }
         }
         opgen_fence();
-    }
-}
+    }}
 
 /* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel outer, spatial inner) */
@@ -539,9 +927,99 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
     (void)stream;
     (void)threads;
     (void)workspace;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t channel = 0; channel < channels; ++channel) {
+                const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
+            const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
+                const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double sum_diff_dst_acc = 0;
+                double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double sum_diff_dst_centered_acc = 0;
+                /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    }
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_acc += sum_diff_dst_term;
+                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                    }
+                }
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                    sum_diff_dst_acc += sum_diff_dst_lanes[lane];
+                    sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+                }
+                const double diff_beta_acc = sum_diff_dst_acc;
+                const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                const double scale_acc = (gamma_acc * inv_std_acc);
+                const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                if (diff_gamma) {
+                    diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
+                }
+                if (diff_beta) {
+                    diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
+                }
+                const float scale_value = (float)scale_acc;
+                const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+                const float centered_coefficient_value = (float)centered_coefficient_acc;
+                const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                /* pass 2: the elementwise outputs */
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t channel = 0; channel < channels; ++channel) {
             const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
         const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
@@ -626,8 +1104,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
             }
         }
         opgen_fence();
-    }
-}
+    }}
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel innermost) */
@@ -647,9 +1124,74 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     (void)threads;
     (void)channel_values;
     /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+                const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+                const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+                const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+                const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+                for (int64_t sum = 0; sum < 2; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        partial[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                    const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(mean_block, mean + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                        }
+                    }
+                    for (; channel < last; ++channel) {
+                        
+                        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            partial[0 * channels + channel] += sum_diff_dst_term;
+                            partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                        }
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t range = 0; range < ranges; ++range) {
             double *partial = partials + (split_channels ? 0 : range * 2 * channels);
             const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
@@ -709,8 +1251,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
             }
         }
         opgen_fence();
-    }
-    /* the partial sums, in tile order */
+    }    /* the partial sums, in tile order */
     for (int64_t slot = 0; slot < 2 * channels; ++slot) {
         sums[slot] = 0;
     }
@@ -742,9 +1283,51 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
     /* pass 2: the elementwise outputs, rows split among the threads */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + channel);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(mean_block, mean + channel);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float scale_value = channel_values[0 * channels + channel + lane];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t row = 0; row < outer; ++row) {
             const int64_t base = row * channels;
             int64_t channel = 0;
@@ -781,8 +1364,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
             }
         }
         opgen_fence();
-    }
-}
+    }}
 
 /* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
@@ -795,9 +1377,99 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
     (void)stream;
     (void)threads;
     (void)workspace;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t channel = 0; channel < channels; ++channel) {
+                const double variance_acc = (double)(variance[channel]);
+            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                const double mean_acc = (double)(mean[channel]);
+                double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double sum_diff_dst_acc = 0;
+                double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double sum_diff_dst_centered_acc = 0;
+                /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    }
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_f16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_acc += sum_diff_dst_term;
+                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                    }
+                }
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                    sum_diff_dst_acc += sum_diff_dst_lanes[lane];
+                    sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+                }
+                const double diff_beta_acc = sum_diff_dst_acc;
+                const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                const double scale_acc = (gamma_acc * inv_std_acc);
+                const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                if (diff_gamma) {
+                    diff_gamma[channel] = (float)(diff_gamma_acc);
+                }
+                if (diff_beta) {
+                    diff_beta[channel] = (float)(diff_beta_acc);
+                }
+                const float scale_value = (float)scale_acc;
+                const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+                const float centered_coefficient_value = (float)centered_coefficient_acc;
+                const float mean_value = mean[channel];
+                /* pass 2: the elementwise outputs */
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_f16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t channel = 0; channel < channels; ++channel) {
             const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -882,8 +1554,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
             }
         }
         opgen_fence();
-    }
-}
+    }}
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
@@ -903,9 +1574,74 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     (void)threads;
     (void)channel_values;
     /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t range = 0; range < ranges; ++range) {
+                double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+                const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+                const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+                const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+                const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+                for (int64_t sum = 0; sum < 2; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        partial[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                    const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        double sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                        }
+                    }
+                    for (; channel < last; ++channel) {
+                        
+                        const double mean_acc = (double)(mean[channel]);
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            partial[0 * channels + channel] += sum_diff_dst_term;
+                            partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                        }
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t range = 0; range < ranges; ++range) {
             double *partial = partials + (split_channels ? 0 : range * 2 * channels);
             const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
@@ -965,8 +1701,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
             }
         }
         opgen_fence();
-    }
-    /* the partial sums, in tile order */
+    }    /* the partial sums, in tile order */
     for (int64_t slot = 0; slot < 2 * channels; ++slot) {
         sums[slot] = 0;
     }
@@ -998,9 +1733,51 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
     /* pass 2: the elementwise outputs, rows split among the threads */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + base + channel);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float scale_value = channel_values[0 * channels + channel + lane];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t row = 0; row < outer; ++row) {
             const int64_t base = row * channels;
             int64_t channel = 0;
@@ -1037,5 +1814,4 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
             }
         }
         opgen_fence();
-    }
-}
+    }}

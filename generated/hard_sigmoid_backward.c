@@ -17,25 +17,49 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float linear_value = ((alpha * src_value) + beta);
+                    const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-        opgen_load_block_f32(src_block, src + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f32(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float linear_value = ((alpha * src_value) + beta);
-            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            opgen_load_block_f32(src_block, src + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float linear_value = ((alpha * src_value) + beta);
+                const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f32(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -59,25 +83,49 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float linear_value = ((alpha * src_value) + beta);
+                    const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-        opgen_load_block_f16(src_block, src + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f16(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float linear_value = ((alpha * src_value) + beta);
-            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            opgen_load_block_f16(src_block, src + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float linear_value = ((alpha * src_value) + beta);
+                const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f16(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -101,25 +149,49 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float linear_value = ((alpha * src_value) + beta);
+                    const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(src_block, src + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float linear_value = ((alpha * src_value) + beta);
-            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            opgen_load_block_bf16(src_block, src + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float linear_value = ((alpha * src_value) + beta);
+                const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }

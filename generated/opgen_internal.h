@@ -61,6 +61,11 @@
 #define OPGEN_MAX_PARTIALS ((int64_t)1 << 20)
 /* Rows of at least this many channels are split by channel, not by row. */
 #define OPGEN_CHANNEL_SPLIT 262144
+/* Sum terms exact in float go through float partial sums of at most this many terms. */
+#define OPGEN_FLOAT_RUN 16
+#if OPGEN_ROW_GROUP > OPGEN_FLOAT_RUN
+#error "row groups of float terms are float runs too"
+#endif
 
 /* Total bytes a kernel moves above which its outputs are streamed past the caches. */
 #define OPGEN_STREAM_BYTES ((int64_t)16777216)

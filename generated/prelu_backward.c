@@ -25,9 +25,73 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+                 * a block-aligned range of the inner dim of every unit */
+                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                    {
+                        const int64_t channel = unit % channels;
+                        const float slope_value = slope[channel];
+                        
+                        const int64_t base = unit * inner;
+                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        double diff_slope_acc = 0;
+                        int64_t index = inner_first;
+                        /* whole blocks: lane l of every block adds to partial sum l (float
+                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                            }
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float src_value = src[base + index];
+                        const float diff_dst_value = diff_dst[base + index];
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src[base + index] = diff_src_value;
+                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                            diff_slope_acc += diff_slope_term;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            diff_slope_acc += diff_slope_lanes[lane];
+                        }
+                        partial[0 * channels + channel] += diff_slope_acc;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -48,23 +112,27 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l */
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                    }
-                    opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                    /* whole blocks: lane l of every block adds to partial sum l (float
+                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                            }
+                            opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = src[base + index];
@@ -82,8 +150,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
             }
         }
         opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order */
+    }    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -104,9 +171,70 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
         /* few rows of many channels: each thread takes whole ranges of channels */
         const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                    for (int64_t sum = 0; sum < 1; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            workspace[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            double diff_slope_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                float slope_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(slope_block, slope + channel);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float slope_value = (float)slope_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_group[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += diff_slope_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const float slope_value = slope[channel];
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                workspace[0 * channels + channel] += diff_slope_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 const int64_t first = range * OPGEN_CHANNEL_SPLIT;
                 const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
@@ -162,11 +290,68 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 }
             }
             opgen_fence();
-        }
-    } else {
-        OPGEN_PARALLEL(threads)
+        }    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t tile = 0; tile < tiles; ++tile) {
+                    double *partial = workspace + tile * 1 * channels;
+                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                        partial[slot] = 0;
+                    }
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        int64_t channel = 0;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            double diff_slope_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                float slope_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(slope_block, slope + channel);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float slope_value = (float)slope_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_group[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                            }
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float slope_value = slope[channel];
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                partial[0 * channels + channel] += diff_slope_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -219,8 +404,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 }
             }
             opgen_fence();
-        }
-    }
+        }    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -241,9 +425,73 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+                 * a block-aligned range of the inner dim of every unit */
+                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                    {
+                        const int64_t channel = unit % channels;
+                        const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                        
+                        const int64_t base = unit * inner;
+                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        double diff_slope_acc = 0;
+                        int64_t index = inner_first;
+                        /* whole blocks: lane l of every block adds to partial sum l (float
+                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                            }
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float src_value = opgen_bf16_to_f32(src[base + index]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                            diff_slope_acc += diff_slope_term;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            diff_slope_acc += diff_slope_lanes[lane];
+                        }
+                        partial[0 * channels + channel] += diff_slope_acc;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -264,23 +512,27 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l */
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                    }
-                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                    /* whole blocks: lane l of every block adds to partial sum l (float
+                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                            }
+                            opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
@@ -298,8 +550,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
             }
         }
         opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order */
+    }    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -320,9 +571,70 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
         /* few rows of many channels: each thread takes whole ranges of channels */
         const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                    for (int64_t sum = 0; sum < 1; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            workspace[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            double diff_slope_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float slope_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(slope_block, slope + channel);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float slope_value = (float)slope_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_group[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += diff_slope_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                workspace[0 * channels + channel] += diff_slope_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 const int64_t first = range * OPGEN_CHANNEL_SPLIT;
                 const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
@@ -378,11 +690,68 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                 }
             }
             opgen_fence();
-        }
-    } else {
-        OPGEN_PARALLEL(threads)
+        }    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t tile = 0; tile < tiles; ++tile) {
+                    double *partial = workspace + tile * 1 * channels;
+                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                        partial[slot] = 0;
+                    }
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        int64_t channel = 0;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            double diff_slope_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float slope_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(slope_block, slope + channel);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float slope_value = (float)slope_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_group[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                            }
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                partial[0 * channels + channel] += diff_slope_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -435,8 +804,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                 }
             }
             opgen_fence();
-        }
-    }
+        }    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -457,9 +825,77 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+                 * a block-aligned range of the inner dim of every unit */
+                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                    {
+                        const int64_t channel = unit % channels;
+                        const float slope_value = opgen_f16_to_f32(slope[channel]);
+                        
+                        const int64_t base = unit * inner;
+                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        double diff_slope_acc = 0;
+                        int64_t index = inner_first;
+                        /* whole blocks: lane l of every block adds to partial sum l (float
+                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                            float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                            }
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_run[lane];
+                            }
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float src_value = opgen_f16_to_f32(src[base + index]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                            diff_slope_acc += diff_slope_term;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            diff_slope_acc += diff_slope_lanes[lane];
+                        }
+                        partial[0 * channels + channel] += diff_slope_acc;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -480,30 +916,38 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l */
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                    }
-                    opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                    /* whole blocks: lane l of every block adds to partial sum l (float
+                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                            }
+                            opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_run[lane];
+                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = opgen_f16_to_f32(src[base + index]);
                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                     diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                         diff_slope_acc += diff_slope_term;
                     }
                     for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
@@ -514,8 +958,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
             }
         }
         opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order */
+    }    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -536,9 +979,70 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
         /* few rows of many channels: each thread takes whole ranges of channels */
         const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
+                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
+                    for (int64_t sum = 0; sum < 1; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            workspace[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float diff_slope_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                float slope_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(slope_block, slope + channel);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float slope_value = (float)slope_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_group[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += diff_slope_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const float slope_value = opgen_f16_to_f32(slope[channel]);
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                workspace[0 * channels + channel] += diff_slope_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 const int64_t first = range * OPGEN_CHANNEL_SPLIT;
                 const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
@@ -551,7 +1055,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                     const int64_t group_end = opgen_min(group + 1, outer);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        float diff_slope_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
@@ -568,7 +1072,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const float slope_value = (float)slope_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
-                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_group[lane] += diff_slope_term;
                             }
                             opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
@@ -587,18 +1091,75 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                             diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                             workspace[0 * channels + channel] += diff_slope_term;
                         }
                     }
                 }
             }
             opgen_fence();
-        }
-    } else {
-        OPGEN_PARALLEL(threads)
+        }    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t tile = 0; tile < tiles; ++tile) {
+                    double *partial = workspace + tile * 1 * channels;
+                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                        partial[slot] = 0;
+                    }
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        int64_t channel = 0;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            float diff_slope_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                float slope_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(slope_block, slope + channel);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float slope_value = (float)slope_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_group[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                            }
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float slope_value = opgen_f16_to_f32(slope[channel]);
+                            
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                partial[0 * channels + channel] += diff_slope_term;
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -608,7 +1169,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                     const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                     int64_t channel = 0;
                     for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        float diff_slope_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
@@ -625,7 +1186,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const float slope_value = (float)slope_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
-                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_group[lane] += diff_slope_term;
                             }
                             opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
@@ -644,15 +1205,14 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                             diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                             partial[0 * channels + channel] += diff_slope_term;
                         }
                     }
                 }
             }
             opgen_fence();
-        }
-    }
+        }    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {

@@ -17,24 +17,47 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f32(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_or_dst_value = (float)src_or_dst_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_or_dst_value = (float)src_or_dst_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f32(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -57,24 +80,47 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f16(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_or_dst_value = (float)src_or_dst_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_or_dst_value = (float)src_or_dst_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f16(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -97,24 +143,47 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_or_dst_value = (float)src_or_dst_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_or_dst_value = (float)src_or_dst_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }

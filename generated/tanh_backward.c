@@ -17,24 +17,47 @@ void OPGEN_KERNEL(tanh_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_or_
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_or_dst_value = (double)src_or_dst_block[lane];
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f32(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_or_dst_value = (double)src_or_dst_block[lane];
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_or_dst_value = (double)src_or_dst_block[lane];
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f32(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -57,25 +80,49 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_or_dst_value = (double)src_or_dst_block[lane];
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+                    const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f32(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_or_dst_value = (double)src_or_dst_block[lane];
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
-            const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_or_dst_value = (double)src_or_dst_block[lane];
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+                const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f32(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -99,24 +146,47 @@ void OPGEN_KERNEL(tanh_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT src
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f16(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_or_dst_value = (float)src_or_dst_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_or_dst_value = (float)src_or_dst_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f16(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -139,25 +209,49 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float decay_value = expf(((-2.0f) * fabsf(src_or_dst_value)));
+                    const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_f16(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_or_dst_value = (float)src_or_dst_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float decay_value = expf(((-2.0f) * fabsf(src_or_dst_value)));
-            const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_or_dst_value = (float)src_or_dst_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float decay_value = expf(((-2.0f) * fabsf(src_or_dst_value)));
+                const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f16(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -181,24 +275,47 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_or_dst_value = (double)src_or_dst_block[lane];
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_or_dst_value = (double)src_or_dst_block[lane];
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_or_dst_value = (double)src_or_dst_block[lane];
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }
@@ -221,25 +338,49 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
-    OPGEN_PARALLEL(threads)
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_or_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_or_dst_value = (double)src_or_dst_block[lane];
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+                    const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
     {
-        OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
-        float diff_dst_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(diff_dst_block, diff_dst + index);
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_or_dst_value = (double)src_or_dst_block[lane];
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
-            const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_or_dst_value = (double)src_or_dst_block[lane];
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+                const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
         }
         opgen_fence();
     }

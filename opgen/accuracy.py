@@ -4,7 +4,8 @@ The test suite and `opgen check` both judge results with these (README, "Accurac
 - elementwise outputs: at most 1 ulp of the output dtype from the float64 oracle rounded to
   that dtype;
 - sums: 1 ulp of the output dtype + 2 n 2^-53 sum|terms| (n - 1 double additions in the
-  kernel, as many in the oracle);
+  kernel, as many in the oracle), + r 2^-24 sum|terms| where the kernel adds terms exact in
+  float in float partial sums of at most r terms first (plan.float_runs: f16 PReLU);
 - BatchNorm: the bounds of batch_norm_bounds, from counting its roundings.
 """
 
@@ -72,9 +73,11 @@ def ulp(values: np.ndarray, row: DType) -> np.ndarray:
     return np.exp2(exponent - row.mantissa_bits)
 
 
-def sum_bound(terms_abs_sum: np.ndarray, count: int) -> np.ndarray:
-    """Accumulation error of a double sum of `count` terms, in the kernel and in the oracle."""
-    return 2.0 * max(count, 1) * U64 * terms_abs_sum
+def sum_bound(terms_abs_sum: np.ndarray, count: int, float_run: int = 0) -> np.ndarray:
+    """Accumulation error of a double sum of `count` terms, in the kernel and in the oracle;
+    with `float_run` > 0, the kernel first adds the (exact) terms in float, at most that many
+    per float partial sum: (float_run - 1) u32 sum|terms| more, rounded up to float_run u32."""
+    return (2.0 * max(count, 1) * U64 + float_run * U32) * terms_abs_sum
 
 
 def sum_magnitudes(spec: Any, reference_function: Any, arrays: dict[str, np.ndarray], kwargs: dict[str, Any]) -> tuple:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from opgen import accuracy, oracle, shapes
+from opgen import accuracy, oracle, plan, shapes
 from opgen.runtime import OpLibrary
 from opgen.specs import OpSpec
 
@@ -112,7 +112,7 @@ def _compare(spec, row, table, got, expected, bounds) -> str | None:
     return None
 
 
-def _bounds(spec, arrays, kwargs, reference_function, layout, expected) -> list:
+def _bounds(spec, arrays, kwargs, reference_function, layout, expected, runs) -> list:
     """Per output: None (1 ulp) or the allowed error beyond 1 ulp."""
     if spec.pattern == "elementwise":
         return [None] * len(spec.outputs)
@@ -124,7 +124,7 @@ def _bounds(spec, arrays, kwargs, reference_function, layout, expected) -> list:
                 result.append(None)
                 continue
             count = arrays[spec.reference].size // max(1, expected[index].size)
-            result.append(accuracy.sum_bound(magnitude[index], count))
+            result.append(accuracy.sum_bound(magnitude[index], count, runs.get(tensor.name, 0)))
         return result
     if spec.name == "batch_norm_training_backward":
         src_bound, gamma_bound, beta_bound = accuracy.batch_norm_bounds(
@@ -147,6 +147,7 @@ def check_op(library: OpLibrary, spec: OpSpec, oracles: Any, seed: int) -> list[
     flag_sets = [{}] + ([{n: False} for n in spec.specialized] if spec.specialized else [])
     for row in spec.dtypes:
         tag = "_".join(dict.fromkeys(row.values()))
+        runs = plan.float_runs(spec, row, library.table)
         for layout in layouts:
             for flags in flag_sets:
                 label = ",".join(f"{k}={v}" for k, v in flags.items()) or "-"
@@ -177,7 +178,7 @@ def check_op(library: OpLibrary, spec: OpSpec, oracles: Any, seed: int) -> list[
                         want = (want,) if len(spec.outputs) == 1 else tuple(want)
                         result.cases += 1
                         try:
-                            bounds = _bounds(spec, arrays, kwargs, reference_function, layout, want)
+                            bounds = _bounds(spec, arrays, kwargs, reference_function, layout, want, runs)
                         except LookupError as error:
                             result.failure = str(error)
                             break

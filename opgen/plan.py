@@ -23,6 +23,10 @@ FORMS = ("ncx", "nxc")
 TILE_ELEMENTS = 65536
 MAX_TILES = 64
 CHANNEL_SPLIT = 262144  # rows of at least this many channels are split by channel instead
+# Sum terms exact in float (products of two f16 values, say) are added in float, at most
+# FLOAT_RUN of them per float partial sum, before the double sums: converting every term to
+# double costs more than the rest of a PReLU. The error this adds is stated in accuracy.py.
+FLOAT_RUN = 16
 PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
 # Compiled copies of every kernel, best last; chosen at run time by what the CPU supports.
@@ -113,18 +117,40 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
             return f"{name}_value"
         return f"{name}_acc"
 
+    def in_float_runs(section: str, tree: Any) -> bool:
+        # broadcast_reduce sums are outputs themselves (reduce_then_apply's feed its element
+        # pass and that pass's error bounds), so only they take the float runs
+        return section == "sums" and spec.pattern == "broadcast_reduce" and exact_in_float(section, tree)
+
+    def exact_in_float(section: str, tree: Any) -> bool:
+        return section == "sums" and compute == "float" and _exact_in_float(tree, variant.dtypes)
+
     def c_text(section: str, tree: Any) -> str:
-        if section == "sums" and compute == "float" and _exact_in_float(tree, variant.dtypes):
+        if exact_in_float(section, tree):
             # the term is exact in float (a product of two short values, a selection):
-            # compute it there and widen once, half the work of computing it in double
-            return f"(({accumulate}){c_text('elements', tree)})"
+            # compute it there and widen once (or not at all, in float runs), half the work
+            # of computing it in double
+            text = c_text("elements", tree)
+            return text if in_float_runs(section, tree) else f"(({accumulate}){text})"
         kind = compute if section == "elements" else accumulate
         spelled = {name: spell(section, name) for name in expr.names(tree)}
         style = table.compute_types[kind]
         return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
 
     out_names = {t.name for t in spec.outputs}
-    math = {s: [{"name": n, "c": c_text(s, t), "output": n in out_names} for n, t in sections[s]] for s in order}
+    math = {
+        s: [
+            {
+                "name": n,
+                "c": c_text(s, t),
+                "output": n in out_names,
+                # float: summed in runs of at most FLOAT_RUN terms in float before the double sums
+                "type": "float" if in_float_runs(s, t) else compute if s == "elements" else accumulate,
+            }
+            for n, t in sections[s]
+        ]
+        for s in order
+    }
     element_channel_values = [n for n, _ in trees.get("channel", []) + trees.get("after", []) if n in reads["elements"]]
 
     inputs = []
@@ -202,10 +228,22 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "attributes": [name for name in numbers if any(name in reads[s] for s in order)],
         "math": math,
         "sums": sums,
+        "sum_types": {entry["name"]: entry["type"] for entry in math["sums"]},
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
         "block": BLOCK,
     }
+
+
+def float_runs(spec: OpSpec, row: dict[str, str], table: DTypeTable) -> dict[str, int]:
+    """Per sum of the kernels for dtype row `row`: the most terms one of its float partial sums
+    holds before the double sums take it over (0: every term goes to double)."""
+    result: dict[str, int] = {}
+    for variant in variants(spec, table):
+        if variant.row == row:
+            for name, kind in kernel(variant, table)["sum_types"].items():
+                result[name] = max(result.get(name, 0), FLOAT_RUN if kind == "float" else 0)
+    return result
 
 
 def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:

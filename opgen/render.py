@@ -90,6 +90,7 @@ def render_library(
         "tile_elements": plan.TILE_ELEMENTS,
         "max_tiles": plan.MAX_TILES,
         "channel_split": plan.CHANNEL_SPLIT,
+        "float_run": plan.FLOAT_RUN,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
         "stream_bytes": plan.STREAM_BYTES,
         "targets": plan.TARGETS,

@@ -15,7 +15,7 @@ import secrets
 import numpy as np
 
 import opgen
-from opgen import accuracy
+from opgen import accuracy, plan
 from opgen.runtime import numpy_dtype
 
 SEED = int(os.environ.get("OPGEN_TEST_SEED", secrets.randbelow(2**31)))
@@ -107,3 +107,8 @@ def assert_within(got: np.ndarray, expected64: np.ndarray, name: str, bound: np.
 
 
 sum_bound = accuracy.sum_bound
+
+
+def float_run(spec, row: dict[str, str], output: str) -> int:
+    """Terms per float partial sum in the kernels of `spec` for dtype row `row` (0: none)."""
+    return plan.float_runs(spec, row, TABLE).get(output, 0)
