@@ -117,13 +117,13 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
             return f"{name}_value"
         return f"{name}_acc"
 
+    def exact_in_float(section: str, tree: Any) -> bool:
+        return section == "sums" and compute == "float" and _exact_in_float(tree, variant.dtypes)
+
     def in_float_runs(section: str, tree: Any) -> bool:
         # broadcast_reduce sums are outputs themselves (reduce_then_apply's feed its element
         # pass and that pass's error bounds), so only they take the float runs
-        return section == "sums" and spec.pattern == "broadcast_reduce" and exact_in_float(section, tree)
-
-    def exact_in_float(section: str, tree: Any) -> bool:
-        return section == "sums" and compute == "float" and _exact_in_float(tree, variant.dtypes)
+        return spec.pattern == "broadcast_reduce" and exact_in_float(section, tree)
 
     def c_text(section: str, tree: Any) -> str:
         if exact_in_float(section, tree):
