@@ -74,9 +74,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         }
                         for (; index < inner_last; ++index) {
                             const float grad_output_value = grad_output[base + index];
-                        const float self_value = self[base + index];
+                            const float self_value = self[base + index];
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = grad_input_value;
+                            grad_input[base + index] = grad_input_value;
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                             grad_weight_acc += grad_weight_term;
                         }
@@ -136,9 +136,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = grad_output[base + index];
-                    const float self_value = self[base + index];
+                        const float self_value = self[base + index];
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + index] = grad_input_value;
+                        grad_input[base + index] = grad_input_value;
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
@@ -453,6 +453,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         /* whole blocks: lane l of every block adds to partial sum l (float
                          * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                         while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -472,16 +473,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 }
                                 opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
                             }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_run[lane];
+                            if (opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
+                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                    grad_weight_lanes[lane] += grad_weight_run[lane];
+                                }
+                            } else {
+                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + again);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + again);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                }
                             }
                         }
                         for (; index < inner_last; ++index) {
                             const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                        const float self_value = opgen_f16_to_f32(self[base + index]);
+                            const float self_value = opgen_f16_to_f32(self[base + index]);
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                             grad_weight_acc += grad_weight_term;
                         }
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
@@ -519,6 +537,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     /* whole blocks: lane l of every block adds to partial sum l (float
                      * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                     while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -538,16 +557,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
                         }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_run[lane];
+                        if (opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_run[lane];
+                            }
+                        } else {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + again);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + again);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                            }
                         }
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                    const float self_value = opgen_f16_to_f32(self[base + index]);
+                        const float self_value = opgen_f16_to_f32(self[base + index]);
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
                     for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
@@ -618,6 +654,28 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 }
                                 opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                             }
+                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double grad_weight_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                        grad_weight_again[lane] += grad_weight_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    workspace[0 * channels + channel + lane] += grad_weight_again[lane];
+                                    grad_weight_group[lane] = 0;
+                                }
+                            }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 workspace[0 * channels + channel + lane] += grad_weight_group[lane];
@@ -632,7 +690,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float self_value = opgen_f16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                                 workspace[0 * channels + channel] += grad_weight_term;
                             }
                         }
@@ -677,6 +735,28 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                         }
+                        if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double grad_weight_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    grad_weight_again[lane] += grad_weight_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += grad_weight_again[lane];
+                                grad_weight_group[lane] = 0;
+                            }
+                        }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             workspace[0 * channels + channel + lane] += grad_weight_group[lane];
@@ -691,7 +771,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             const float self_value = opgen_f16_to_f32(self[base + channel]);
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                             workspace[0 * channels + channel] += grad_weight_term;
                         }
                     }
@@ -735,6 +815,28 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 }
                                 opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                             }
+                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double grad_weight_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                        grad_weight_again[lane] += grad_weight_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                                    grad_weight_group[lane] = 0;
+                                }
+                            }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 partial[0 * channels + channel + lane] += grad_weight_group[lane];
@@ -749,7 +851,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float self_value = opgen_f16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                                 partial[0 * channels + channel] += grad_weight_term;
                             }
                         }
@@ -791,6 +893,28 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                         }
+                        if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double grad_weight_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    grad_weight_again[lane] += grad_weight_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                                grad_weight_group[lane] = 0;
+                            }
+                        }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += grad_weight_group[lane];
@@ -805,7 +929,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             const float self_value = opgen_f16_to_f32(self[base + channel]);
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                             partial[0 * channels + channel] += grad_weight_term;
                         }
                     }
@@ -861,7 +985,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         /* whole blocks: lane l of every block adds to partial sum l (float
                          * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                         while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                            float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(grad_output_block, grad_output + base + index);
@@ -874,17 +1000,37 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float self_value = (float)self_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                            }
+                            if (opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
+                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                    grad_weight_lanes[lane] += grad_weight_run[lane];
+                                }
+                            } else {
+                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + again);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + again);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                }
                             }
                         }
                         for (; index < inner_last; ++index) {
                             const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                        const float self_value = opgen_bf16_to_f32(self[base + index]);
+                            const float self_value = opgen_bf16_to_f32(self[base + index]);
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                            grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                             grad_weight_acc += grad_weight_term;
                         }
@@ -923,7 +1069,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                     /* whole blocks: lane l of every block adds to partial sum l (float
                      * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                     while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                             float grad_output_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(grad_output_block, grad_output + base + index);
@@ -936,17 +1084,37 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
                             opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                        }
+                        if (opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_run[lane];
+                            }
+                        } else {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + again);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + again);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                            }
                         }
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                    const float self_value = opgen_bf16_to_f32(self[base + index]);
+                        const float self_value = opgen_bf16_to_f32(self[base + index]);
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                        grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
@@ -996,7 +1164,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         const int64_t group_end = opgen_min(group + 1, outer);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            double grad_weight_group[OPGEN_BLOCK] = {0};
+                            float grad_weight_group[OPGEN_BLOCK] = {0};
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float grad_output_block[OPGEN_BLOCK];
@@ -1013,10 +1181,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float weight_value = (float)weight_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_group[lane] += grad_weight_term;
                                 }
                                 opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                            }
+                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double grad_weight_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_again[lane] += grad_weight_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    workspace[0 * channels + channel + lane] += grad_weight_again[lane];
+                                    grad_weight_group[lane] = 0;
+                                }
                             }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1055,7 +1245,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                     const int64_t group_end = opgen_min(group + 1, outer);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        float grad_weight_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float grad_output_block[OPGEN_BLOCK];
@@ -1072,10 +1262,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 const float weight_value = (float)weight_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_group[lane] += grad_weight_term;
                             }
                             opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                        }
+                        if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double grad_weight_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_again[lane] += grad_weight_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += grad_weight_again[lane];
+                                grad_weight_group[lane] = 0;
+                            }
                         }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1113,7 +1325,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
                         for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            double grad_weight_group[OPGEN_BLOCK] = {0};
+                            float grad_weight_group[OPGEN_BLOCK] = {0};
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float grad_output_block[OPGEN_BLOCK];
@@ -1130,10 +1342,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float weight_value = (float)weight_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_group[lane] += grad_weight_term;
                                 }
                                 opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                            }
+                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double grad_weight_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_again[lane] += grad_weight_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                                    grad_weight_group[lane] = 0;
+                                }
                             }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1169,7 +1403,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                     const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                     int64_t channel = 0;
                     for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        double grad_weight_group[OPGEN_BLOCK] = {0};
+                        float grad_weight_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float grad_output_block[OPGEN_BLOCK];
@@ -1186,10 +1420,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 const float weight_value = (float)weight_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_group[lane] += grad_weight_term;
                             }
                             opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                        }
+                        if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double grad_weight_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_again[lane] += grad_weight_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                                grad_weight_group[lane] = 0;
+                            }
                         }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

@@ -34,7 +34,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
             OPGEN_FOR
             for (int64_t channel = 0; channel < channels; ++channel) {
                 const double variance_acc = (double)(variance[channel]);
-            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
                 const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
                 const double mean_acc = (double)(mean[channel]);
                 double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -47,24 +47,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     int64_t index = 0;
                     for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                    }
+                        opgen_load_block_f32(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                        }
                     }
                     for (; index < inner; ++index) {
                         const float src_value = src[base + index];
-                    const float diff_dst_value = diff_dst[base + index];
+                        const float diff_dst_value = diff_dst[base + index];
                         const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                         sum_diff_dst_acc += sum_diff_dst_term;
                         sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                     }
@@ -94,24 +94,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                        opgen_load_block_f32(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                     }
                     for (; index < inner; ++index) {
                         const float src_value = src[base + index];
-                    const float diff_dst_value = diff_dst[base + index];
+                        const float diff_dst_value = diff_dst[base + index];
                         const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = diff_src_value;
+                        diff_src[base + index] = diff_src_value;
                     }
                 }
             }
@@ -122,7 +122,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
     {
         for (int64_t channel = 0; channel < channels; ++channel) {
             const double variance_acc = (double)(variance[channel]);
-        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
             const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
             const double mean_acc = (double)(mean[channel]);
             double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -135,24 +135,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                 int64_t index = 0;
                 for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                     float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + base + index);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                }
+                    opgen_load_block_f32(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    }
                 }
                 for (; index < inner; ++index) {
                     const float src_value = src[base + index];
-                const float diff_dst_value = diff_dst[base + index];
+                    const float diff_dst_value = diff_dst[base + index];
                     const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                     sum_diff_dst_acc += sum_diff_dst_term;
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
@@ -182,24 +182,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + base + index);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                    opgen_load_block_f32(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                 }
                 for (; index < inner; ++index) {
                     const float src_value = src[base + index];
-                const float diff_dst_value = diff_dst[base + index];
+                    const float diff_dst_value = diff_dst[base + index];
                     const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + index] = diff_src_value;
+                    diff_src[base + index] = diff_src_value;
                 }
             }
         }
@@ -393,6 +393,46 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = src[base + channel];
+                    const float diff_dst_value = diff_dst[base + channel];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + channel] = diff_src_value;
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t row = 0; row < outer; ++row) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_block, src + base + channel);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
@@ -411,46 +451,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     diff_src_block[lane] = (float)diff_src_value;
                 }
                 opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = src[base + channel];
-                const float diff_dst_value = diff_dst[base + channel];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + channel] = diff_src_value;
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + base + channel);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-            float mean_block[OPGEN_BLOCK];
-            opgen_load_block_f32(mean_block, mean + channel);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_value = (float)mean_block[lane];
-                const float scale_value = channel_values[0 * channels + channel + lane];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_block[lane] = (float)diff_src_value;
-            }
-            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
             }
             for (; channel < channels; ++channel) {
                 const float mean_value = mean[channel];
@@ -458,9 +458,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                 const float mean_diff_dst_value = channel_values[1 * channels + channel];
                 const float centered_coefficient_value = channel_values[2 * channels + channel];
                 const float src_value = src[base + channel];
-            const float diff_dst_value = diff_dst[base + channel];
+                const float diff_dst_value = diff_dst[base + channel];
                 const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-            diff_src[base + channel] = diff_src_value;
+                diff_src[base + channel] = diff_src_value;
             }
         }
         opgen_fence();
@@ -484,7 +484,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
             OPGEN_FOR
             for (int64_t channel = 0; channel < channels; ++channel) {
                 const double variance_acc = (double)(variance[channel]);
-            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
                 const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
                 const double mean_acc = (double)(mean[channel]);
                 double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -497,24 +497,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     int64_t index = 0;
                     for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                    }
+                        opgen_load_block_bf16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                        }
                     }
                     for (; index < inner; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                         const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                         sum_diff_dst_acc += sum_diff_dst_term;
                         sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                     }
@@ -544,24 +544,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                        opgen_load_block_bf16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                     }
                     for (; index < inner; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                         const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
                     }
                 }
             }
@@ -572,7 +572,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
     {
         for (int64_t channel = 0; channel < channels; ++channel) {
             const double variance_acc = (double)(variance[channel]);
-        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
             const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
             const double mean_acc = (double)(mean[channel]);
             double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -585,24 +585,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                 int64_t index = 0;
                 for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                     float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + index);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                }
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    }
                 }
                 for (; index < inner; ++index) {
                     const float src_value = opgen_bf16_to_f32(src[base + index]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                     const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                     sum_diff_dst_acc += sum_diff_dst_term;
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
@@ -632,24 +632,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + index);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                 }
                 for (; index < inner; ++index) {
                     const float src_value = opgen_bf16_to_f32(src[base + index]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                     const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
                 }
             }
         }
@@ -843,6 +843,46 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t row = 0; row < outer; ++row) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_block, src + base + channel);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
@@ -861,46 +901,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     diff_src_block[lane] = (float)diff_src_value;
                 }
                 opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + base + channel);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-            float mean_block[OPGEN_BLOCK];
-            opgen_load_block_f32(mean_block, mean + channel);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_value = (float)mean_block[lane];
-                const float scale_value = channel_values[0 * channels + channel + lane];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_block[lane] = (float)diff_src_value;
-            }
-            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
             }
             for (; channel < channels; ++channel) {
                 const float mean_value = mean[channel];
@@ -908,9 +908,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                 const float mean_diff_dst_value = channel_values[1 * channels + channel];
                 const float centered_coefficient_value = channel_values[2 * channels + channel];
                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
-            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                 const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
             }
         }
         opgen_fence();
@@ -934,7 +934,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
             OPGEN_FOR
             for (int64_t channel = 0; channel < channels; ++channel) {
                 const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
-            const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
+                const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
                 const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
                 const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
                 double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -947,24 +947,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     int64_t index = 0;
                     for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                    }
+                        opgen_load_block_bf16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                        }
                     }
                     for (; index < inner; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                         const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                         sum_diff_dst_acc += sum_diff_dst_term;
                         sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                     }
@@ -994,24 +994,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                        opgen_load_block_bf16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                     }
                     for (; index < inner; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                         const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
                     }
                 }
             }
@@ -1022,7 +1022,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
     {
         for (int64_t channel = 0; channel < channels; ++channel) {
             const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
-        const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
+            const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
             const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
             const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
             double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -1035,24 +1035,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                 int64_t index = 0;
                 for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                     float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + index);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                }
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    }
                 }
                 for (; index < inner; ++index) {
                     const float src_value = opgen_bf16_to_f32(src[base + index]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                     const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                     sum_diff_dst_acc += sum_diff_dst_term;
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
@@ -1082,24 +1082,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + index);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                    opgen_load_block_bf16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                 }
                 for (; index < inner; ++index) {
                     const float src_value = opgen_bf16_to_f32(src[base + index]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                     const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
                 }
             }
         }
@@ -1293,6 +1293,46 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(mean_block, mean + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t row = 0; row < outer; ++row) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_block, src + base + channel);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
@@ -1311,46 +1351,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     diff_src_block[lane] = (float)diff_src_value;
                 }
                 opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + base + channel);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-            float mean_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(mean_block, mean + channel);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_value = (float)mean_block[lane];
-                const float scale_value = channel_values[0 * channels + channel + lane];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_block[lane] = (float)diff_src_value;
-            }
-            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
             }
             for (; channel < channels; ++channel) {
                 const float mean_value = opgen_bf16_to_f32(mean[channel]);
@@ -1358,9 +1358,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                 const float mean_diff_dst_value = channel_values[1 * channels + channel];
                 const float centered_coefficient_value = channel_values[2 * channels + channel];
                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
-            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                 const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
             }
         }
         opgen_fence();
@@ -1384,7 +1384,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
             OPGEN_FOR
             for (int64_t channel = 0; channel < channels; ++channel) {
                 const double variance_acc = (double)(variance[channel]);
-            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
                 const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
                 const double mean_acc = (double)(mean[channel]);
                 double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -1397,24 +1397,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     int64_t index = 0;
                     for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                         float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                    }
+                        opgen_load_block_f16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                        }
                     }
                     for (; index < inner; ++index) {
                         const float src_value = opgen_f16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
                         const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                         sum_diff_dst_acc += sum_diff_dst_term;
                         sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                     }
@@ -1444,24 +1444,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                        opgen_load_block_f16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                     }
                     for (; index < inner; ++index) {
                         const float src_value = opgen_f16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
                         const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
                     }
                 }
             }
@@ -1472,7 +1472,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
     {
         for (int64_t channel = 0; channel < channels; ++channel) {
             const double variance_acc = (double)(variance[channel]);
-        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
             const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
             const double mean_acc = (double)(mean[channel]);
             double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -1485,24 +1485,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                 int64_t index = 0;
                 for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                     float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + base + index);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                }
+                    opgen_load_block_f16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    }
                 }
                 for (; index < inner; ++index) {
                     const float src_value = opgen_f16_to_f32(src[base + index]);
-                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
                     const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                     sum_diff_dst_acc += sum_diff_dst_term;
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
@@ -1532,24 +1532,24 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + base + index);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                    opgen_load_block_f16(src_block, src + base + index);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                 }
                 for (; index < inner; ++index) {
                     const float src_value = opgen_f16_to_f32(src[base + index]);
-                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
                     const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
                 }
             }
         }
@@ -1743,6 +1743,46 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + channel);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                }
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t row = 0; row < outer; ++row) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_block, src + base + channel);
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
@@ -1761,46 +1801,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     diff_src_block[lane] = (float)diff_src_value;
                 }
                 opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                }
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + base + channel);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-            float mean_block[OPGEN_BLOCK];
-            opgen_load_block_f32(mean_block, mean + channel);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_value = (float)mean_block[lane];
-                const float scale_value = channel_values[0 * channels + channel + lane];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_block[lane] = (float)diff_src_value;
-            }
-            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
             }
             for (; channel < channels; ++channel) {
                 const float mean_value = mean[channel];
@@ -1808,9 +1808,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                 const float mean_diff_dst_value = channel_values[1 * channels + channel];
                 const float centered_coefficient_value = channel_values[2 * channels + channel];
                 const float src_value = opgen_f16_to_f32(src[base + channel]);
-            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                 const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
             }
         }
         opgen_fence();

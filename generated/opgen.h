@@ -205,7 +205,7 @@ opgen_status opgen_tanh_backward_with_workspace(const opgen_tensor *src_or_dst, 
 
 /* ---- Settings ---- */
 
-/* The compiled copy the kernels run: baseline, avx2, avx512 (best the CPU supports;
+/* The compiled copy the kernels run: baseline, avx2, avx512, avx512_bf16 (best the CPU supports;
  * the environment variable OPGEN_CPU_TARGET caps it). */
 const char *opgen_cpu_target(void);
 /* Threads for large tensors; 0 (the default) means OpenMP's choice (OMP_NUM_THREADS). */

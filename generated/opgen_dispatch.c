@@ -5,7 +5,7 @@
 /*
  * The public kernel functions: each calls the copy compiled for the best target this CPU
  * supports (chosen once, by CPUID), or the portable baseline copy. OPGEN_CPU_TARGET in the
- * environment caps the choice (baseline, avx2, avx512). Also: thread count and the
+ * environment caps the choice (baseline, avx2, avx512, avx512_bf16). Also: thread count and the
  * fixed tiling of reductions.
  */
 #include <stdlib.h>
@@ -18,7 +18,7 @@
 #include <omp.h>
 #endif
 
-static const char *const opgen_target_names[] = { "baseline", "avx2", "avx512" };
+static const char *const opgen_target_names[] = { "baseline", "avx2", "avx512", "avx512_bf16" };
 
 /* -1: not chosen yet. Written once with the same value by any thread that gets there first. */
 static int opgen_target = -1;
@@ -26,13 +26,23 @@ static int opgen_target = -1;
 #if OPGEN_X86_DISPATCH
 #include <cpuid.h>
 
-/* F16C from CPUID leaf 1 (ECX bit 29): not every compiler's __builtin_cpu_supports knows it. */
+/* F16C (CPUID leaf 1, ECX bit 29) and AVX512-BF16 (leaf 7 subleaf 1, EAX bit 5): not every
+ * compiler's __builtin_cpu_supports knows them. */
 static int opgen_cpu_has_f16c(void)
 {
     unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 29) & 1u);
 }
+
+static int opgen_cpu_has_avx512bf16(void)
+{
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && ((eax >> 5) & 1u);
+}
 #endif
+
+/* 1 when the avx512_bf16 target runs (opgen_internal.h) */
+int opgen_bf16_instruction = 0;
 
 static int opgen_choose_target(void)
 {
@@ -45,6 +55,9 @@ static int opgen_choose_target(void)
     }
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c()) {
         best = 2;
+    }
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c() && opgen_cpu_has_avx512bf16()) {
+        best = 3;
     }
 #endif
     if (cap != NULL) {
@@ -60,7 +73,9 @@ static int opgen_choose_target(void)
 static int opgen_target_index(void)
 {
     if (opgen_target < 0) {
-        opgen_target = opgen_choose_target();
+        const int chosen = opgen_choose_target();
+        opgen_bf16_instruction = chosen == 3;
+        opgen_target = chosen;
     }
     return opgen_target;
 }
@@ -148,6 +163,9 @@ void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        return;
     case 2:
         aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
         return;
@@ -176,6 +194,9 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        return;
     case 2:
         aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
         return;
@@ -204,6 +225,9 @@ void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        return;
     case 2:
         aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
         return;
@@ -232,6 +256,9 @@ void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        return;
     case 2:
         aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
         return;
@@ -260,6 +287,9 @@ void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        return;
     case 2:
         aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
         return;
@@ -288,6 +318,9 @@ void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        return;
     case 2:
         aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
         return;
@@ -316,6 +349,9 @@ void batch_norm_training_backward_f32_ncx(const float *OPGEN_RESTRICT src, const
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        batch_norm_training_backward_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
+        return;
     case 2:
         batch_norm_training_backward_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
@@ -347,6 +383,9 @@ void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        return;
     case 2:
         batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
         return;
@@ -375,6 +414,9 @@ void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *OPGEN_RESTRICT 
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        batch_norm_training_backward_bf16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
+        return;
     case 2:
         batch_norm_training_backward_bf16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
@@ -406,6 +448,9 @@ void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT 
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        return;
     case 2:
         batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
         return;
@@ -434,6 +479,9 @@ void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src,
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        batch_norm_training_backward_bf16_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
+        return;
     case 2:
         batch_norm_training_backward_bf16_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
@@ -465,6 +513,9 @@ void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src,
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        return;
     case 2:
         batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
         return;
@@ -493,6 +544,9 @@ void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *OPGEN_RESTRICT sr
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        batch_norm_training_backward_f16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
+        return;
     case 2:
         batch_norm_training_backward_f16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
@@ -524,6 +578,9 @@ void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT sr
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        return;
     case 2:
         batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
         return;
@@ -552,6 +609,9 @@ void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPG
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        hard_sigmoid_backward_f32__avx512(src, diff_dst, alpha, beta, diff_src, count);
+        return;
     case 2:
         hard_sigmoid_backward_f32__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
@@ -575,6 +635,9 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        hard_sigmoid_backward_f16__avx512(src, diff_dst, alpha, beta, diff_src, count);
+        return;
     case 2:
         hard_sigmoid_backward_f16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
@@ -598,6 +661,9 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        hard_sigmoid_backward_bf16__avx512(src, diff_dst, alpha, beta, diff_src, count);
+        return;
     case 2:
         hard_sigmoid_backward_bf16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
@@ -621,6 +687,9 @@ void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        return;
     case 2:
         prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
         return;
@@ -649,6 +718,9 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        return;
     case 2:
         prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
         return;
@@ -677,6 +749,9 @@ void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        return;
     case 2:
         prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
         return;
@@ -705,6 +780,9 @@ void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        return;
     case 2:
         prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
         return;
@@ -733,6 +811,9 @@ void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        return;
     case 2:
         prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
         return;
@@ -761,6 +842,9 @@ void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        return;
     case 2:
         prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
         return;
@@ -789,6 +873,9 @@ void relu_backward_f32(const float *OPGEN_RESTRICT src_or_dst, const float *OPGE
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        relu_backward_f32__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         relu_backward_f32__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -812,6 +899,9 @@ void relu_backward_f16(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        relu_backward_f16__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         relu_backward_f16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -835,6 +925,9 @@ void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        relu_backward_bf16__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         relu_backward_bf16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -858,6 +951,9 @@ void sigmoid_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const 
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        sigmoid_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         sigmoid_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -881,6 +977,9 @@ void sigmoid_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, con
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        sigmoid_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         sigmoid_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -904,6 +1003,9 @@ void sigmoid_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, co
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        sigmoid_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         sigmoid_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -927,6 +1029,9 @@ void sigmoid_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        sigmoid_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         sigmoid_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -950,6 +1055,9 @@ void sigmoid_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        sigmoid_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         sigmoid_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -973,6 +1081,9 @@ void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        sigmoid_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         sigmoid_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -996,6 +1107,9 @@ void tanh_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const flo
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        tanh_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         tanh_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -1019,6 +1133,9 @@ void tanh_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, const 
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        tanh_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         tanh_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -1042,6 +1159,9 @@ void tanh_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        tanh_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         tanh_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -1065,6 +1185,9 @@ void tanh_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, co
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        tanh_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         tanh_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -1088,6 +1211,9 @@ void tanh_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, con
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        tanh_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         tanh_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -1111,6 +1237,9 @@ void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        tanh_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
+        return;
     case 2:
         tanh_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
@@ -1134,6 +1263,9 @@ void opgen_probe_copy(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out,
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        opgen_probe_copy__avx512(in, out, count, stream);
+        return;
     case 2:
         opgen_probe_copy__avx512(in, out, count, stream);
         return;
@@ -1157,6 +1289,9 @@ void opgen_probe_add(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTR
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        opgen_probe_add__avx512(first, second, out, count, stream);
+        return;
     case 2:
         opgen_probe_add__avx512(first, second, out, count, stream);
         return;
@@ -1180,6 +1315,9 @@ void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTR
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+    case 3:
+        opgen_probe_dot__avx512(first, second, result, count);
+        return;
     case 2:
         opgen_probe_dot__avx512(first, second, result, count);
         return;

@@ -96,6 +96,16 @@
 int opgen_threads_for(int64_t elements);
 int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner);
 
+/* No infinity or NaN among `count` floats (x - x is 0 for finite x, NaN otherwise). */
+static inline int opgen_all_finite(const float *values, int count)
+{
+    int finite = 1;
+    for (int index = 0; index < count; ++index) {
+        finite &= values[index] - values[index] == 0.0f;
+    }
+    return finite;
+}
+
 static inline int64_t opgen_min(int64_t a, int64_t b)
 {
     return a < b ? a : b;
@@ -266,9 +276,27 @@ static inline void opgen_load_block_bf16(float *OPGEN_RESTRICT out, const opgen_
 #endif
 }
 
+/* 1 when the avx512_bf16 target runs (set in opgen_dispatch.c before any kernel does). */
+extern int opgen_bf16_instruction;
+
 static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int stream)
 {
     opgen_bf16 halves[OPGEN_BLOCK];
+#if OPGEN_X86_DISPATCH && defined(__AVX512F__) && defined(__AVX512DQ__)
+    /* AVX512-BF16's conversion rounds as opgen_f32_to_bf16 does (NaNs made quiet alike) but
+     * flushes subnormals to zero: used for blocks with none. Written as assembly so this
+     * copy needs no AVX512-BF16 compiler flag; it runs only where CPUID reported the feature. */
+    if (opgen_bf16_instruction) {
+        const __m512 values = _mm512_loadu_ps(in);
+        if (_mm512_fpclass_ps_mask(values, 0x20) == 0) {
+            __m256i narrow;
+            __asm__("vcvtneps2bf16 %1, %0" : "=v"(narrow) : "v"(values));
+            _mm256_storeu_si256((__m256i *)(void *)halves, narrow);
+            opgen_store_halves(out, halves, stream);
+            return;
+        }
+    }
+#endif
 #if OPGEN_X86_DISPATCH && defined(__AVX512F__)
     /* the same integer rounding as opgen_f32_to_bf16, 16 lanes at a time */
     const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(in));

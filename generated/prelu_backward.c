@@ -74,9 +74,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         }
                         for (; index < inner_last; ++index) {
                             const float src_value = src[base + index];
-                        const float diff_dst_value = diff_dst[base + index];
+                            const float diff_dst_value = diff_dst[base + index];
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = diff_src_value;
+                            diff_src[base + index] = diff_src_value;
                             const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                             diff_slope_acc += diff_slope_term;
                         }
@@ -136,9 +136,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = src[base + index];
-                    const float diff_dst_value = diff_dst[base + index];
+                        const float diff_dst_value = diff_dst[base + index];
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + index] = diff_src_value;
+                        diff_src[base + index] = diff_src_value;
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
@@ -453,7 +453,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         /* whole blocks: lane l of every block adds to partial sum l (float
                          * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                         while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                            float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float src_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(src_block, src + base + index);
@@ -466,17 +468,37 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
                                 opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                            }
+                            if (opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
+                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                    diff_slope_lanes[lane] += diff_slope_run[lane];
+                                }
+                            } else {
+                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + again);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                }
                             }
                         }
                         for (; index < inner_last; ++index) {
                             const float src_value = opgen_bf16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
                             const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                             diff_slope_acc += diff_slope_term;
                         }
@@ -515,7 +537,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                     /* whole blocks: lane l of every block adds to partial sum l (float
                      * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                     while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                             float src_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(src_block, src + base + index);
@@ -528,17 +552,37 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 const float diff_dst_value = (float)diff_dst_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                             }
                             opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                        }
+                        if (opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_run[lane];
+                            }
+                        } else {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + again);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                            }
                         }
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
@@ -588,7 +632,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const int64_t group_end = opgen_min(group + 1, outer);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            double diff_slope_group[OPGEN_BLOCK] = {0};
+                            float diff_slope_group[OPGEN_BLOCK] = {0};
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
@@ -605,10 +649,32 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float slope_value = (float)slope_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_group[lane] += diff_slope_term;
                                 }
                                 opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                            }
+                            if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double diff_slope_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_again[lane] += diff_slope_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    workspace[0 * channels + channel + lane] += diff_slope_again[lane];
+                                    diff_slope_group[lane] = 0;
+                                }
                             }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -647,7 +713,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     const int64_t group_end = opgen_min(group + 1, outer);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        float diff_slope_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
@@ -664,10 +730,32 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 const float slope_value = (float)slope_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_group[lane] += diff_slope_term;
                             }
                             opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double diff_slope_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_again[lane] += diff_slope_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += diff_slope_again[lane];
+                                diff_slope_group[lane] = 0;
+                            }
                         }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -705,7 +793,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
                         for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            double diff_slope_group[OPGEN_BLOCK] = {0};
+                            float diff_slope_group[OPGEN_BLOCK] = {0};
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
@@ -722,10 +810,32 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float slope_value = (float)slope_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_group[lane] += diff_slope_term;
                                 }
                                 opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                            }
+                            if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double diff_slope_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_again[lane] += diff_slope_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += diff_slope_again[lane];
+                                    diff_slope_group[lane] = 0;
+                                }
                             }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -761,7 +871,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                     int64_t channel = 0;
                     for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        double diff_slope_group[OPGEN_BLOCK] = {0};
+                        float diff_slope_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
@@ -778,10 +888,32 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 const float slope_value = (float)slope_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_group[lane] += diff_slope_term;
                             }
                             opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double diff_slope_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_again[lane] += diff_slope_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += diff_slope_again[lane];
+                                diff_slope_group[lane] = 0;
+                            }
                         }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -853,6 +985,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         /* whole blocks: lane l of every block adds to partial sum l (float
                          * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                         while (index + OPGEN_BLOCK <= inner_last) {
+                            const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -872,16 +1005,33 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 }
                                 opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                             }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                diff_slope_lanes[lane] += diff_slope_run[lane];
+                            if (opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
+                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                    diff_slope_lanes[lane] += diff_slope_run[lane];
+                                }
+                            } else {
+                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + again);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                }
                             }
                         }
                         for (; index < inner_last; ++index) {
                             const float src_value = opgen_f16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                            diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                             diff_slope_acc += diff_slope_term;
                         }
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
@@ -919,6 +1069,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     /* whole blocks: lane l of every block adds to partial sum l (float
                      * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                     while (index + OPGEN_BLOCK <= inner_last) {
+                        const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -938,16 +1089,33 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                         }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            diff_slope_lanes[lane] += diff_slope_run[lane];
+                        if (opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_run[lane];
+                            }
+                        } else {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + again);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                            }
                         }
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = opgen_f16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
                     for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
@@ -1018,6 +1186,28 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 }
                                 opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                             }
+                            if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double diff_slope_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                        diff_slope_again[lane] += diff_slope_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    workspace[0 * channels + channel + lane] += diff_slope_again[lane];
+                                    diff_slope_group[lane] = 0;
+                                }
+                            }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 workspace[0 * channels + channel + lane] += diff_slope_group[lane];
@@ -1032,7 +1222,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                                 workspace[0 * channels + channel] += diff_slope_term;
                             }
                         }
@@ -1077,6 +1267,28 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                         }
+                        if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double diff_slope_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                    diff_slope_again[lane] += diff_slope_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                workspace[0 * channels + channel + lane] += diff_slope_again[lane];
+                                diff_slope_group[lane] = 0;
+                            }
+                        }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             workspace[0 * channels + channel + lane] += diff_slope_group[lane];
@@ -1091,7 +1303,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                             diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                             workspace[0 * channels + channel] += diff_slope_term;
                         }
                     }
@@ -1135,6 +1347,28 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 }
                                 opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                             }
+                            if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double diff_slope_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                        diff_slope_again[lane] += diff_slope_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += diff_slope_again[lane];
+                                    diff_slope_group[lane] = 0;
+                                }
+                            }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 partial[0 * channels + channel + lane] += diff_slope_group[lane];
@@ -1149,7 +1383,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                                 partial[0 * channels + channel] += diff_slope_term;
                             }
                         }
@@ -1191,6 +1425,28 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                         }
+                        if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double diff_slope_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                    diff_slope_again[lane] += diff_slope_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += diff_slope_again[lane];
+                                diff_slope_group[lane] = 0;
+                            }
+                        }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += diff_slope_group[lane];
@@ -1205,7 +1461,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                             diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                             partial[0 * channels + channel] += diff_slope_term;
                         }
                     }

@@ -4,8 +4,9 @@ The test suite and `opgen check` both judge results with these (README, "Accurac
 - elementwise outputs: at most 1 ulp of the output dtype from the float64 oracle rounded to
   that dtype;
 - sums: 1 ulp of the output dtype + 2 n 2^-53 sum|terms| (n - 1 double additions in the
-  kernel, as many in the oracle), + r 2^-24 sum|terms| where the kernel adds terms exact in
-  float in float partial sums of at most r terms first (plan.float_runs: f16 PReLU);
+  kernel, as many in the oracle), + r 2^-24 sum|terms| + n 2^-150 where the kernel adds
+  float terms in float partial sums of at most r terms first (plan.float_runs: f16 and bf16
+  PReLU; a bf16 product below 2^-134 is rounded to f32's subnormal grid, 2^-149);
 - BatchNorm: the bounds of batch_norm_bounds, from counting its roundings.
 """
 
@@ -75,9 +76,12 @@ def ulp(values: np.ndarray, row: DType) -> np.ndarray:
 
 def sum_bound(terms_abs_sum: np.ndarray, count: int, float_run: int = 0) -> np.ndarray:
     """Accumulation error of a double sum of `count` terms, in the kernel and in the oracle;
-    with `float_run` > 0, the kernel first adds the (exact) terms in float, at most that many
-    per float partial sum: (float_run - 1) u32 sum|terms| more, rounded up to float_run u32."""
-    return (2.0 * max(count, 1) * U64 + float_run * U32) * terms_abs_sum
+    with `float_run` > 0, the kernel first adds the terms in float, at most that many per
+    float partial sum: (float_run - 1) u32 sum|terms| more, rounded up to float_run u32; and a
+    term computed in float is exact except below f32's normal range (products of two bf16
+    below 2^-134), where rounding to the subnormal grid loses at most 2^-150 per term."""
+    rounding = (2.0 * max(count, 1) * U64 + float_run * U32) * terms_abs_sum
+    return rounding + (max(count, 1) * 2.0**-150 if float_run else 0.0)
 
 
 def sum_magnitudes(spec: Any, reference_function: Any, arrays: dict[str, np.ndarray], kwargs: dict[str, Any]) -> tuple:

@@ -23,9 +23,10 @@ FORMS = ("ncx", "nxc")
 TILE_ELEMENTS = 65536
 MAX_TILES = 64
 CHANNEL_SPLIT = 262144  # rows of at least this many channels are split by channel instead
-# Sum terms exact in float (products of two f16 values, say) are added in float, at most
-# FLOAT_RUN of them per float partial sum, before the double sums: converting every term to
-# double costs more than the rest of a PReLU. The error this adds is stated in accuracy.py.
+# Sum terms exact in float (products of two f16 or bf16 values, say) are added in float, at
+# most FLOAT_RUN of them per float partial sum, before the double sums: converting every term
+# to double costs more than the rest of a PReLU. A run whose float sums come out infinite or
+# NaN is summed again in double. The error this adds is stated in accuracy.py.
 FLOAT_RUN = 16
 PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
@@ -38,6 +39,14 @@ TARGETS = (
         "isa": "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2",
         "gcc_isa": "prefer-vector-width=512",
         "cpu": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c"),
+    },
+    # The avx512 copies, storing bf16 with the AVX512-BF16 conversion instruction (checked at
+    # run time, per block) instead of integer rounding: no code of its own.
+    {
+        "name": "avx512_bf16",
+        "copy_of": "avx512",
+        "flag": "opgen_bf16_instruction",
+        "cpu": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "f16c", "avx512bf16"),
     },
 )
 
@@ -122,16 +131,23 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
 
     def in_float_runs(section: str, tree: Any) -> bool:
         # broadcast_reduce sums are outputs themselves (reduce_then_apply's feed its element
-        # pass and that pass's error bounds), so only they take the float runs
-        return spec.pattern == "broadcast_reduce" and exact_in_float(section, tree)
+        # pass and that pass's error bounds), so only they take the float runs. Out of
+        # f32's range is allowed here: a run whose float sums overflow is summed again in
+        # double, and terms below 2^-134 lose at most 2^-150 each (accuracy.sum_bound)
+        return (
+            spec.pattern == "broadcast_reduce"
+            and section == "sums"
+            and compute == "float"
+            and _exact_in_float(tree, variant.dtypes, in_range=False)
+        )
 
-    def c_text(section: str, tree: Any) -> str:
+    def c_text(section: str, tree: Any, runs: bool = True) -> str:
+        if runs and in_float_runs(section, tree):
+            return c_text("elements", tree)
         if exact_in_float(section, tree):
             # the term is exact in float (a product of two short values, a selection):
-            # compute it there and widen once (or not at all, in float runs), half the work
-            # of computing it in double
-            text = c_text("elements", tree)
-            return text if in_float_runs(section, tree) else f"(({accumulate}){text})"
+            # compute it there and widen once, half the work of computing it in double
+            return f"(({accumulate}){c_text('elements', tree)})"
         kind = compute if section == "elements" else accumulate
         spelled = {name: spell(section, name) for name in expr.names(tree)}
         style = table.compute_types[kind]
@@ -143,6 +159,8 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
             {
                 "name": n,
                 "c": c_text(s, t),
+                # the same term in the accumulation type: scalar tails, runs summed again
+                "c_double": c_text(s, t, runs=False),
                 "output": n in out_names,
                 # float: summed in runs of at most FLOAT_RUN terms in float before the double sums
                 "type": "float" if in_float_runs(s, t) else compute if s == "elements" else accumulate,
@@ -229,6 +247,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "math": math,
         "sums": sums,
         "sum_types": {entry["name"]: entry["type"] for entry in math["sums"]},
+        "float_sums": [entry["name"] for entry in math["sums"] if entry["type"] == "float"],
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
         "block": BLOCK,
@@ -268,11 +287,11 @@ def _detail(variant: Variant, compute: str, accumulate: str) -> str:
     return "; ".join(parts)
 
 
-def _exact_in_float(tree: Any, dtypes: dict[str, DType]) -> bool:
+def _exact_in_float(tree: Any, dtypes: dict[str, DType], in_range: bool = True) -> bool:
     """True when float arithmetic computes `tree` exactly: stored values, constants, selections,
     negation, and products of two stored values whose significands fit together in 24 bits and
-    whose exponents, smallest subnormal to largest, stay within f32's normal range (f16 yes;
-    bf16 no: it has f32's range, so its products can overflow or underflow f32)."""
+    (if `in_range`) whose exponents, smallest subnormal to largest, stay within f32's normal
+    range (f16 yes; bf16 no: it has f32's range, so its products can overflow or underflow)."""
 
     def fits_range(dtype: DType) -> bool:
         smallest = dtype.min_exponent - dtype.mantissa_bits  # the smallest subnormal is 2^smallest
@@ -283,7 +302,7 @@ def _exact_in_float(tree: Any, dtypes: dict[str, DType]) -> bool:
         if isinstance(node, ast.Constant):
             return 1 if not isinstance(node.value, bool) and float(node.value) in (0.0, 1.0, -1.0) else None
         if isinstance(node, ast.Name):
-            if node.id not in dtypes or not fits_range(dtypes[node.id]):
+            if node.id not in dtypes or (in_range and not fits_range(dtypes[node.id])):
                 return None
             return dtypes[node.id].mantissa_bits + 1
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):

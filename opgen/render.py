@@ -124,12 +124,13 @@ def render_library(
         "opgen_bandwidth.c": _render(env, "bandwidth.c.j2"),
         "opgen_runtime.c": _render(env, "runtime.c.j2", **settings),
     }
-    for target in plan.TARGETS[1:]:
+    compiled_targets = [t for t in plan.TARGETS[1:] if "copy_of" not in t]
+    for target in compiled_targets:
         files[f"opgen_bandwidth__{target['name']}.c"] = _render(env, "target.c.j2", op="opgen_bandwidth", target=target)
     for spec, api in zip(specs, apis):
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
-        for target in plan.TARGETS[1:]:
+        for target in compiled_targets:
             files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)
     aclnn_apis = [api for api in apis if api["aclnn"]]
     if aclnn_apis:

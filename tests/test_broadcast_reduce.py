@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -18,6 +19,7 @@ from opgen.plan import BLOCK
 from tests.helpers import assert_ulps, assert_within, data, float_run, rng, sum_bound
 
 SPECS = [s for s in opgen.bundled.specs if s.pattern == "broadcast_reduce"]
+SPEC_PRELU = next(s for s in SPECS if s.name == "prelu_backward")
 B = BLOCK
 SHAPES = [
     (5,),
@@ -121,3 +123,34 @@ def test_channel_axis_mixup_is_caught():
     for layout, got in (("NCX", ncx), ("NXC", nxc)):
         expected = oracle.prelu_backward(src, slope, diff_dst, data_format=layout)
         assert_ulps(got.diff_src, expected[0], "f32", 1, layout)
+
+
+@pytest.mark.parametrize("layout", ["NCX", "NXC"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_float_runs_that_overflow_are_summed_again(dtype, layout):
+    """bf16 slope-gradient terms (src * diff_dst) are added in f32 runs: products past f32's
+    range overflow there, so such a run is summed again in double. Cancelling pairs of huge
+    terms must give the double sum, not Inf or NaN (the other dtypes must agree too)."""
+    generator = rng("overflowing runs", dtype, layout)
+    shape = (2, 3, 200) if layout == "NCX" else (8, 20)  # runs of whole blocks, and tails
+    src = data(generator, shape, dtype, specials="none")
+    diff_dst = data(generator, shape, dtype, specials="none")
+    slope = data(generator, (shape[1] if layout == "NCX" else shape[-1],), dtype)
+    huge = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) / 2 if dtype == "bf16" else 1.0
+    # -huge * 4 and -huge * -4 cancel exactly; -huge * 3 and -huge/2 * -4 leave -huge; each
+    # pair in one float run (NCX: one unit's first 1024 elements; NXC: a group of 4 rows)
+    if layout == "NCX":
+        places = [(0, 2, 5), (0, 2, 69), (1, 0, 100), (1, 0, 164)]
+    else:
+        places = [(0, 2), (1, 2), (4, 5), (6, 5)]
+    for at, big, gradient in zip(places, (huge, huge, huge, huge / 2), (4.0, -4.0, 3.0, -4.0)):
+        src[at], diff_dst[at] = -big, gradient
+    got = opgen.prelu_backward(src, slope, diff_dst, data_format=layout)
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format=layout)
+    assert np.isfinite(expected[1]).all(), "the test data should give finite sums"
+    assert_ulps(got[0], expected[0], dtype, 1, f"{dtype} {layout} diff_src")
+    terms = np.where(src.astype(np.float64) > 0, 0.0, src.astype(np.float64) * diff_dst.astype(np.float64))
+    axes = (0, 2) if layout == "NCX" else (0,)
+    row = {"src": dtype, "slope": dtype, "diff_dst": dtype, "diff_src": dtype, "diff_slope": dtype}
+    bound = sum_bound(np.abs(terms).sum(axis=axes), terms.size // slope.size, float_run(SPEC_PRELU, row, "diff_slope"))
+    assert_within(got[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
