@@ -169,28 +169,27 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
-        /* few rows of many channels: each thread takes whole ranges of channels */
-        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
+         * adds their terms straight to the sums, row after row (float sums: in runs of
+         * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
+         * ranges, so they are cut for the thread count, at least one per thread. */
+        const int64_t channel_blocks = channels / OPGEN_BLOCK;
+        int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        ranges = (ranges + threads - 1) / threads * threads;
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
-                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
-                    for (int64_t sum = 0; sum < 1; ++sum) {
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            workspace[sum * channels + channel] = 0;
-                        }
-                    }
-                    for (int64_t group = 0; group < outer; group += 1) {
-                        const int64_t group_end = opgen_min(group + 1, outer);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            double grad_weight_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
+                    const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
+                    const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+                        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = row * channels;
+                            int64_t channel = first;
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(grad_output_block, grad_output + base + channel);
                                 float self_block[OPGEN_BLOCK];
@@ -206,26 +205,19 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_group[lane] += grad_weight_term;
+                                    grad_weight_sums[channel + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
                             }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                workspace[0 * channels + channel + lane] += grad_weight_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const float weight_value = weight[channel];
-                            
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
+                            for (; channel < last; ++channel) {
+                                const float weight_value = weight[channel];
+                                
                                 const float grad_output_value = grad_output[base + channel];
                                 const float self_value = self[base + channel];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = grad_input_value;
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                workspace[0 * channels + channel] += grad_weight_term;
+                                grad_weight_sums[channel] += grad_weight_term;
                             }
                         }
                     }
@@ -236,20 +228,14 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
-                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
-                for (int64_t sum = 0; sum < 1; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        workspace[sum * channels + channel] = 0;
-                    }
-                }
-                for (int64_t group = 0; group < outer; group += 1) {
-                    const int64_t group_end = opgen_min(group + 1, outer);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double grad_weight_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
+                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
+                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
+                    for (int64_t row = row_first; row < row_last; ++row) {
+                        const int64_t base = row * channels;
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float grad_output_block[OPGEN_BLOCK];
                             opgen_load_block_f32(grad_output_block, grad_output + base + channel);
                             float self_block[OPGEN_BLOCK];
@@ -265,32 +251,26 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_group[lane] += grad_weight_term;
+                                grad_weight_sums[channel + lane] += grad_weight_term;
                             }
                             opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
                         }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            workspace[0 * channels + channel + lane] += grad_weight_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const float weight_value = weight[channel];
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
+                        for (; channel < last; ++channel) {
+                            const float weight_value = weight[channel];
+                            
                             const float grad_output_value = grad_output[base + channel];
                             const float self_value = self[base + channel];
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input[base + channel] = grad_input_value;
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            workspace[0 * channels + channel] += grad_weight_term;
+                            grad_weight_sums[channel] += grad_weight_term;
                         }
                     }
                 }
             }
             opgen_fence();
-        }    } else {
+        }        return;
+    } else {
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
@@ -613,28 +593,31 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
-        /* few rows of many channels: each thread takes whole ranges of channels */
-        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
+         * adds their terms straight to the sums, row after row (float sums: in runs of
+         * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
+         * ranges, so they are cut for the thread count, at least one per thread. */
+        const int64_t channel_blocks = channels / OPGEN_BLOCK;
+        int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        ranges = (ranges + threads - 1) / threads * threads;
+        float *const grad_weight_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
-                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
-                    for (int64_t sum = 0; sum < 1; ++sum) {
+                    const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
+                    const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+                        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         for (int64_t channel = first; channel < last; ++channel) {
-                            workspace[sum * channels + channel] = 0;
+                            grad_weight_run[channel] = 0;
                         }
-                    }
-                    for (int64_t group = 0; group < outer; group += 1) {
-                        const int64_t group_end = opgen_min(group + 1, outer);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float grad_weight_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = row * channels;
+                            int64_t channel = first;
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(grad_output_block, grad_output + base + channel);
                                 float self_block[OPGEN_BLOCK];
@@ -650,48 +633,44 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_group[lane] += grad_weight_term;
+                                    grad_weight_run[channel + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                             }
-                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double grad_weight_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + channel);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                        grad_weight_again[lane] += grad_weight_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    workspace[0 * channels + channel + lane] += grad_weight_again[lane];
-                                    grad_weight_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                workspace[0 * channels + channel + lane] += grad_weight_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const float weight_value = opgen_f16_to_f32(weight[channel]);
-                            
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
+                            for (; channel < last; ++channel) {
+                                const float weight_value = opgen_f16_to_f32(weight[channel]);
+                                
                                 const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
                                 const float self_value = opgen_f16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
                                 const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                workspace[0 * channels + channel] += grad_weight_term;
+                                grad_weight_sums[channel] += grad_weight_term;
+                            }
+                        }
+                        /* the runs join the sums block by block; a block whose float sums
+                         * overflowed, or met an infinity or NaN, is summed again in double */
+                        for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            if (opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                                }
+                                continue;
+                            }
+                            for (int64_t row = row_first; row < row_last; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    grad_weight_sums[channel + lane] += grad_weight_term;
+                                }
                             }
                         }
                     }
@@ -702,20 +681,17 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
-                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
-                for (int64_t sum = 0; sum < 1; ++sum) {
+                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
+                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     for (int64_t channel = first; channel < last; ++channel) {
-                        workspace[sum * channels + channel] = 0;
+                        grad_weight_run[channel] = 0;
                     }
-                }
-                for (int64_t group = 0; group < outer; group += 1) {
-                    const int64_t group_end = opgen_min(group + 1, outer);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float grad_weight_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
+                    for (int64_t row = row_first; row < row_last; ++row) {
+                        const int64_t base = row * channels;
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float grad_output_block[OPGEN_BLOCK];
                             opgen_load_block_f16(grad_output_block, grad_output + base + channel);
                             float self_block[OPGEN_BLOCK];
@@ -731,54 +707,51 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_group[lane] += grad_weight_term;
+                                grad_weight_run[channel + lane] += grad_weight_term;
                             }
                             opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                         }
-                        if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double grad_weight_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    grad_weight_again[lane] += grad_weight_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                workspace[0 * channels + channel + lane] += grad_weight_again[lane];
-                                grad_weight_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            workspace[0 * channels + channel + lane] += grad_weight_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const float weight_value = opgen_f16_to_f32(weight[channel]);
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
+                        for (; channel < last; ++channel) {
+                            const float weight_value = opgen_f16_to_f32(weight[channel]);
+                            
                             const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
                             const float self_value = opgen_f16_to_f32(self[base + channel]);
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
                             const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                            workspace[0 * channels + channel] += grad_weight_term;
+                            grad_weight_sums[channel] += grad_weight_term;
+                        }
+                    }
+                    /* the runs join the sums block by block; a block whose float sums
+                     * overflowed, or met an infinity or NaN, is summed again in double */
+                    for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        if (opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                            }
+                            continue;
+                        }
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(self_block, self + base + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                grad_weight_sums[channel + lane] += grad_weight_term;
+                            }
                         }
                     }
                 }
             }
             opgen_fence();
-        }    } else {
+        }        return;
+    } else {
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
@@ -1145,28 +1118,31 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
-        /* few rows of many channels: each thread takes whole ranges of channels */
-        const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
+         * adds their terms straight to the sums, row after row (float sums: in runs of
+         * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
+         * ranges, so they are cut for the thread count, at least one per thread. */
+        const int64_t channel_blocks = channels / OPGEN_BLOCK;
+        int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+        ranges = (ranges + threads - 1) / threads * threads;
+        float *const grad_weight_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = range * OPGEN_CHANNEL_SPLIT;
-                    const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
-                    for (int64_t sum = 0; sum < 1; ++sum) {
+                    const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
+                    const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+                        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         for (int64_t channel = first; channel < last; ++channel) {
-                            workspace[sum * channels + channel] = 0;
+                            grad_weight_run[channel] = 0;
                         }
-                    }
-                    for (int64_t group = 0; group < outer; group += 1) {
-                        const int64_t group_end = opgen_min(group + 1, outer);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float grad_weight_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = row * channels;
+                            int64_t channel = first;
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
                                 float self_block[OPGEN_BLOCK];
@@ -1182,48 +1158,44 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_group[lane] += grad_weight_term;
+                                    grad_weight_run[channel + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                             }
-                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double grad_weight_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_again[lane] += grad_weight_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    workspace[0 * channels + channel + lane] += grad_weight_again[lane];
-                                    grad_weight_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                workspace[0 * channels + channel + lane] += grad_weight_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                            
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
+                            for (; channel < last; ++channel) {
+                                const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                                
                                 const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
                                 const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                workspace[0 * channels + channel] += grad_weight_term;
+                                grad_weight_sums[channel] += grad_weight_term;
+                            }
+                        }
+                        /* the runs join the sums block by block; a block whose float sums
+                         * overflowed, or met an infinity or NaN, is summed again in double */
+                        for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            if (opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                                }
+                                continue;
+                            }
+                            for (int64_t row = row_first; row < row_last; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_sums[channel + lane] += grad_weight_term;
+                                }
                             }
                         }
                     }
@@ -1234,20 +1206,17 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = range * OPGEN_CHANNEL_SPLIT;
-                const int64_t last = opgen_min(channels, first + OPGEN_CHANNEL_SPLIT);
-                for (int64_t sum = 0; sum < 1; ++sum) {
+                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
+                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     for (int64_t channel = first; channel < last; ++channel) {
-                        workspace[sum * channels + channel] = 0;
+                        grad_weight_run[channel] = 0;
                     }
-                }
-                for (int64_t group = 0; group < outer; group += 1) {
-                    const int64_t group_end = opgen_min(group + 1, outer);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float grad_weight_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
+                    for (int64_t row = row_first; row < row_last; ++row) {
+                        const int64_t base = row * channels;
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float grad_output_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
                             float self_block[OPGEN_BLOCK];
@@ -1263,54 +1232,51 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_group[lane] += grad_weight_term;
+                                grad_weight_run[channel + lane] += grad_weight_term;
                             }
                             opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                         }
-                        if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double grad_weight_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_again[lane] += grad_weight_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                workspace[0 * channels + channel + lane] += grad_weight_again[lane];
-                                grad_weight_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            workspace[0 * channels + channel + lane] += grad_weight_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
+                        for (; channel < last; ++channel) {
+                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                            
                             const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
                             const float self_value = opgen_bf16_to_f32(self[base + channel]);
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            workspace[0 * channels + channel] += grad_weight_term;
+                            grad_weight_sums[channel] += grad_weight_term;
+                        }
+                    }
+                    /* the runs join the sums block by block; a block whose float sums
+                     * overflowed, or met an infinity or NaN, is summed again in double */
+                    for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        if (opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                            }
+                            continue;
+                        }
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(self_block, self + base + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_sums[channel + lane] += grad_weight_term;
+                            }
                         }
                     }
                 }
             }
             opgen_fence();
-        }    } else {
+        }        return;
+    } else {
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)

@@ -15,7 +15,7 @@ import pytest
 import opgen
 from opgen import oracle
 from opgen.accuracy import operand_shapes, sum_magnitudes
-from opgen.plan import BLOCK
+from opgen.plan import BLOCK, CHANNEL_SPLIT
 from tests.helpers import assert_ulps, assert_within, data, float_run, rng, sum_bound
 
 SPECS = [s for s in opgen.bundled.specs if s.pattern == "broadcast_reduce"]
@@ -154,3 +154,38 @@ def test_float_runs_that_overflow_are_summed_again(dtype, layout):
     row = {"src": dtype, "slope": dtype, "diff_dst": dtype, "diff_src": dtype, "diff_slope": dtype}
     bound = sum_bound(np.abs(terms).sum(axis=axes), terms.size // slope.size, float_run(SPEC_PRELU, row, "diff_slope"))
     assert_within(got[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_rows_of_many_channels(dtype):
+    """Few rows of very many channels (a full-size PReLU slope) take the kernels' channel-range
+    path: ranges cut per thread count, float runs of rows. Matches the oracle, gives the same
+    bits on 1 and 2 threads, and sums an overflowing bf16 block again in double."""
+    generator = rng("many channels", dtype)
+    shape = (18, 2 * CHANNEL_SPLIT + 37)  # more rows than one float run; a channel tail
+    src = data(generator, shape, dtype)
+    diff_dst = data(generator, shape, dtype)
+    slope = data(generator, shape[-1:], dtype)
+    if dtype == "bf16":
+        huge = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) / 2
+        src[3, 40], diff_dst[3, 40], src[9, 40], diff_dst[9, 40] = -huge, 4.0, -huge, -4.0
+    threads = opgen.get_num_threads()
+    try:
+        opgen.set_num_threads(1)
+        one = opgen.prelu_backward(src, slope, diff_dst, data_format="NXC")
+        opgen.set_num_threads(2)
+        two = opgen.prelu_backward(src, slope, diff_dst, data_format="NXC")
+    finally:
+        opgen.set_num_threads(threads)
+    for got_one, got_two in zip(one, two):
+        assert np.array_equal(
+            got_one.view(np.uint16 if got_one.itemsize == 2 else np.uint32),
+            got_two.view(np.uint16 if got_two.itemsize == 2 else np.uint32),
+        ), "threads changed bits"
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NXC")
+    assert_ulps(one[0], expected[0], dtype, 1, f"{dtype} diff_src")
+    wide = src.astype(np.float64), diff_dst.astype(np.float64)
+    terms = np.where(np.isnan(wide[0]) | (wide[0] <= 0), wide[0] * wide[1], 0.0)
+    row = dict.fromkeys(("src", "slope", "diff_dst", "diff_src", "diff_slope"), dtype)
+    bound = sum_bound(np.abs(terms).sum(axis=0), shape[0], float_run(SPEC_PRELU, row, "diff_slope"))
+    assert_within(one[1], expected[1], dtype, bound, f"{dtype} diff_slope")

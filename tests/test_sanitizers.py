@@ -27,6 +27,7 @@ BIG = PARALLEL_THRESHOLD + 7  # enough elements for a thread team
 ELEMENTWISE = [0, 1, 3, B - 1, B, B + 1, 2 * B + 3, BIG]
 NCX = [(1, 1, 1), (2, 3, B + 1), (3, 5, 2), (1, 1, BIG), (40, 3, 600), (0, 3, 4), (2, 0, 5), (3, 2, 0), (17, 1, 3 * B)]
 NXC = [(1, 1), (5, B + 1), (BIG, 1), (2, CHANNEL_SPLIT + 5), (1000, 33), (0, 4), (3, 0), (9, 2 * B)]
+NXC += [(1, CHANNEL_SPLIT + 5), (17, 2 * CHANNEL_SPLIT + 21)]  # ranges of channels, float runs of rows
 
 
 def call(kernel: dict, dims: tuple[int, ...]) -> str:
