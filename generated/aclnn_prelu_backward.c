@@ -433,7 +433,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         /* whole blocks: lane l of every block adds to partial sum l (float
                          * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                         while (index + OPGEN_BLOCK <= inner_last) {
-                            const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -453,25 +452,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 }
                                 opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
                             }
-                            if (opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    grad_weight_lanes[lane] += grad_weight_run[lane];
-                                }
-                            } else {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + again);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + again);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                }
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_run[lane];
                             }
                         }
                         for (; index < inner_last; ++index) {
@@ -517,7 +499,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     /* whole blocks: lane l of every block adds to partial sum l (float
                      * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                     while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -537,25 +518,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
                         }
-                        if (opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_run[lane];
-                            }
-                        } else {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + again);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + again);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                            }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_run[lane];
                         }
                     }
                     for (; index < inner_last; ++index) {
@@ -648,29 +612,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 grad_weight_sums[channel] += grad_weight_term;
                             }
                         }
-                        /* the runs join the sums block by block; a block whose float sums
-                         * overflowed, or met an infinity or NaN, is summed again in double */
+                        /* the runs join the sums block by block */
                         for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            if (opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
-                                }
-                                continue;
-                            }
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    grad_weight_sums[channel + lane] += grad_weight_term;
-                                }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
                             }
                         }
                     }
@@ -722,29 +668,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             grad_weight_sums[channel] += grad_weight_term;
                         }
                     }
-                    /* the runs join the sums block by block; a block whose float sums
-                     * overflowed, or met an infinity or NaN, is summed again in double */
+                    /* the runs join the sums block by block */
                     for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        if (opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
-                            }
-                            continue;
-                        }
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(self_block, self + base + channel);
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                grad_weight_sums[channel + lane] += grad_weight_term;
-                            }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
                         }
                     }
                 }
@@ -787,28 +715,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     grad_weight_group[lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                            }
-                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double grad_weight_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + channel);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                        grad_weight_again[lane] += grad_weight_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                    grad_weight_group[lane] = 0;
-                                }
                             }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -865,28 +771,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 grad_weight_group[lane] += grad_weight_term;
                             }
                             opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                        }
-                        if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double grad_weight_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    grad_weight_again[lane] += grad_weight_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                grad_weight_group[lane] = 0;
-                            }
                         }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -978,11 +862,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 }
                                 opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
                             }
-                            if (opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    grad_weight_lanes[lane] += grad_weight_run[lane];
-                                }
-                            } else {
+                            if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                                 /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                                 for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -997,6 +877,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                         grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
                                 }
+                                continue;
+                            }
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_run[lane];
                             }
                         }
                         for (; index < inner_last; ++index) {
@@ -1062,11 +946,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
                         }
-                        if (opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_run[lane];
-                            }
-                        } else {
+                        if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                             for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -1081,6 +961,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
                             }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_run[lane];
                         }
                     }
                     for (; index < inner_last; ++index) {
@@ -1176,26 +1060,26 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         /* the runs join the sums block by block; a block whose float sums
                          * overflowed, or met an infinity or NaN, is summed again in double */
                         for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            if (opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                            if (!(opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK))) {
+                                for (int64_t row = row_first; row < row_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_sums[channel + lane] += grad_weight_term;
+                                    }
                                 }
                                 continue;
                             }
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_sums[channel + lane] += grad_weight_term;
-                                }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
                             }
                         }
                     }
@@ -1250,26 +1134,26 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                     /* the runs join the sums block by block; a block whose float sums
                      * overflowed, or met an infinity or NaN, is summed again in double */
                     for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        if (opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                        if (!(opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK))) {
+                            for (int64_t row = row_first; row < row_last; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_sums[channel + lane] += grad_weight_term;
+                                }
                             }
                             continue;
                         }
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(self_block, self + base + channel);
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_sums[channel + lane] += grad_weight_term;
-                            }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
                         }
                     }
                 }

@@ -453,11 +453,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 }
                                 opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                             }
-                            if (opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    diff_slope_lanes[lane] += diff_slope_run[lane];
-                                }
-                            } else {
+                            if (!(opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                                 /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                                 for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                     float src_block[OPGEN_BLOCK];
@@ -472,6 +468,10 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
                                 }
+                                continue;
+                            }
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_run[lane];
                             }
                         }
                         for (; index < inner_last; ++index) {
@@ -537,11 +537,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             }
                             opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                         }
-                        if (opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                diff_slope_lanes[lane] += diff_slope_run[lane];
-                            }
-                        } else {
+                        if (!(opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                             for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float src_block[OPGEN_BLOCK];
@@ -556,6 +552,10 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
                             }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_run[lane];
                         }
                     }
                     for (; index < inner_last; ++index) {
@@ -651,26 +651,26 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         /* the runs join the sums block by block; a block whose float sums
                          * overflowed, or met an infinity or NaN, is summed again in double */
                         for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            if (opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK)) {
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
+                            if (!(opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK))) {
+                                for (int64_t row = row_first; row < row_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_sums[channel + lane] += diff_slope_term;
+                                    }
                                 }
                                 continue;
                             }
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_sums[channel + lane] += diff_slope_term;
-                                }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
                             }
                         }
                     }
@@ -725,26 +725,26 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     /* the runs join the sums block by block; a block whose float sums
                      * overflowed, or met an infinity or NaN, is summed again in double */
                     for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        if (opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK)) {
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
+                        if (!(opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK))) {
+                            for (int64_t row = row_first; row < row_last; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_sums[channel + lane] += diff_slope_term;
+                                }
                             }
                             continue;
                         }
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                diff_slope_sums[channel + lane] += diff_slope_term;
-                            }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
                         }
                     }
                 }
@@ -958,7 +958,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         /* whole blocks: lane l of every block adds to partial sum l (float
                          * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                         while (index + OPGEN_BLOCK <= inner_last) {
-                            const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -978,25 +977,8 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 }
                                 opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                             }
-                            if (opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    diff_slope_lanes[lane] += diff_slope_run[lane];
-                                }
-                            } else {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + again);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                                    }
-                                }
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_run[lane];
                             }
                         }
                         for (; index < inner_last; ++index) {
@@ -1042,7 +1024,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     /* whole blocks: lane l of every block adds to partial sum l (float
                      * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
                     while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -1062,25 +1043,8 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                         }
-                        if (opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK)) {
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                diff_slope_lanes[lane] += diff_slope_run[lane];
-                            }
-                        } else {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + again);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                            }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_run[lane];
                         }
                     }
                     for (; index < inner_last; ++index) {
@@ -1173,29 +1137,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 diff_slope_sums[channel] += diff_slope_term;
                             }
                         }
-                        /* the runs join the sums block by block; a block whose float sums
-                         * overflowed, or met an infinity or NaN, is summed again in double */
+                        /* the runs join the sums block by block */
                         for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            if (opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK)) {
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
-                                }
-                                continue;
-                            }
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                    diff_slope_sums[channel + lane] += diff_slope_term;
-                                }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
                             }
                         }
                     }
@@ -1247,29 +1193,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             diff_slope_sums[channel] += diff_slope_term;
                         }
                     }
-                    /* the runs join the sums block by block; a block whose float sums
-                     * overflowed, or met an infinity or NaN, is summed again in double */
+                    /* the runs join the sums block by block */
                     for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        if (opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK)) {
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
-                            }
-                            continue;
-                        }
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                diff_slope_sums[channel + lane] += diff_slope_term;
-                            }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
                         }
                     }
                 }
@@ -1312,28 +1240,6 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     diff_slope_group[lane] += diff_slope_term;
                                 }
                                 opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                            }
-                            if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double diff_slope_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                        diff_slope_again[lane] += diff_slope_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += diff_slope_again[lane];
-                                    diff_slope_group[lane] = 0;
-                                }
                             }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1390,28 +1296,6 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 diff_slope_group[lane] += diff_slope_term;
                             }
                             opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double diff_slope_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                    diff_slope_again[lane] += diff_slope_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += diff_slope_again[lane];
-                                diff_slope_group[lane] = 0;
-                            }
                         }
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

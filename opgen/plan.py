@@ -161,6 +161,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "c": c_text(s, t),
                 # the same term in the accumulation type: scalar tails, runs summed again
                 "c_double": c_text(s, t, runs=False),
+                "guarded": not _exact_in_float(t, variant.dtypes),
                 "output": n in out_names,
                 # float: summed in runs of at most FLOAT_RUN terms in float before the double sums
                 "type": "float" if in_float_runs(s, t) else compute if s == "elements" else accumulate,
@@ -248,6 +249,8 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "sums": sums,
         "sum_types": {entry["name"]: entry["type"] for entry in math["sums"]},
         "float_sums": [entry["name"] for entry in math["sums"] if entry["type"] == "float"],
+        # float sums whose terms may leave f32's range (bf16 products): checked, run by run
+        "guarded_sums": [e["name"] for e in math["sums"] if e["type"] == "float" and e["guarded"]],
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
         "block": BLOCK,
