@@ -25,8 +25,9 @@ MAX_TILES = 64
 CHANNEL_SPLIT = 262144  # rows of at least this many channels are split by channel instead
 # Sum terms exact in float (products of two f16 or bf16 values, say) are added in float, at
 # most FLOAT_RUN of them per float partial sum, before the double sums: converting every term
-# to double costs more than the rest of a PReLU. A run whose float sums come out infinite or
-# NaN is summed again in double. The error this adds is stated in accuracy.py.
+# to double costs more than the rest of a PReLU. Where terms can leave f32's range (bf16), a
+# run whose float sums come out infinite or NaN is summed again in double. The error this
+# adds is stated in accuracy.py.
 FLOAT_RUN = 16
 PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
