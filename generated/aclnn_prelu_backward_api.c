@@ -162,6 +162,23 @@ opgen_status opgen_aclnn_prelu_backward_with_workspace(const opgen_tensor *grad_
     return opgen_run_call(&call, numbers, workspace, workspace_size);
 }
 
+opgen_status opgen_aclnn_prelu_backward_with_data(const opgen_tensor *operands, void *grad_output_data, void *self_data, void *weight_data, void *grad_input_data, void *grad_weight_data, void *workspace, size_t workspace_size)
+{
+    void *const data[] = { grad_output_data, self_data, weight_data, grad_input_data, grad_weight_data };
+    opgen_tensor described[5];
+    const opgen_tensor *present[5];
+    int index;
+    if (operands == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_with_data", "operands", "is NULL");
+    }
+    for (index = 0; index < 5; index++) {
+        described[index] = operands[index];
+        described[index].data = data[index];
+        present[index] = operands[index].rank < 0 ? NULL : &described[index];
+    }
+    return opgen_aclnn_prelu_backward_with_workspace(present[0], present[1], present[2], present[3], present[4], workspace, workspace_size);
+}
+
 opgen_status opgen_aclnn_prelu_backward(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight)
 {
     opgen_call call;

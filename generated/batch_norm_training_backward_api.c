@@ -210,6 +210,23 @@ opgen_status opgen_batch_norm_training_backward_with_workspace(const opgen_tenso
     return opgen_run_call(&call, numbers, workspace, workspace_size);
 }
 
+opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size)
+{
+    void *const data[] = { src_data, diff_dst_data, mean_data, variance_data, gamma_data, diff_src_data, diff_gamma_data, diff_beta_data };
+    opgen_tensor described[8];
+    const opgen_tensor *present[8];
+    int index;
+    if (operands == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_batch_norm_training_backward_with_data", "operands", "is NULL");
+    }
+    for (index = 0; index < 8; index++) {
+        described[index] = operands[index];
+        described[index].data = data[index];
+        present[index] = operands[index].rank < 0 ? NULL : &described[index];
+    }
+    return opgen_batch_norm_training_backward_with_workspace(present[0], present[1], present[2], present[3], present[4], present[5], present[6], present[7], epsilon, data_format, workspace, workspace_size);
+}
+
 opgen_status opgen_batch_norm_training_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format)
 {
     opgen_call call;

@@ -9,7 +9,11 @@
  *    returning an opgen_status. Each op has three entry points:
  *      opgen_<op>(...)                       allocates its scratch memory itself;
  *      opgen_<op>_workspace_size(..., &bytes) the scratch bytes a call needs (data not read);
- *      opgen_<op>_with_workspace(..., workspace, bytes) runs in memory the caller provides.
+ *      opgen_<op>_with_workspace(..., workspace, bytes) runs in memory the caller provides;
+ *      opgen_<op>_with_data(operands, data..., attributes, workspace, bytes) is the same call
+ *        for callers that repeat one shape: `operands` describes every input, then every
+ *        output, once (data fields unused, rank -1 for an absent one); the data pointers
+ *        come per call, in the same order.
  *    Optional inputs and outputs are NULL when absent.
  * 2. The kernel API (below the op API): the specialized variants, one per dtype combination
  *    and loop form, on dense row-major buffers; no checks.
@@ -99,6 +103,7 @@ typedef enum opgen_data_format {
 opgen_status opgen_aclnn_prelu_backward(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight);
 opgen_status opgen_aclnn_prelu_backward_workspace_size(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, size_t *workspace_size);
 opgen_status opgen_aclnn_prelu_backward_with_workspace(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, void *workspace, size_t workspace_size);
+opgen_status opgen_aclnn_prelu_backward_with_data(const opgen_tensor *operands, void *grad_output_data, void *self_data, void *weight_data, void *grad_input_data, void *grad_weight_data, void *workspace, size_t workspace_size);
 
 /* opgen_batch_norm_training_backward: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial
  * elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma *
@@ -126,6 +131,7 @@ opgen_status opgen_aclnn_prelu_backward_with_workspace(const opgen_tensor *grad_
 opgen_status opgen_batch_norm_training_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format);
 opgen_status opgen_batch_norm_training_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format, size_t *workspace_size);
 opgen_status opgen_batch_norm_training_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size);
+opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size);
 
 /* opgen_hard_sigmoid_backward: Gradient of HardSigmoid: diff_src = diff_dst * alpha where 0 < alpha*src + beta < 1
  * (evaluated in f32), else 0.
@@ -141,6 +147,7 @@ opgen_status opgen_batch_norm_training_backward_with_workspace(const opgen_tenso
 opgen_status opgen_hard_sigmoid_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, float alpha, float beta);
 opgen_status opgen_hard_sigmoid_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, float alpha, float beta, size_t *workspace_size);
 opgen_status opgen_hard_sigmoid_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, float alpha, float beta, void *workspace, size_t workspace_size);
+opgen_status opgen_hard_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *diff_src_data, float alpha, float beta, void *workspace, size_t workspace_size);
 
 /* opgen_prelu_backward: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums
  * src * diff_dst over the non-positive elements, reduced to slope's shape.
@@ -160,6 +167,7 @@ opgen_status opgen_hard_sigmoid_backward_with_workspace(const opgen_tensor *src,
 opgen_status opgen_prelu_backward(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format);
 opgen_status opgen_prelu_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, size_t *workspace_size);
 opgen_status opgen_prelu_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, void *workspace, size_t workspace_size);
+opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *src_data, void *slope_data, void *diff_dst_data, void *diff_src_data, void *diff_slope_data, opgen_data_format data_format, void *workspace, size_t workspace_size);
 
 /* opgen_relu_backward: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (oneDNN Graph API, ReLUBackward)
@@ -174,6 +182,7 @@ opgen_status opgen_prelu_backward_with_workspace(const opgen_tensor *src, const 
 opgen_status opgen_relu_backward(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst);
 opgen_status opgen_relu_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size);
 opgen_status opgen_relu_backward_with_workspace(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, void *workspace, size_t workspace_size);
+opgen_status opgen_relu_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
 
 /* opgen_sigmoid_backward: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src),
  * or s = dst when use_dst.
@@ -188,6 +197,7 @@ opgen_status opgen_relu_backward_with_workspace(const opgen_tensor *src_or_dst, 
 opgen_status opgen_sigmoid_backward(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst);
 opgen_status opgen_sigmoid_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size);
 opgen_status opgen_sigmoid_backward_with_workspace(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, void *workspace, size_t workspace_size);
+opgen_status opgen_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
 
 /* opgen_tanh_backward: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when
  * use_dst.
@@ -202,6 +212,7 @@ opgen_status opgen_sigmoid_backward_with_workspace(const opgen_tensor *src_or_ds
 opgen_status opgen_tanh_backward(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst);
 opgen_status opgen_tanh_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size);
 opgen_status opgen_tanh_backward_with_workspace(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, void *workspace, size_t workspace_size);
+opgen_status opgen_tanh_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
 
 /* ---- Settings ---- */
 

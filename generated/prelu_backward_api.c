@@ -173,6 +173,23 @@ opgen_status opgen_prelu_backward_with_workspace(const opgen_tensor *src, const 
     return opgen_run_call(&call, numbers, workspace, workspace_size);
 }
 
+opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *src_data, void *slope_data, void *diff_dst_data, void *diff_src_data, void *diff_slope_data, opgen_data_format data_format, void *workspace, size_t workspace_size)
+{
+    void *const data[] = { src_data, slope_data, diff_dst_data, diff_src_data, diff_slope_data };
+    opgen_tensor described[5];
+    const opgen_tensor *present[5];
+    int index;
+    if (operands == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_prelu_backward_with_data", "operands", "is NULL");
+    }
+    for (index = 0; index < 5; index++) {
+        described[index] = operands[index];
+        described[index].data = data[index];
+        present[index] = operands[index].rank < 0 ? NULL : &described[index];
+    }
+    return opgen_prelu_backward_with_workspace(present[0], present[1], present[2], present[3], present[4], data_format, workspace, workspace_size);
+}
+
 opgen_status opgen_prelu_backward(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format)
 {
     opgen_call call;

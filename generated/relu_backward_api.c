@@ -120,6 +120,23 @@ opgen_status opgen_relu_backward_with_workspace(const opgen_tensor *src_or_dst, 
     return opgen_run_call(&call, numbers, workspace, workspace_size);
 }
 
+opgen_status opgen_relu_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size)
+{
+    void *const data[] = { src_or_dst_data, diff_dst_data, diff_src_data };
+    opgen_tensor described[3];
+    const opgen_tensor *present[3];
+    int index;
+    if (operands == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_relu_backward_with_data", "operands", "is NULL");
+    }
+    for (index = 0; index < 3; index++) {
+        described[index] = operands[index];
+        described[index].data = data[index];
+        present[index] = operands[index].rank < 0 ? NULL : &described[index];
+    }
+    return opgen_relu_backward_with_workspace(present[0], present[1], present[2], use_dst, workspace, workspace_size);
+}
+
 opgen_status opgen_relu_backward(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst)
 {
     opgen_call call;

@@ -11,6 +11,7 @@ speed as a share of the probe the op's access pattern matches. NumPy (f32) and P
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -25,6 +26,7 @@ import ml_dtypes
 import numpy as np
 
 import opgen
+from opgen.runtime import c_entry_call
 
 # name -> (N, C, H, W); the three sizes of the comparison and small spatial sizes
 SIZES = {
@@ -35,6 +37,7 @@ SIZES = {
     "HW7": (2048, 64, 7, 1),
     "HW14": (1024, 64, 2, 7),
 }
+C_CALL_MAX_ELEMENTS = 1 << 17  # sizes at which the C entry point is timed alone too
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 OPS = (
     "relu_backward",
@@ -60,6 +63,7 @@ class Case:
     bandwidth_share: float = 0.0
     numpy_seconds: float | None = None
     torch_seconds: float | None = None
+    c_seconds: float | None = None  # the C entry point alone (small sizes): what the Python call adds is the rest
     bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -101,7 +105,7 @@ def _logical_shape(size: tuple[int, int, int, int], layout: str) -> tuple[int, .
 
 
 def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...], rng: np.random.Generator):
-    """(opgen call, NumPy call or None, torch call or None, bytes moved, probe mix)."""
+    """((opgen function, args, kwargs), NumPy call or None, torch call or None, bytes moved, probe mix)."""
     np_dtype = DTYPES[dtype]
     shape = _logical_shape(size, layout)
     channels = size[1]
@@ -116,7 +120,7 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
         function = getattr(opgen, op)
         numpy_call = _numpy_elementwise(op, x32, d32, out32) if x32 is not None else None
         return (
-            (lambda: function(x, d, out=out, **kwargs)),
+            (function, (x, d), {"out": out, **kwargs}),
             numpy_call,
             _torch_call(op, x, d, None),
             3 * tensor_bytes,
@@ -145,9 +149,7 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
 
         torch_call = _torch_call(op, x, d, slope) if form == "per_channel" and layout == "NCX" else None
 
-        def call() -> None:
-            opgen.prelu_backward(x, slope, d, data_format=layout, out=(out, diff_slope))
-
+        call = (opgen.prelu_backward, (x, slope, d), {"data_format": layout, "out": (out, diff_slope)})
         return call, numpy_call, torch_call, 3 * tensor_bytes + 2 * slope.nbytes, "2r1w"
     if op == "batch_norm_training_backward":
         axis = 1 if layout == "NCX" else len(shape) - 1
@@ -157,10 +159,11 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
         variance = (rng.random(channels) + 0.5).astype(np.float32)
         diff_gamma, diff_beta = np.empty(channels, np.float32), np.empty(channels, np.float32)
 
-        def call() -> None:
-            opgen.batch_norm_training_backward(
-                x, d, mean, variance, gamma, epsilon=1e-5, data_format=layout, out=(out, diff_gamma, diff_beta)
-            )
+        call = (
+            opgen.batch_norm_training_backward,
+            (x, d, mean, variance, gamma),
+            {"epsilon": 1e-5, "data_format": layout, "out": (out, diff_gamma, diff_beta)},
+        )
 
         numpy_call = None
         if x32 is not None:
@@ -271,11 +274,13 @@ def run(
                 key = f"{size_name}/{thread_count}"
                 before = _probes(count, min_time)
                 for op, dtype, layout, form in cases(ops, dtypes):
-                    call, numpy_call, torch_call, nbytes, pattern = _make_case(
+                    (function, args, kwargs), numpy_call, torch_call, nbytes, pattern = _make_case(
                         op, dtype, layout if layout != "-" else "NCX", form, size, rng
                     )
                     case = Case(op, dtype, layout, form, size_name, thread_count, bytes=nbytes)
-                    case.seconds = _median_time(call, min_time)
+                    case.seconds = _median_time(functools.partial(function, *args, **kwargs), min_time)
+                    if count <= C_CALL_MAX_ELEMENTS:
+                        case.c_seconds = _median_time(c_entry_call(function, *args, **kwargs), min_time)
                     case.gbps = nbytes / case.seconds / 1e9
                     if baselines and numpy_call is not None and thread_count == 1:
                         case.numpy_seconds = _median_time(numpy_call, min_time / 4, max_runs=5)
@@ -318,16 +323,20 @@ def _share(case: Case, probe: dict[str, float]) -> float:
 
 HEADER = (
     f"{'op':30s} {'dtype':5s} {'layout':6s} {'form':11s} {'size':4s} {'thr':>3s} {'median':>10s} "
-    f"{'GB/s':>7s} {'NumPy x':>8s} {'torch x':>8s}"
+    f"{'GB/s':>7s} {'NumPy x':>8s} {'torch x':>8s} {'C':>8s} {'Py +':>6s}"
 )
 
 
 def format_row(case: Case) -> str:
     numpy_ratio = f"{case.numpy_seconds / case.seconds:8.1f}" if case.numpy_seconds else f"{'-':>8s}"
     torch_ratio = f"{case.torch_seconds / case.seconds:8.1f}" if case.torch_seconds else f"{'-':>8s}"
+    c_time, python_added = f"{'-':>8s}", f"{'-':>6s}"
+    if case.c_seconds:
+        c_time = f"{case.c_seconds * 1e6:6.1f}us"
+        python_added = f"{(case.seconds - case.c_seconds) * 1e6:6.1f}"
     return (
         f"{case.op:30s} {case.dtype:5s} {case.layout:6s} {case.form:11s} {case.size:4s} {case.threads:3d} "
-        f"{case.seconds * 1e6:8.1f}us {case.gbps:7.1f} {numpy_ratio} {torch_ratio}"
+        f"{case.seconds * 1e6:8.1f}us {case.gbps:7.1f} {numpy_ratio} {torch_ratio} {c_time} {python_added}"
     )
 
 

@@ -142,9 +142,12 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
     aclnn_parameters = [f"{'const ' if o['input'] else ''}aclTensor *{o['camel']}" for o in operands]
     parameters = [f"const opgen_tensor *{t.name}" for t in tensors]
     parameters += [f"{a['c_type']} {a['name']}" for a in attributes]
+    data_parameters = ["const opgen_tensor *operands", *(f"void *{t.name}_data" for t in tensors)]
+    data_parameters += [f"{a['c_type']} {a['name']}" for a in attributes]
     return {
         "op": spec.name,
         "parameters": ", ".join(parameters),
+        "data_parameters": ", ".join(data_parameters),
         "aclnn": spec.aclnn,
         "aclnn_parameters": ", ".join(aclnn_parameters),
         "arguments": ", ".join([t.name for t in tensors] + [a["name"] for a in attributes]),

@@ -9,8 +9,12 @@ repeat them; such calls only allocate outputs and call the kernels.
 from __future__ import annotations
 
 import collections
+import functools
+import inspect
+import itertools
 import math
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +84,20 @@ class _Op:
         self.library = library
         self.spec = spec
         self.plans: dict[tuple, Plan] = {}
+        self.fast: dict[tuple, tuple] = {}  # the same plans' Plan.fast, for the generated function
+        self.namespace: dict[str, Any] = {}  # the generated function's globals
         self.single = len(spec.outputs) == 1
         camel = "".join(part.title() for part in spec.name.split("_"))
         self.result = None if self.single else collections.namedtuple(f"{camel}Result", [t.name for t in spec.outputs])
 
 
 def make_function(library: OpLibrary, spec: OpSpec) -> Any:
-    """A real Python function with the op's signature (written from the spec), calling _call."""
+    """A real Python function with the op's signature, written from the spec.
+
+    Its body is the fast path of a call that repeats a checked one (same array types, dtypes,
+    shapes, attributes and flags): look up the plan, allocate the outputs and pass the data
+    pointers to opgen_<op>_with_data. Anything else (a first call, `out=`, inputs that are not
+    C-contiguous arrays, a status from C) goes to _call, which checks and reports."""
     params = [t.name if not t.optional else f"{t.name}=None" for t in spec.inputs]
     params.append("*")
     params += [a.name if a.required else f"{a.name}=_default_{a.name}" for a in spec.attributes]
@@ -96,17 +107,57 @@ def make_function(library: OpLibrary, spec: OpSpec) -> Any:
     def pack(names: list[str]) -> str:
         return "(" + "".join(f"{n}, " for n in names) + ")"
 
-    body = (
-        f"def {spec.name}({', '.join(params)}):\n"
-        f"    return _call(_op, {pack([t.name for t in spec.inputs])}, {pack([a.name for a in spec.attributes])}, "
-        f"{pack([f.name for f in spec.flags])}, out)\n"
+    # locals start with "opgen": spec names may not (specs.py)
+    key = []
+    for t in spec.inputs:
+        if t.optional:
+            key.append(f"{t.name}.__class__, {t.name} is None or ({t.name}.dtype, {t.name}.shape)")
+        else:
+            key.append(f"{t.name}.__class__, {t.name}.dtype, {t.name}.shape")
+    key += [f"{n}, {n}.__class__" for n in [a.name for a in spec.attributes] + [f.name for f in spec.flags]]
+    data = []
+    for t in spec.inputs:
+        pointer = f"_from_buffer({t.name})"
+        data.append(f"_NULL if {t.name} is None else {pointer}" if t.optional else pointer)
+    outputs = [f"opgen_{t.name}" for t in spec.outputs]
+    data_out = [
+        f"_NULL if {o} is None else _from_buffer({o})" if t.requested_by else f"_from_buffer({o})"
+        for o, t in zip(outputs, spec.outputs)
+    ]
+    slow = (
+        f"_call(_op, opgen_key, {pack([t.name for t in spec.inputs])}, {pack([a.name for a in spec.attributes])}, "
+        f"{pack([f.name for f in spec.flags])}, out)"
     )
-    namespace: dict[str, Any] = {"_call": _call, "_op": _Op(library, spec)}
+    body = [
+        f"def {spec.name}({', '.join(params)}):",
+        "    opgen_key = None",
+        "    try:",
+        f"        opgen_key = ({', '.join(key)})",
+        f"        opgen_run, opgen_operands, opgen_attributes, opgen_workspace, opgen_bytes, opgen_fit, "
+        f"{', '.join(f'opgen_new_{t.name}' for t in spec.outputs)}, = _fast[opgen_key]",
+        f"        opgen_data = ({''.join(d + ', ' for d in data)})",
+        "    except (AttributeError, TypeError, KeyError, ValueError, BufferError):  # the checks say why",
+        f"        return {slow}",
+        "    if out is None:",
+        *(f"        {o} = opgen_new_{t.name}()" for o, t in zip(outputs, spec.outputs)),
+        "    else:",
+        "        try:",
+        f"            {', '.join(outputs)}, = opgen_fit(out)",
+        "        except (TypeError, ValueError):",
+        f"            return {slow}",
+        f"    if opgen_run(opgen_operands, *opgen_data, {''.join(d + ', ' for d in data_out)}"
+        "*opgen_attributes, opgen_workspace(), opgen_bytes):",
+        f"        return {slow}",
+        f"    return {outputs[0] if len(outputs) == 1 else '_result(' + ', '.join(outputs) + ')'}",
+    ]
+    op = _Op(library, spec)
+    namespace: dict[str, Any] = {"_call": _call, "_op": op, "_fast": op.fast, "_result": op.result}
     namespace.update({f"_default_{a.name}": a.default for a in spec.attributes if not a.required})
-    exec(compile(body, f"<opgen {spec.name}>", "exec"), namespace)  # names are checked C/Python identifiers
+    exec(compile("\n".join(body) + "\n", f"<opgen {spec.name}>", "exec"), namespace)  # names: checked identifiers
     function = namespace[spec.name]
     function.__doc__ = _docstring(spec)
     function.__module__ = "opgen"
+    op.namespace = namespace
     return function
 
 
@@ -129,29 +180,54 @@ def _docstring(spec: OpSpec) -> str:
     return "\n".join(lines)
 
 
-def _call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, out: Any) -> Any:
-    # bool and int compare equal: the types keep use_dst=1 from reusing use_dst=True's plan
-    key: tuple = (attributes, tuple(map(type, attributes)), flags, tuple(map(type, flags)))
-    for array in inputs:
-        if type(array) is np.ndarray:
-            layout = array.flags
-            key += (array.dtype, array.shape, layout.c_contiguous and layout.aligned)
-        elif array is None:
-            key += (None,)
-        else:
-            key = ()  # not an array: the full check reports it
-            break
-    found = op.plans.get(key) if key else None
+def _call(op: _Op, key: tuple | None, inputs: tuple, attributes: tuple, flags: tuple, out: Any) -> Any:
+    """A call the generated fast path did not take; `key` is its plan key (None if not hashable)."""
+    try:
+        found = op.plans.get(key) if key is not None else None
+    except TypeError:  # an unhashable attribute value: the check reports it
+        found = key = None
     if found is None:
         found = _make_plan(op, inputs, attributes, flags)
-        if key:
+        if key is not None:
             if len(op.plans) >= PLAN_CACHE_SIZE:
                 op.plans.clear()
+                op.fast.clear()
             op.plans[key] = found
+            # only exact ndarrays take the fast path: their buffers are their elements
+            if all(type(array) in (np.ndarray, type(None)) for array in inputs):
+                op.fast[key] = found.fast
     outputs = found.run(inputs, out)
     if op.single:
         return outputs[0]
     return op.result(*outputs)
+
+
+def c_entry_call(function: Any, *args: Any, **kwargs: Any) -> Callable[[], int]:
+    """The C entry point of `function(*args, **kwargs)` with its operands described and its data
+    pointers bound: calling it costs what the same call costs from C, plus cffi's call. For
+    measuring what the Python call adds (`opgen bench`); returns the C status."""
+    op: _Op = function.__globals__["_op"]
+    spec = op.spec
+    bound = inspect.signature(function).bind(*args, **kwargs)
+    bound.apply_defaults()
+    values = bound.arguments
+    found = _make_plan(
+        op,
+        tuple(values[t.name] for t in spec.inputs),
+        tuple(values[a.name] for a in spec.attributes),
+        tuple(values[f.name] for f in spec.flags),
+    )
+    arrays = (*found._prepare(tuple(values[t.name] for t in spec.inputs)), *found._outputs(values["out"]))
+    data = [found.ffi.NULL if array is None else found.ffi.from_buffer(array) for array in arrays]
+    workspace = found._workspace() if found.workspace_bytes else found.ffi.NULL
+    arguments = (found.operands, *data, *found.attributes, workspace, found.workspace_bytes)
+    c_function = found.function
+
+    def call() -> int:
+        return c_function(*arguments)
+
+    call.keep_alive = arrays  # type: ignore[attr-defined]
+    return call
 
 
 def _make_plan(op: _Op, inputs: tuple, attributes: tuple, flags: tuple) -> Plan:
@@ -166,16 +242,18 @@ def _make_plan(op: _Op, inputs: tuple, attributes: tuple, flags: tuple) -> Plan:
 class Plan:
     """Everything a checked call needs to run: input preparation, outputs, the C call.
 
-    The call goes through the op's public C entry point, opgen_<op>_with_workspace, which
-    checks the call again, picks the specialized kernel and runs it."""
+    The call goes through the op's C entry point opgen_<op>_with_data, which checks the call
+    again, picks the specialized kernel and runs it. The operand descriptors (dtype, shape) are
+    written once, here; the data pointers are passed per call."""
 
     def __init__(self, op: _Op, checked: Checked) -> None:
         library, spec = op.library, op.spec
         self.name = spec.name
         table = library.table
-        self.ffi = library.module.ffi
+        self.ffi = ffi = library.module.ffi
         self.lib = library.module.lib
-        self.function = getattr(self.lib, f"opgen_{spec.name}_with_workspace")
+        op.namespace.update(_from_buffer=ffi.from_buffer, _NULL=ffi.NULL)
+        self.function = getattr(self.lib, f"opgen_{spec.name}_with_data")
         # per input: used? (ignored and absent inputs are not)
         self.used = [checked.inputs[t.name] is not None for t in spec.inputs]
         # per output: (name, shape, dtype, requested?)
@@ -184,52 +262,51 @@ class Plan:
             requested = not (tensor.requested_by and not checked.flags[tensor.requested_by])
             dtype = numpy_dtype(table.dtypes[checked.row[tensor.name]].numpy)
             self.outputs.append((tensor.name, checked.output_shape(tensor.name), dtype, requested))
-        # descriptors: dtype code, shape (data pointers are set per call)
         codes = {name: index for index, name in enumerate(table.dtypes)}
-        self.shapes = [
+        described = [
             (codes[checked.row[t.name]], checked.inputs[t.name].shape) if used else None
             for t, used in zip(spec.inputs, self.used)
         ]
-        self.shapes += [
+        described += [
             (codes[checked.row[name]], shape) if requested else None for name, shape, _, requested in self.outputs
         ]
-        self.attributes = [_c_attribute(library, a, checked.attributes[a.name]) for a in spec.attributes]
-        # The plan's key records each input's dtype, shape and layout, so whether any needs
-        # a contiguous, aligned copy is known here, once.
-        self.copy_needed = any(
-            used and not (a.flags.c_contiguous and a.flags.aligned)
-            for used, a in zip(self.used, (checked.inputs[t.name] for t in spec.inputs))
-        )
+        self.operands = ffi.new("opgen_tensor[]", len(described))
+        for operand, entry in zip(self.operands, described):
+            operand.rank = -1  # absent
+            if entry is not None:
+                operand.dtype, shape = entry
+                operand.rank = len(shape)
+                operand.dims[0 : len(shape)] = shape
+        self.attributes = tuple(_c_attribute(library, a, checked.attributes[a.name]) for a in spec.attributes)
         self.allocate = [
-            (requested, shape, dtype, math.prod(shape) * dtype.itemsize >= STREAM_ALIGN_BYTES)
+            functools.partial(
+                aligned_empty if math.prod(shape) * dtype.itemsize >= STREAM_ALIGN_BYTES else np.empty, shape, dtype
+            )
+            if requested
+            else type(None)  # calling it gives None
             for _, shape, dtype, requested in self.outputs
         ]
         self.local = threading.local()  # per Python thread: the C call runs without the GIL
         self.input_count = len(spec.inputs)
-        self.present = [index for index, described in enumerate(self.shapes) if described is not None]
-        size = self.ffi.new("size_t *")
-        status = getattr(self.lib, f"opgen_{spec.name}_workspace_size")(*self._descriptors(), *self.attributes, size)
+        size = ffi.new("size_t *")
+        status = getattr(self.lib, f"opgen_{spec.name}_workspace_size")(
+            *[self.operands + i if entry is not None else ffi.NULL for i, entry in enumerate(described)],
+            *self.attributes,
+            size,
+        )
         self._raise(status)
         self.workspace_bytes = int(size[0])
-
-    def _descriptors(self) -> list[Any]:
-        """This thread's descriptors (pointers, NULL for absent operands)."""
-        found = getattr(self.local, "descriptors", None)
-        if found is None:
-            block = self.ffi.new("opgen_tensor[]", len(self.shapes))
-            found = [block]
-            for index, described in enumerate(self.shapes):
-                if described is None:
-                    found.append(self.ffi.NULL)
-                    continue
-                code, shape = described
-                block[index].dtype = code
-                block[index].rank = len(shape)
-                for d, size in enumerate(shape):
-                    block[index].dims[d] = size
-                found.append(block + index)
-            self.local.descriptors = found
-        return found[1:]
+        workspace = self._workspace if self.workspace_bytes else itertools.repeat(ffi.NULL).__next__
+        # what the generated function unpacks (make_function)
+        self.fast = (
+            self.function,
+            self.operands,
+            self.attributes,
+            workspace,
+            self.workspace_bytes,
+            self._fit_out,
+            *self.allocate,
+        )
 
     def _raise(self, status: int) -> None:
         if status == 0:
@@ -241,8 +318,6 @@ class Plan:
 
     def _workspace(self) -> Any:
         """This thread's workspace, kept for the plan (no page faults per call), as a C pointer."""
-        if not self.workspace_bytes:
-            return self.ffi.NULL
         found = getattr(self.local, "workspace", None)
         if found is None:
             buffer = np.empty(self.workspace_bytes, dtype=np.uint8)
@@ -260,20 +335,31 @@ class Plan:
         return prepared
 
     def _outputs(self, out: Any) -> list[np.ndarray | None]:
-        given = self._check_out(out) if out is not None else None
-        arrays: list[np.ndarray | None] = []
-        for index, (requested, shape, dtype, big) in enumerate(self.allocate):
-            if not requested:
-                arrays.append(None)
-            elif given is not None and given[index] is not None:
-                arrays.append(given[index])
-            else:
-                arrays.append(aligned_empty(shape, dtype) if big else np.empty(shape, dtype))
+        given = self._check_out(out) if out is not None else [None] * len(self.outputs)
+        return [new() if array is None else array for array, new in zip(given, self.allocate)]
+
+    def _fit_out(self, out: Any) -> list[np.ndarray | None]:
+        """The outputs of a call given `out`, if every array given fits (else ValueError; _check_out says why)."""
+        if len(self.outputs) == 1 and out.__class__ is not tuple:
+            out = (out,)
+        if len(out) != len(self.outputs):
+            raise ValueError
+        arrays = []
+        for array, (_, shape, dtype, requested), new in zip(out, self.outputs, self.allocate):
+            if array is None:
+                array = new()
+            elif not (
+                requested
+                and array.__class__ is np.ndarray
+                and array.dtype == dtype
+                and array.shape == shape
+                and array.flags.writeable  # C-contiguity: from_buffer; alignment, overlaps: C
+            ):
+                raise ValueError
+            arrays.append(array)
         return arrays
 
-    def _check_out(self, out: Any) -> list[Any] | None:
-        if out is None:
-            return None
+    def _check_out(self, out: Any) -> list[Any]:
         single = len(self.outputs) == 1
         if single and not isinstance(out, tuple):
             out = (out,)
@@ -299,15 +385,12 @@ class Plan:
         return list(out)  # the C API rejects outputs that overlap another operand
 
     def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
-        prepared = self._prepare(inputs) if self.copy_needed else inputs
+        prepared = self._prepare(inputs)
         outputs = self._outputs(out)
-        descriptors = self._descriptors()
-        from_buffer, views = self.ffi.from_buffer, []  # views: alive until the call returns
-        for index in self.present:
-            view = from_buffer(prepared[index] if index < self.input_count else outputs[index - self.input_count])
-            descriptors[index].data = view
-            views.append(view)
-        self._raise(self.function(*descriptors, *self.attributes, self._workspace(), self.workspace_bytes))
+        from_buffer, null = self.ffi.from_buffer, self.ffi.NULL
+        data = [null if array is None else from_buffer(array) for array in (*prepared, *outputs)]
+        workspace = self._workspace() if self.workspace_bytes else null
+        self._raise(self.function(self.operands, *data, *self.attributes, workspace, self.workspace_bytes))
         return outputs
 
 

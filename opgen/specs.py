@@ -371,8 +371,8 @@ def _identifier(where: _Where, key: str, value: Any) -> str:
         where.fail(key, f"'{name}' is not a C identifier (letters, digits, _; at most 63)")
     if name in _RESERVED or keyword.iskeyword(name) or name.startswith("opgen"):
         where.fail(key, f"'{name}' is reserved")
-    if name.endswith(("_value", "_acc", "_sums")):
-        where.fail(key, f"'{name}' may not end in _value, _acc or _sums (used by the generated C)")
+    if name.endswith(("_value", "_acc", "_sums", "_data")):
+        where.fail(key, f"'{name}' may not end in _value, _acc, _sums or _data (used by the generated C)")
     return name
 
 

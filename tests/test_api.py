@@ -332,3 +332,53 @@ def test_failed_call_leaves_out_untouched():
     with pytest.raises(ValueError):
         opgen.prelu_backward(src, np.ones(7, F32), dd, out=(diff_src, diff_slope))
     assert np.all(diff_src == 9) and np.all(diff_slope == 9)
+
+
+def test_repeated_calls_are_checked_like_the_first():
+    """A call that repeats a checked one's types, dtypes, shapes and attributes takes the fast path;
+    anything it cannot take (strided, misaligned, a subclass, a bad `out`) is checked in full."""
+    src, dd = arrays((4, 16), (4, 16))
+    slope = np.full(16, 0.5, F32)
+    expected = oracle.prelu_backward(src, slope, dd)
+    for _ in range(2):  # the second call repeats the first
+        got = opgen.prelu_backward(src, slope, dd)
+        assert_ulps(got.diff_src, expected[0], "f32", 1, "repeated")
+    wide = np.zeros((4, 32), F32)
+    wide[:, ::2] = src
+    buffer = np.zeros(src.nbytes + 2, np.uint8)
+    misaligned = buffer[2:].view(F32).reshape(src.shape)
+    misaligned[...] = src
+    subclass = src.view(type("Marked", (np.ndarray,), {}))
+    for x in (wide[:, ::2], misaligned, subclass):
+        got = opgen.prelu_backward(x, slope, dd)
+        assert_ulps(got.diff_src, expected[0], "f32", 1, type(x).__name__)
+    for call, kind, fragments in BAD_OUT:
+        src23, dd23 = arrays((2, 3, 4), (2, 3, 4))
+        opgen.relu_backward(src23, dd23)  # the plans these calls repeat
+        opgen.prelu_backward(src23, np.ones(4, F32), dd23)
+        with pytest.raises(kind) as caught:
+            call(src23, dd23)
+        assert all(fragment in str(caught.value) for fragment in fragments), str(caught.value)
+    read_only = np.empty((4, 16), F32)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        opgen.relu_backward(src, dd, out=read_only)
+
+
+def test_python_threads_share_plans():
+    """Calls from several Python threads at once (the C call releases the GIL) on one plan:
+    each thread's own workspace, each result the one-thread result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    shape = (3, 40, 5)
+    inputs = [arrays(shape, (40,), shape, seed=f"thread{i}") for i in range(8)]
+    alone = [opgen.prelu_backward(src, slope, dd, data_format="NCX") for src, slope, dd in inputs]
+
+    def run(index: int):
+        src, slope, dd = inputs[index % 8]
+        return index % 8, opgen.prelu_backward(src, slope, dd, data_format="NCX")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for index, result in pool.map(run, range(64)):
+            assert np.array_equal(result.diff_src, alone[index].diff_src)
+            assert np.array_equal(result.diff_slope, alone[index].diff_slope)

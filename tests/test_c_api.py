@@ -102,6 +102,46 @@ def test_two_phase_workspace():
     assert_within(outputs[2], expected[2], "f32", sum_bound(np.abs(diff_dst).sum(axis=(0, 1)), 2800), "diff_beta")
 
 
+def test_with_data_describes_once_and_takes_pointers_per_call():
+    """opgen_<op>_with_data: descriptors written once (rank -1: absent), data pointers per call;
+    the same results as opgen_<op>, and the same checks."""
+    generator = rng("c_api", "with-data")
+    shape = (5, 9, 3)
+    fmt = lib.OPGEN_DATA_FORMAT_NXC
+    mean, variance = np.zeros(3, np.float32), np.ones(3, np.float32)
+    operands = ffi.new("opgen_tensor[]", 8)
+    for index, array in enumerate([np.empty(shape, np.float32)] * 2 + [mean, variance, None, np.empty(shape, np.float32)]):
+        operands[index].rank = -1 if array is None else array.ndim
+        if array is not None:
+            operands[index].dtype = lib.OPGEN_F32
+            operands[index].dims[0 : array.ndim] = array.shape
+    operands[6].rank = operands[7].rank = -1  # diff_gamma, diff_beta not requested
+    size = ffi.new("size_t *")
+    for call in range(2):  # new data each call, the descriptors untouched
+        src, diff_dst = data(generator, shape, "f32"), data(generator, shape, "f32")
+        diff_src, reference = np.full(shape, 7, np.float32), np.full(shape, 7, np.float32)
+        pointers = [ffi.from_buffer(a) for a in (src, diff_dst, mean, variance)] + [ffi.NULL]
+        pointers += [ffi.from_buffer(diff_src), ffi.NULL, ffi.NULL]
+        described = [Tensor(a).pointer for a in (src, diff_dst, mean, variance)]
+        assert lib.opgen_batch_norm_training_backward_workspace_size(
+            *described, ffi.NULL, Tensor(reference).pointer, ffi.NULL, ffi.NULL, 1e-5, fmt, size
+        ) == 0, last_error()
+        workspace = np.empty(size[0], np.uint8)
+        status = lib.opgen_batch_norm_training_backward_with_data(
+            operands, *pointers, 1e-5, fmt, ffi.from_buffer(workspace), size[0]
+        )
+        assert status == 0, last_error()
+        one_call = [*described, ffi.NULL, Tensor(reference).pointer, ffi.NULL, ffi.NULL]
+        assert lib.opgen_batch_norm_training_backward(*one_call, 1e-5, fmt) == 0, last_error()
+        assert np.array_equal(diff_src, reference), call
+    pointers[1] = ffi.from_buffer(np.zeros(1, np.float32))  # data too short is the caller's to avoid;
+    operands[1].dims[2] = 4  # a shape that breaks a rule is not
+    status = lib.opgen_batch_norm_training_backward_with_data(operands, *pointers, 1e-5, fmt, ffi.NULL, 0)
+    assert status == STATUS["OPGEN_INVALID_SHAPE"] and "diff_dst" in last_error()
+    status = lib.opgen_batch_norm_training_backward_with_data(ffi.NULL, *pointers, 1e-5, fmt, ffi.NULL, 0)
+    assert status == STATUS["OPGEN_NULL_POINTER"] and "operands" in last_error()
+
+
 def _prelu_status_cases():
     """(name, status, argument named, changes to a valid f32 call) for every rule."""
     src, slope, diff_dst, diff_src, diff_slope = prelu_operands()

@@ -69,6 +69,7 @@ def test_duplicate_key(tmp_path):
         ('name = "diff_dst"', 'name = "x;system"', ["not a C identifier"]),
         ('name = "diff_dst"', 'name = "int"', ["reserved"]),
         ('name = "diff_dst"', 'name = "lambda"', ["reserved"]),
+        ('name = "diff_dst"', 'name = "diff_data"', ["inputs[1].name", "_data"]),
         ('name = "diff_dst"', 'name = "src_or_dst"', ["used twice"]),
         ('pattern = "elementwise"', 'pattern = "scan"', ["op.pattern", "not one of"]),
         ('type = "bool"', 'type = "int"', ["attributes.use_dst.type"]),
