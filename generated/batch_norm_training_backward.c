@@ -244,8 +244,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
@@ -258,11 +258,41 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                const float mean_value = (float)mean_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
                                 sum_diff_dst_group[lane] += sum_diff_dst_term;
                                 sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double mean_acc = (double)mean_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                sum_diff_dst_group[lane] = 0;
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                sum_diff_dst_centered_group[lane] = 0;
                             }
                         }
                         OPGEN_SIMD
@@ -307,8 +337,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                 const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                 int64_t channel = first;
                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    double sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                    double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                     for (int64_t row = group; row < group_end; ++row) {
                         const int64_t base = row * channels;
                         float src_block[OPGEN_BLOCK];
@@ -321,11 +351,41 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double mean_acc = (double)mean_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            const float mean_value = (float)mean_block[lane];
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
                             sum_diff_dst_group[lane] += sum_diff_dst_term;
                             sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                            sum_diff_dst_group[lane] = 0;
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                            sum_diff_dst_centered_group[lane] = 0;
                         }
                     }
                     OPGEN_SIMD
@@ -694,8 +754,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
@@ -708,11 +768,41 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                const float mean_value = (float)mean_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
                                 sum_diff_dst_group[lane] += sum_diff_dst_term;
                                 sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double mean_acc = (double)mean_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                sum_diff_dst_group[lane] = 0;
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                sum_diff_dst_centered_group[lane] = 0;
                             }
                         }
                         OPGEN_SIMD
@@ -757,8 +847,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                 const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                 int64_t channel = first;
                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    double sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                    double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                     for (int64_t row = group; row < group_end; ++row) {
                         const int64_t base = row * channels;
                         float src_block[OPGEN_BLOCK];
@@ -771,11 +861,41 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double mean_acc = (double)mean_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            const float mean_value = (float)mean_block[lane];
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
                             sum_diff_dst_group[lane] += sum_diff_dst_term;
                             sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                            sum_diff_dst_group[lane] = 0;
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                            sum_diff_dst_centered_group[lane] = 0;
                         }
                     }
                     OPGEN_SIMD
@@ -1144,8 +1264,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
@@ -1158,11 +1278,41 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                const float mean_value = (float)mean_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
                                 sum_diff_dst_group[lane] += sum_diff_dst_term;
                                 sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double mean_acc = (double)mean_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                sum_diff_dst_group[lane] = 0;
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                sum_diff_dst_centered_group[lane] = 0;
                             }
                         }
                         OPGEN_SIMD
@@ -1207,8 +1357,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                 const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                 int64_t channel = first;
                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    double sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                    double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                     for (int64_t row = group; row < group_end; ++row) {
                         const int64_t base = row * channels;
                         float src_block[OPGEN_BLOCK];
@@ -1221,11 +1371,41 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double mean_acc = (double)mean_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            const float mean_value = (float)mean_block[lane];
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
                             sum_diff_dst_group[lane] += sum_diff_dst_term;
                             sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(mean_block, mean + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                            sum_diff_dst_group[lane] = 0;
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                            sum_diff_dst_centered_group[lane] = 0;
                         }
                     }
                     OPGEN_SIMD
@@ -1594,8 +1774,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        double sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
@@ -1608,11 +1788,41 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                const float mean_value = (float)mean_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
                                 sum_diff_dst_group[lane] += sum_diff_dst_term;
                                 sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double mean_acc = (double)mean_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                sum_diff_dst_group[lane] = 0;
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                sum_diff_dst_centered_group[lane] = 0;
                             }
                         }
                         OPGEN_SIMD
@@ -1657,8 +1867,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                 const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                 int64_t channel = first;
                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    double sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                    double sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                     for (int64_t row = group; row < group_end; ++row) {
                         const int64_t base = row * channels;
                         float src_block[OPGEN_BLOCK];
@@ -1671,11 +1881,41 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double mean_acc = (double)mean_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            const float mean_value = (float)mean_block[lane];
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
                             sum_diff_dst_group[lane] += sum_diff_dst_term;
                             sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                            sum_diff_dst_group[lane] = 0;
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                            sum_diff_dst_centered_group[lane] = 0;
                         }
                     }
                     OPGEN_SIMD

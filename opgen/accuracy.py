@@ -7,7 +7,8 @@ The test suite and `opgen check` both judge results with these (README, "Accurac
   kernel, as many in the oracle), + r 2^-24 sum|terms| + n 2^-150 where the kernel adds
   float terms in float partial sums of at most r terms first (plan.float_runs: f16 and bf16
   PReLU; a bf16 product below 2^-134 is rounded to f32's subnormal grid, 2^-149);
-- BatchNorm: the bounds of batch_norm_bounds, from counting its roundings.
+- BatchNorm: the bounds of batch_norm_bounds, from counting its roundings (its NXC kernels
+  add their terms, computed in float, in float runs too).
 """
 
 from __future__ import annotations
@@ -149,24 +150,34 @@ def outside(got: np.ndarray, expected64: np.ndarray, row: DType, bound: np.ndarr
     return bad, allowed
 
 
-def batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon: float, axis: int):
+def gamma(k: int, unit: float = U32) -> float:
+    """The classic bound on k roundings: (1 + d1)...(1 + dk) lies within 1 +- k u / (1 - k u)."""
+    return k * unit / (1 - k * unit)
+
+
+def batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon: float, axis: int, float_run: int = 0):
     """Error bounds of BatchNorm's diff_src, diff_gamma and diff_beta, from the inputs in float64.
 
-    u32 = 2^-24, u64 = 2^-53; M terms per channel:
-    - diff_beta = sum(diff_dst) in double: 2 M u64 sum|diff_dst|.
-    - diff_gamma = sum(diff_dst * (src - mean)) * inv_std in double: each term and inv_std carry
-      at most 2 u64 more: (2 M + 8) u64 sum|diff_dst (src - mean)| inv_std.
-    - diff_src = scale * (diff_dst - shift - (src - mean) * coefficient) in f32, where scale,
-      shift and coefficient are rounded to f32 once (3 roundings) and the expression adds 5
-      (src - mean, *, -, -, *): at most 8 u32 times the magnitude of every term; each f32
+    u32 = 2^-24, u64 = 2^-53; M terms per channel; r = float_run (0: every term in double):
+    - diff_beta = sum(diff_dst): sum_bound (2 M u64 sum|diff_dst|, plus r u32 sum|diff_dst| and
+      M 2^-150 with float runs).
+    - sum(diff_dst * (src - mean)) in double: 2 M u64 sum|diff_dst (src - mean)|. With float
+      runs each term is computed in float (2 roundings, or 2^-150 absolute below f32's normal
+      range) and added to at most r - 1 others in float first: gamma(r + 1) (1 + 2 M u64) +
+      2 M u64 times the sum, plus 2 M 2^-150. diff_gamma multiplies it by inv_std in double:
+      8 u64 more.
+    - diff_src = scale * (diff_dst - shift - (src - mean) * coefficient) in f32, where shift and
+      coefficient come from those sums (their errors over M, coefficient's times inv_std^2),
+      scale, shift and coefficient are rounded to f32 once (3 roundings) and the expression
+      adds 5 (src - mean, *, -, -, *): at most 8 u32 times the magnitude of every term; each f32
       rounding that lands among the subnormals errs by up to 2^-150 absolute instead, times the
       factor its result is multiplied by.
     (1 ulp of the output dtype for the final store is added by `outside`.)"""
     with np.errstate(all="ignore"):  # NaN and Inf in the inputs make NaN and Inf bounds
-        return _batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon, axis)
+        return _batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon, axis, float_run)
 
 
-def _batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon: float, axis: int):
+def _batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon: float, axis: int, float_run: int):
     x, dy = src.astype(np.float64), diff_dst.astype(np.float64)
     view = [1] * x.ndim
     view[axis] = x.shape[axis]
@@ -174,15 +185,25 @@ def _batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon: float, axi
     count = max(1, x.size // max(1, x.shape[axis]))
     centered = x - mean.astype(np.float64).reshape(view)
     inv_std = 1.0 / np.sqrt(variance.astype(np.float64) + float(np.float32(epsilon)))
-    g = np.ones_like(inv_std) if gamma is None else gamma.astype(np.float64)
+    g = np.ones_like(inv_std) if gamma_ is None else gamma_.astype(np.float64)
     sum_dy = np.abs(dy).sum(axis=axes)
     sum_centered = np.abs(dy * centered).sum(axis=axes)
-    beta_bound = sum_bound(sum_dy, count)
-    gamma_bound = (2 * count + 8) * U64 * sum_centered * inv_std
+    beta_bound = sum_bound(sum_dy, count, float_run)
+    double_sums = 2 * count * U64
+    if float_run:
+        centered_error = (gamma(float_run + 1) * (1 + double_sums) + double_sums) * sum_centered
+        centered_error = centered_error + 2 * count * ETA
+    else:
+        centered_error = double_sums * sum_centered
+    gamma_bound = (centered_error + 8 * U64 * sum_centered) * inv_std
     scale = np.abs(g * inv_std).reshape(view)
-    shift = (np.abs(dy.sum(axis=axes)) / count).reshape(view)
+    shift_error = (beta_bound / count).reshape(view)
+    coefficient_error = (inv_std * inv_std * centered_error / count).reshape(view)
+    shift = (np.abs(dy.sum(axis=axes)) / count).reshape(view) + shift_error
     coefficient = (inv_std * inv_std * np.abs((dy * centered).sum(axis=axes)) / count).reshape(view)
+    coefficient = coefficient + coefficient_error
     terms = np.abs(dy) + shift + np.abs(centered) * coefficient
     underflow = ETA * (terms + 1 + scale * (2 + np.abs(centered)) + 4 * scale)
-    src_bound = 8 * U32 * scale * terms + underflow
+    sums = scale * (shift_error + np.abs(centered) * coefficient_error)
+    src_bound = 8 * U32 * scale * terms + sums + underflow
     return src_bound, gamma_bound, beta_bound

@@ -135,6 +135,7 @@ def _bounds(spec, arrays, kwargs, reference_function, layout, expected, runs) ->
             arrays["gamma"] if expected[1] is not None else None,
             kwargs["epsilon"],
             shapes.channel_axis(arrays["src"].ndim, layout),
+            max(runs.values(), default=0),
         )
         return [src_bound, gamma_bound, beta_bound]
     raise LookupError("no stated accuracy bound for this op")

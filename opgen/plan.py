@@ -131,16 +131,16 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         return section == "sums" and compute == "float" and _exact_in_float(tree, variant.dtypes)
 
     def in_float_runs(section: str, tree: Any) -> bool:
-        # broadcast_reduce sums are outputs themselves (reduce_then_apply's feed its element
-        # pass and that pass's error bounds), so only they take the float runs. Out of
-        # f32's range is allowed here: a run whose float sums overflow is summed again in
-        # double, and terms below 2^-134 lose at most 2^-150 each (accuracy.sum_bound)
-        return (
-            spec.pattern == "broadcast_reduce"
-            and section == "sums"
-            and compute == "float"
-            and _exact_in_float(tree, variant.dtypes, in_range=False)
-        )
+        # broadcast_reduce: terms exact in float, even out of f32's range: a run whose float
+        # sums overflow is summed again in double, and terms below 2^-134 lose at most 2^-150
+        # each (accuracy.sum_bound). reduce_then_apply, form nxc: every term, computed in
+        # float (its roundings are in the op's stated bounds, accuracy.batch_norm_bounds),
+        # each run checked the same way; a term in double costs more than the rest of the op
+        if section != "sums" or compute != "float":
+            return False
+        if spec.pattern == "reduce_then_apply":
+            return variant.form == "nxc"
+        return spec.pattern == "broadcast_reduce" and _exact_in_float(tree, variant.dtypes, in_range=False)
 
     def c_text(section: str, tree: Any, runs: bool = True) -> str:
         if runs and in_float_runs(section, tree):
@@ -252,6 +252,13 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "float_sums": [entry["name"] for entry in math["sums"] if entry["type"] == "float"],
         # float sums whose terms may leave f32's range (bf16 products): checked, run by run
         "guarded_sums": [e["name"] for e in math["sums"] if e["type"] == "float" and e["guarded"]],
+        # what the sum terms computed in float, and those in the accumulation type, read
+        "float_term_reads": sorted(
+            set().union(*(expr.names(t) for _, t in sections["sums"] if in_float_runs("sums", t)))
+        ),
+        "double_term_reads": sorted(
+            set().union(*(expr.names(t) for _, t in sections["sums"] if not in_float_runs("sums", t)))
+        ),
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
         "block": BLOCK,

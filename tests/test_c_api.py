@@ -110,7 +110,8 @@ def test_with_data_describes_once_and_takes_pointers_per_call():
     fmt = lib.OPGEN_DATA_FORMAT_NXC
     mean, variance = np.zeros(3, np.float32), np.ones(3, np.float32)
     operands = ffi.new("opgen_tensor[]", 8)
-    for index, array in enumerate([np.empty(shape, np.float32)] * 2 + [mean, variance, None, np.empty(shape, np.float32)]):
+    described = [np.empty(shape, np.float32)] * 2 + [mean, variance, None, np.empty(shape, np.float32)]
+    for index, array in enumerate(described):
         operands[index].rank = -1 if array is None else array.ndim
         if array is not None:
             operands[index].dtype = lib.OPGEN_F32
@@ -122,16 +123,19 @@ def test_with_data_describes_once_and_takes_pointers_per_call():
         diff_src, reference = np.full(shape, 7, np.float32), np.full(shape, 7, np.float32)
         pointers = [ffi.from_buffer(a) for a in (src, diff_dst, mean, variance)] + [ffi.NULL]
         pointers += [ffi.from_buffer(diff_src), ffi.NULL, ffi.NULL]
-        described = [Tensor(a).pointer for a in (src, diff_dst, mean, variance)]
-        assert lib.opgen_batch_norm_training_backward_workspace_size(
-            *described, ffi.NULL, Tensor(reference).pointer, ffi.NULL, ffi.NULL, 1e-5, fmt, size
-        ) == 0, last_error()
+        inputs = [Tensor(a).pointer for a in (src, diff_dst, mean, variance)]
+        assert (
+            lib.opgen_batch_norm_training_backward_workspace_size(
+                *inputs, ffi.NULL, Tensor(reference).pointer, ffi.NULL, ffi.NULL, 1e-5, fmt, size
+            )
+            == 0
+        ), last_error()
         workspace = np.empty(size[0], np.uint8)
         status = lib.opgen_batch_norm_training_backward_with_data(
             operands, *pointers, 1e-5, fmt, ffi.from_buffer(workspace), size[0]
         )
         assert status == 0, last_error()
-        one_call = [*described, ffi.NULL, Tensor(reference).pointer, ffi.NULL, ffi.NULL]
+        one_call = [*inputs, ffi.NULL, Tensor(reference).pointer, ffi.NULL, ffi.NULL]
         assert lib.opgen_batch_norm_training_backward(*one_call, 1e-5, fmt) == 0, last_error()
         assert np.array_equal(diff_src, reference), call
     pointers[1] = ffi.from_buffer(np.zeros(1, np.float32))  # data too short is the caller's to avoid;
