@@ -150,7 +150,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
             }
         }
         opgen_fence();
-    }    /* the tiles' partial sums, in tile order */
+    }
+    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -269,7 +270,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                 }
             }
             opgen_fence();
-        }        return;
+        }
+        return;
     } else {
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -384,7 +386,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                 }
             }
             opgen_fence();
-        }    }
+        }
+    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -394,7 +397,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
 }
 
 /* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in double; channel outer, spatial inner) */
+ * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
@@ -538,7 +541,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
             }
         }
         opgen_fence();
-    }    /* the tiles' partial sums, in tile order */
+    }
+    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -547,7 +551,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* aclnn_prelu_backward_f16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in double; channel innermost) */
+ * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
@@ -678,7 +682,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                 }
             }
             opgen_fence();
-        }        return;
+        }
+        return;
     } else {
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -793,7 +798,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                 }
             }
             opgen_fence();
-        }    }
+        }
+    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -803,7 +809,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* aclnn_prelu_backward_bf16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in double; channel outer, spatial inner) */
+ * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
@@ -983,7 +989,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
             }
         }
         opgen_fence();
-    }    /* the tiles' partial sums, in tile order */
+    }
+    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -992,7 +999,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
 }
 
 /* aclnn_prelu_backward_bf16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in double; channel innermost) */
+ * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
@@ -1159,7 +1166,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                 }
             }
             opgen_fence();
-        }        return;
+        }
+        return;
     } else {
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -1318,7 +1326,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                 }
             }
             opgen_fence();
-        }    }
+        }
+    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {

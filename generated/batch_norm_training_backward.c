@@ -204,10 +204,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
             }
         }
         opgen_fence();
-    }}
+    }
+}
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
+ * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
@@ -411,7 +412,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
             }
         }
         opgen_fence();
-    }    /* the partial sums, in tile order */
+    }
+    /* the partial sums, in tile order */
     for (int64_t slot = 0; slot < 2 * channels; ++slot) {
         sums[slot] = 0;
     }
@@ -524,7 +526,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
             }
         }
         opgen_fence();
-    }}
+    }
+}
 
 /* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
@@ -714,10 +717,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
             }
         }
         opgen_fence();
-    }}
+    }
+}
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
+ * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
@@ -921,7 +925,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
             }
         }
         opgen_fence();
-    }    /* the partial sums, in tile order */
+    }
+    /* the partial sums, in tile order */
     for (int64_t slot = 0; slot < 2 * channels; ++slot) {
         sums[slot] = 0;
     }
@@ -1034,7 +1039,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
             }
         }
         opgen_fence();
-    }}
+    }
+}
 
 /* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel outer, spatial inner) */
@@ -1224,10 +1230,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
             }
         }
         opgen_fence();
-    }}
+    }
+}
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel innermost) */
+ * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
@@ -1431,7 +1438,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
             }
         }
         opgen_fence();
-    }    /* the partial sums, in tile order */
+    }
+    /* the partial sums, in tile order */
     for (int64_t slot = 0; slot < 2 * channels; ++slot) {
         sums[slot] = 0;
     }
@@ -1544,7 +1552,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
             }
         }
         opgen_fence();
-    }}
+    }
+}
 
 /* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
@@ -1734,10 +1743,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
             }
         }
         opgen_fence();
-    }}
+    }
+}
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
+ * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const double count_acc = (double)outer;
@@ -1941,7 +1951,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
             }
         }
         opgen_fence();
-    }    /* the partial sums, in tile order */
+    }
+    /* the partial sums, in tile order */
     for (int64_t slot = 0; slot < 2 * channels; ++slot) {
         sums[slot] = 0;
     }
@@ -2054,4 +2065,5 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
             }
         }
         opgen_fence();
-    }}
+    }
+}

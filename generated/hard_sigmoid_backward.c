@@ -63,6 +63,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_value = src[index];
         const float diff_dst_value = diff_dst[index];
@@ -129,6 +130,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_value = opgen_f16_to_f32(src[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
@@ -195,6 +197,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_value = opgen_bf16_to_f32(src[index]);
         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);

@@ -243,25 +243,25 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in double; channel outer, spatial inner) */
+ * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` aclnn_prelu_backward_f16_ncx needs */
 int64_t aclnn_prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_f16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in double; channel innermost) */
+ * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel innermost) */
 void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` aclnn_prelu_backward_f16_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_bf16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in double; channel outer, spatial inner) */
+ * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` aclnn_prelu_backward_bf16_ncx needs */
 int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_bf16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in double; channel innermost) */
+ * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel innermost) */
 void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` aclnn_prelu_backward_bf16_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -273,7 +273,7 @@ void batch_norm_training_backward_f32_ncx(const float *OPGEN_RESTRICT src, const
 int64_t batch_norm_training_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
+ * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
 void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` batch_norm_training_backward_f32_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -285,7 +285,7 @@ void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *OPGEN_RESTRICT 
 int64_t batch_norm_training_backward_bf16_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
+ * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
 void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` batch_norm_training_backward_bf16_f32_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -297,7 +297,7 @@ void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src,
 int64_t batch_norm_training_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel innermost) */
+ * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel innermost) */
 void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` batch_norm_training_backward_bf16_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -309,7 +309,7 @@ void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *OPGEN_RESTRICT sr
 int64_t batch_norm_training_backward_f16_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel innermost) */
+ * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
 void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` batch_norm_training_backward_f16_f32_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -339,25 +339,25 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_bf16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in double; channel outer, spatial inner) */
+ * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` prelu_backward_bf16_ncx needs */
 int64_t prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_bf16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in double; channel innermost) */
+ * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in float runs, then double; channel innermost) */
 void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` prelu_backward_bf16_nxc needs (pass inner = 1) */
 int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_f16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in double; channel outer, spatial inner) */
+ * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` prelu_backward_f16_ncx needs */
 int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_f16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in double; channel innermost) */
+ * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in float runs, then double; channel innermost) */
 void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` prelu_backward_f16_nxc needs (pass inner = 1) */
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);

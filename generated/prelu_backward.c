@@ -150,7 +150,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
             }
         }
         opgen_fence();
-    }    /* the tiles' partial sums, in tile order */
+    }
+    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -269,7 +270,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 }
             }
             opgen_fence();
-        }        return;
+        }
+        return;
     } else {
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -384,7 +386,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 }
             }
             opgen_fence();
-        }    }
+        }
+    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -394,7 +397,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
 }
 
 /* prelu_backward_bf16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in double; channel outer, spatial inner) */
+ * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
@@ -574,7 +577,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
             }
         }
         opgen_fence();
-    }    /* the tiles' partial sums, in tile order */
+    }
+    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -583,7 +587,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
 }
 
 /* prelu_backward_bf16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in double; channel innermost) */
+ * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
@@ -750,7 +754,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                 }
             }
             opgen_fence();
-        }        return;
+        }
+        return;
     } else {
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -909,7 +914,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                 }
             }
             opgen_fence();
-        }    }
+        }
+    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
@@ -919,7 +925,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
 }
 
 /* prelu_backward_f16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in double; channel outer, spatial inner) */
+ * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
@@ -1063,7 +1069,8 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
             }
         }
         opgen_fence();
-    }    /* the tiles' partial sums, in tile order */
+    }
+    /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {
             diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
@@ -1072,7 +1079,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
 }
 
 /* prelu_backward_f16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in double; channel innermost) */
+ * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
@@ -1203,7 +1210,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                 }
             }
             opgen_fence();
-        }        return;
+        }
+        return;
     } else {
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -1318,7 +1326,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                 }
             }
             opgen_fence();
-        }    }
+        }
+    }
     /* the tiles' partial sums, in tile order */
     for (int64_t tile = 0; tile < tiles; ++tile) {
         for (int64_t channel = 0; channel < channels; ++channel) {

@@ -61,6 +61,7 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_value = src_or_dst[index];
         const float diff_dst_value = diff_dst[index];
@@ -124,6 +125,7 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
@@ -187,6 +189,7 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);

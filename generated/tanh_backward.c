@@ -61,6 +61,7 @@ void OPGEN_KERNEL(tanh_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_or_
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const double src_or_dst_value = (double)(src_or_dst[index]);
         const double diff_dst_value = (double)(diff_dst[index]);
@@ -126,6 +127,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const double src_or_dst_value = (double)(src_or_dst[index]);
         const double diff_dst_value = (double)(diff_dst[index]);
@@ -190,6 +192,7 @@ void OPGEN_KERNEL(tanh_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT src
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
@@ -255,6 +258,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
@@ -319,6 +323,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const double src_or_dst_value = (double)(opgen_bf16_to_f32(src_or_dst[index]));
         const double diff_dst_value = (double)(opgen_bf16_to_f32(diff_dst[index]));
@@ -384,6 +389,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
         }
         opgen_fence();
     }
+
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const double src_or_dst_value = (double)(opgen_bf16_to_f32(src_or_dst[index]));
         const double diff_dst_value = (double)(opgen_bf16_to_f32(diff_dst[index]));

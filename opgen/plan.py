@@ -240,7 +240,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "pattern": spec.pattern,
         "form": variant.form,
         "summary": spec.summary,
-        "detail": _detail(variant, compute, accumulate),
+        "detail": _detail(variant, compute, accumulate, any(e["type"] == "float" for e in math["sums"])),
         "compute": compute,
         "accumulate": accumulate,
         "inputs": inputs,
@@ -288,11 +288,11 @@ def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
     return expr.to_c(expr.parse(repr(float(value))), {}, table.compute_types[kind].literal_suffix, "", "")
 
 
-def _detail(variant: Variant, compute: str, accumulate: str) -> str:
+def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool) -> str:
     dtypes = ", ".join(f"{name} {dtype}" for name, dtype in variant.row.items())
     parts = [dtypes, f"computed in {compute}"]
     if variant.op.pattern != "elementwise":
-        parts.append(f"sums in {accumulate}")
+        parts.append(f"sums in float runs, then {accumulate}" if float_runs else f"sums in {accumulate}")
         parts.append({"ncx": "channel outer, spatial inner", "nxc": "channel innermost"}[variant.form or ""])
     parts += [f"{name}={'true' if value else 'false'}" for name, value in variant.constants.items()]
     return "; ".join(parts)
