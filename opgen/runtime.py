@@ -211,23 +211,15 @@ def c_entry_call(function: Any, *args: Any, **kwargs: Any) -> Callable[[], int]:
     bound = inspect.signature(function).bind(*args, **kwargs)
     bound.apply_defaults()
     values = bound.arguments
+    inputs = tuple(values[t.name] for t in spec.inputs)
     found = _make_plan(
         op,
-        tuple(values[t.name] for t in spec.inputs),
+        inputs,
         tuple(values[a.name] for a in spec.attributes),
         tuple(values[f.name] for f in spec.flags),
     )
-    arrays = (*found._prepare(tuple(values[t.name] for t in spec.inputs)), *found._outputs(values["out"]))
-    data = [found.ffi.NULL if array is None else found.ffi.from_buffer(array) for array in arrays]
-    workspace = found._workspace() if found.workspace_bytes else found.ffi.NULL
-    arguments = (found.operands, *data, *found.attributes, workspace, found.workspace_bytes)
-    c_function = found.function
-
-    def call() -> int:
-        return c_function(*arguments)
-
-    call.keep_alive = arrays  # type: ignore[attr-defined]
-    return call
+    _, arguments = found.arguments(inputs, values["out"])  # its from_buffer views keep the arrays alive
+    return functools.partial(found.function, *arguments)
 
 
 def _make_plan(op: _Op, inputs: tuple, attributes: tuple, flags: tuple) -> Plan:
@@ -287,7 +279,6 @@ class Plan:
             for _, shape, dtype, requested in self.outputs
         ]
         self.local = threading.local()  # per Python thread: the C call runs without the GIL
-        self.input_count = len(spec.inputs)
         size = ffi.new("size_t *")
         status = getattr(self.lib, f"opgen_{spec.name}_workspace_size")(
             *[self.operands + i if entry is not None else ffi.NULL for i, entry in enumerate(described)],
@@ -296,13 +287,14 @@ class Plan:
         )
         self._raise(status)
         self.workspace_bytes = int(size[0])
-        workspace = self._workspace if self.workspace_bytes else itertools.repeat(ffi.NULL).__next__
+        # this thread's workspace as a C pointer, NULL when the call needs none
+        self.workspace = self._workspace if self.workspace_bytes else itertools.repeat(ffi.NULL).__next__
         # what the generated function unpacks (make_function)
         self.fast = (
             self.function,
             self.operands,
             self.attributes,
-            workspace,
+            self.workspace,
             self.workspace_bytes,
             self._fit_out,
             *self.allocate,
@@ -384,13 +376,17 @@ class Plan:
                 raise ValueError(f"{where}: must be C-contiguous, writeable and aligned to its dtype")
         return list(out)  # the C API rejects outputs that overlap another operand
 
-    def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
-        prepared = self._prepare(inputs)
-        outputs = self._outputs(out)
+    def arguments(self, inputs: tuple, out: Any) -> tuple[list[np.ndarray | None], tuple]:
+        """The outputs of a call and the arguments of its C entry point."""
+        arrays = [*self._prepare(inputs), *self._outputs(out)]
         from_buffer, null = self.ffi.from_buffer, self.ffi.NULL
-        data = [null if array is None else from_buffer(array) for array in (*prepared, *outputs)]
-        workspace = self._workspace() if self.workspace_bytes else null
-        self._raise(self.function(self.operands, *data, *self.attributes, workspace, self.workspace_bytes))
+        data = [null if array is None else from_buffer(array) for array in arrays]
+        arguments = (self.operands, *data, *self.attributes, self.workspace(), self.workspace_bytes)
+        return arrays[len(self.used) :], arguments
+
+    def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
+        outputs, arguments = self.arguments(inputs, out)
+        self._raise(self.function(*arguments))
         return outputs
 
 
