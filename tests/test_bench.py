@@ -25,6 +25,7 @@ def test_run_reports_every_case_with_its_baselines():
     for case in report["cases"]:
         assert case["seconds"] > 0 and case["gbps"] > 0 and case["bandwidth_share"] > 0
         assert (case["numpy_seconds"] is not None) == (case["dtype"] == "f32")
+        assert case["c_seconds"] > 0  # the C entry point alone, timed at small sizes
     assert "HW7" in bench.SIZES and "L" in bench.SIZES
 
 
