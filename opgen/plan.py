@@ -154,6 +154,11 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         style = table.compute_types[kind]
         return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
 
+    def term_reads(in_float: bool) -> list[str]:
+        """The names the sum terms computed in float (or in the accumulation type) read."""
+        trees = [t for _, t in sections["sums"] if in_float_runs("sums", t) == in_float]
+        return sorted(set().union(*map(expr.names, trees)))
+
     out_names = {t.name for t in spec.outputs}
     math = {
         s: [
@@ -253,12 +258,8 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         # float sums whose terms may leave f32's range (bf16 products): checked, run by run
         "guarded_sums": [e["name"] for e in math["sums"] if e["type"] == "float" and e["guarded"]],
         # what the sum terms computed in float, and those in the accumulation type, read
-        "float_term_reads": sorted(
-            set().union(*(expr.names(t) for _, t in sections["sums"] if in_float_runs("sums", t)))
-        ),
-        "double_term_reads": sorted(
-            set().union(*(expr.names(t) for _, t in sections["sums"] if not in_float_runs("sums", t)))
-        ),
+        "float_term_reads": term_reads(True),
+        "double_term_reads": term_reads(False),
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
         "block": BLOCK,
