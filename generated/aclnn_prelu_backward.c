@@ -396,6 +396,87 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     }
 }
 
+/* aclnn_prelu_backward_f32_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; every operand as big as the tensor: one term per sum) */
+void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count)
+{
+    const int64_t blocks = count / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(count);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    /* whole blocks, split among the threads in contiguous ranges */
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float grad_output_block[OPGEN_BLOCK];
+                opgen_load_block_f32(grad_output_block, grad_output + index);
+                float self_block[OPGEN_BLOCK];
+                opgen_load_block_f32(self_block, self + index);
+                float weight_block[OPGEN_BLOCK];
+                opgen_load_block_f32(weight_block, weight + index);
+                float grad_input_block[OPGEN_BLOCK];
+                float grad_weight_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float grad_output_value = (float)grad_output_block[lane];
+                    const float self_value = (float)self_block[lane];
+                    const float weight_value = (float)weight_block[lane];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_input_block[lane] = (float)grad_input_value;
+                    grad_weight_block[lane] = (float)grad_weight_value;
+                }
+                opgen_store_block_f32(grad_input + index, grad_input_block, stream);
+                opgen_store_block_f32(grad_weight + index, grad_weight_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t index = block * OPGEN_BLOCK;
+            float grad_output_block[OPGEN_BLOCK];
+            opgen_load_block_f32(grad_output_block, grad_output + index);
+            float self_block[OPGEN_BLOCK];
+            opgen_load_block_f32(self_block, self + index);
+            float weight_block[OPGEN_BLOCK];
+            opgen_load_block_f32(weight_block, weight + index);
+            float grad_input_block[OPGEN_BLOCK];
+            float grad_weight_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float grad_output_value = (float)grad_output_block[lane];
+                const float self_value = (float)self_block[lane];
+                const float weight_value = (float)weight_block[lane];
+                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                grad_input_block[lane] = (float)grad_input_value;
+                grad_weight_block[lane] = (float)grad_weight_value;
+            }
+            opgen_store_block_f32(grad_input + index, grad_input_block, stream);
+            opgen_store_block_f32(grad_weight + index, grad_weight_block, stream);
+        }
+        opgen_fence();
+    }
+
+    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
+        const float grad_output_value = grad_output[index];
+        const float self_value = self[index];
+        const float weight_value = weight[index];
+        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+        grad_input[index] = grad_input_value;
+        grad_weight[index] = (float)(grad_weight_value);
+    }
+}
+
 /* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
@@ -805,6 +886,87 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
         for (int64_t channel = 0; channel < channels; ++channel) {
             grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
+    }
+}
+
+/* aclnn_prelu_backward_f16_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; every operand as big as the tensor: one term per sum) */
+void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count)
+{
+    const int64_t blocks = count / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(count);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    /* whole blocks, split among the threads in contiguous ranges */
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float grad_output_block[OPGEN_BLOCK];
+                opgen_load_block_f16(grad_output_block, grad_output + index);
+                float self_block[OPGEN_BLOCK];
+                opgen_load_block_f16(self_block, self + index);
+                float weight_block[OPGEN_BLOCK];
+                opgen_load_block_f16(weight_block, weight + index);
+                float grad_input_block[OPGEN_BLOCK];
+                float grad_weight_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float grad_output_value = (float)grad_output_block[lane];
+                    const float self_value = (float)self_block[lane];
+                    const float weight_value = (float)weight_block[lane];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_input_block[lane] = (float)grad_input_value;
+                    grad_weight_block[lane] = (float)grad_weight_value;
+                }
+                opgen_store_block_f16(grad_input + index, grad_input_block, stream);
+                opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t index = block * OPGEN_BLOCK;
+            float grad_output_block[OPGEN_BLOCK];
+            opgen_load_block_f16(grad_output_block, grad_output + index);
+            float self_block[OPGEN_BLOCK];
+            opgen_load_block_f16(self_block, self + index);
+            float weight_block[OPGEN_BLOCK];
+            opgen_load_block_f16(weight_block, weight + index);
+            float grad_input_block[OPGEN_BLOCK];
+            float grad_weight_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float grad_output_value = (float)grad_output_block[lane];
+                const float self_value = (float)self_block[lane];
+                const float weight_value = (float)weight_block[lane];
+                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                grad_input_block[lane] = (float)grad_input_value;
+                grad_weight_block[lane] = (float)grad_weight_value;
+            }
+            opgen_store_block_f16(grad_input + index, grad_input_block, stream);
+            opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
+        }
+        opgen_fence();
+    }
+
+    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
+        const float grad_output_value = opgen_f16_to_f32(grad_output[index]);
+        const float self_value = opgen_f16_to_f32(self[index]);
+        const float weight_value = opgen_f16_to_f32(weight[index]);
+        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+        grad_input[index] = opgen_f32_to_f16(grad_input_value);
+        grad_weight[index] = opgen_f32_to_f16((float)(grad_weight_value));
     }
 }
 
@@ -1333,5 +1495,86 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
         for (int64_t channel = 0; channel < channels; ++channel) {
             grad_weight_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
+    }
+}
+
+/* aclnn_prelu_backward_bf16_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; every operand as big as the tensor: one term per sum) */
+void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count)
+{
+    const int64_t blocks = count / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(count);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    /* whole blocks, split among the threads in contiguous ranges */
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float grad_output_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(grad_output_block, grad_output + index);
+                float self_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(self_block, self + index);
+                float weight_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(weight_block, weight + index);
+                float grad_input_block[OPGEN_BLOCK];
+                float grad_weight_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float grad_output_value = (float)grad_output_block[lane];
+                    const float self_value = (float)self_block[lane];
+                    const float weight_value = (float)weight_block[lane];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_input_block[lane] = (float)grad_input_value;
+                    grad_weight_block[lane] = (float)grad_weight_value;
+                }
+                opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
+                opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t index = block * OPGEN_BLOCK;
+            float grad_output_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(grad_output_block, grad_output + index);
+            float self_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(self_block, self + index);
+            float weight_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(weight_block, weight + index);
+            float grad_input_block[OPGEN_BLOCK];
+            float grad_weight_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float grad_output_value = (float)grad_output_block[lane];
+                const float self_value = (float)self_block[lane];
+                const float weight_value = (float)weight_block[lane];
+                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                grad_input_block[lane] = (float)grad_input_value;
+                grad_weight_block[lane] = (float)grad_weight_value;
+            }
+            opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
+            opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
+        }
+        opgen_fence();
+    }
+
+    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
+        const float grad_output_value = opgen_bf16_to_f32(grad_output[index]);
+        const float self_value = opgen_bf16_to_f32(self[index]);
+        const float weight_value = opgen_bf16_to_f32(weight[index]);
+        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+        grad_input[index] = opgen_f32_to_bf16(grad_input_value);
+        grad_weight[index] = opgen_f32_to_bf16((float)(grad_weight_value));
     }
 }

@@ -54,6 +54,15 @@ static void aclnn_prelu_backward_f32_nxc__adapter(void *const *tensors, const fl
     aclnn_prelu_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
 }
 
+static void aclnn_prelu_backward_f32_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+{
+    (void)tensors;
+    (void)numbers;
+    (void)workspace;
+    (void)dims;
+    aclnn_prelu_backward_f32_full((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], dims[0]);
+}
+
 static void aclnn_prelu_backward_f16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
 {
     (void)tensors;
@@ -70,6 +79,15 @@ static void aclnn_prelu_backward_f16_nxc__adapter(void *const *tensors, const fl
     (void)workspace;
     (void)dims;
     aclnn_prelu_backward_f16_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
+}
+
+static void aclnn_prelu_backward_f16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+{
+    (void)tensors;
+    (void)numbers;
+    (void)workspace;
+    (void)dims;
+    aclnn_prelu_backward_f16_full((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], dims[0]);
 }
 
 static void aclnn_prelu_backward_bf16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -90,22 +108,37 @@ static void aclnn_prelu_backward_bf16_nxc__adapter(void *const *tensors, const f
     aclnn_prelu_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
 }
 
+static void aclnn_prelu_backward_bf16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+{
+    (void)tensors;
+    (void)numbers;
+    (void)workspace;
+    (void)dims;
+    aclnn_prelu_backward_bf16_full((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], dims[0]);
+}
+
 static const opgen_adapter aclnn_prelu_backward_kernels[] = {
     aclnn_prelu_backward_f32_ncx__adapter,
     aclnn_prelu_backward_f32_nxc__adapter,
+    aclnn_prelu_backward_f32_full__adapter,
     aclnn_prelu_backward_f16_ncx__adapter,
     aclnn_prelu_backward_f16_nxc__adapter,
+    aclnn_prelu_backward_f16_full__adapter,
     aclnn_prelu_backward_bf16_ncx__adapter,
     aclnn_prelu_backward_bf16_nxc__adapter,
+    aclnn_prelu_backward_bf16_full__adapter,
 };
 
 static const opgen_workspace_function aclnn_prelu_backward_workspaces[] = {
     aclnn_prelu_backward_f32_ncx_workspace_size,
     aclnn_prelu_backward_f32_nxc_workspace_size,
+    aclnn_prelu_backward_f32_full_workspace_size,
     aclnn_prelu_backward_f16_ncx_workspace_size,
     aclnn_prelu_backward_f16_nxc_workspace_size,
+    aclnn_prelu_backward_f16_full_workspace_size,
     aclnn_prelu_backward_bf16_ncx_workspace_size,
     aclnn_prelu_backward_bf16_nxc_workspace_size,
+    aclnn_prelu_backward_bf16_full_workspace_size,
 };
 
 static const opgen_op_info aclnn_prelu_backward_info = {
@@ -120,7 +153,7 @@ static const opgen_op_info aclnn_prelu_backward_info = {
     .row_count = 3,
     .rows = aclnn_prelu_backward_rows,
     .rows_text = "grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16",
-    .forms = 2,
+    .forms = 3,
     .flag_count = 0,
     .kernels = aclnn_prelu_backward_kernels,
     .workspaces = aclnn_prelu_backward_workspaces,

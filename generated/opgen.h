@@ -242,6 +242,12 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
 /* doubles of `workspace` aclnn_prelu_backward_f32_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
+/* aclnn_prelu_backward_f32_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; every operand as big as the tensor: one term per sum) */
+void aclnn_prelu_backward_f32_full(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
+/* doubles of `workspace` aclnn_prelu_backward_f32_full needs: none */
+int64_t aclnn_prelu_backward_f32_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
+
 /* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -254,6 +260,12 @@ void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 /* doubles of `workspace` aclnn_prelu_backward_f16_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
+/* aclnn_prelu_backward_f16_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; every operand as big as the tensor: one term per sum) */
+void aclnn_prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
+/* doubles of `workspace` aclnn_prelu_backward_f16_full needs: none */
+int64_t aclnn_prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
+
 /* aclnn_prelu_backward_bf16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -265,6 +277,12 @@ int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t chan
 void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` aclnn_prelu_backward_bf16_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
+
+/* aclnn_prelu_backward_bf16_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; every operand as big as the tensor: one term per sum) */
+void aclnn_prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
+/* doubles of `workspace` aclnn_prelu_backward_bf16_full needs: none */
+int64_t aclnn_prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
@@ -338,6 +356,12 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
 /* doubles of `workspace` prelu_backward_f32_nxc needs (pass inner = 1) */
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
+/* prelu_backward_f32_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
+ * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; every operand as big as the tensor: one term per sum) */
+void prelu_backward_f32_full(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
+/* doubles of `workspace` prelu_backward_f32_full needs: none */
+int64_t prelu_backward_f32_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
+
 /* prelu_backward_bf16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -350,6 +374,12 @@ void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 /* doubles of `workspace` prelu_backward_bf16_nxc needs (pass inner = 1) */
 int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
+/* prelu_backward_bf16_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
+ * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; every operand as big as the tensor: one term per sum) */
+void prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
+/* doubles of `workspace` prelu_backward_bf16_full needs: none */
+int64_t prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
+
 /* prelu_backward_f16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -361,6 +391,12 @@ int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, i
 void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` prelu_backward_f16_nxc needs (pass inner = 1) */
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
+
+/* prelu_backward_f16_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
+ * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; every operand as big as the tensor: one term per sum) */
+void prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
+/* doubles of `workspace` prelu_backward_f16_full needs: none */
+int64_t prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* relu_backward_f32: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in float) */

@@ -215,6 +215,40 @@ int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t chann
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
+void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
+#if OPGEN_X86_DISPATCH
+void aclnn_prelu_backward_f32_full__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
+void aclnn_prelu_backward_f32_full__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+
+void aclnn_prelu_backward_f32_full(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_f32_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    case 2:
+        aclnn_prelu_backward_f32_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    case 1:
+        aclnn_prelu_backward_f32_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    aclnn_prelu_backward_f32_full__baseline(grad_output, self, weight, grad_input, grad_weight, count);
+}
+
+int64_t aclnn_prelu_backward_f32_full_workspace_size(int64_t outer, int64_t channels, int64_t inner)
+{
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    return 0;
+}
+
 void aclnn_prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
 void aclnn_prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -277,6 +311,40 @@ int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t chann
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
+void aclnn_prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#if OPGEN_X86_DISPATCH
+void aclnn_prelu_backward_f16_full__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
+void aclnn_prelu_backward_f16_full__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+
+void aclnn_prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_f16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    case 2:
+        aclnn_prelu_backward_f16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    case 1:
+        aclnn_prelu_backward_f16_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    aclnn_prelu_backward_f16_full__baseline(grad_output, self, weight, grad_input, grad_weight, count);
+}
+
+int64_t aclnn_prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner)
+{
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    return 0;
+}
+
 void aclnn_prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
 void aclnn_prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -337,6 +405,40 @@ void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+}
+
+void aclnn_prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#if OPGEN_X86_DISPATCH
+void aclnn_prelu_backward_bf16_full__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
+void aclnn_prelu_backward_bf16_full__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+
+void aclnn_prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        aclnn_prelu_backward_bf16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    case 2:
+        aclnn_prelu_backward_bf16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    case 1:
+        aclnn_prelu_backward_bf16_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    aclnn_prelu_backward_bf16_full__baseline(grad_output, self, weight, grad_input, grad_weight, count);
+}
+
+int64_t aclnn_prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner)
+{
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    return 0;
 }
 
 void batch_norm_training_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -739,6 +841,40 @@ int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, i
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
+void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
+#if OPGEN_X86_DISPATCH
+void prelu_backward_f32_full__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
+void prelu_backward_f32_full__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+
+void prelu_backward_f32_full(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_f32_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    case 2:
+        prelu_backward_f32_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    case 1:
+        prelu_backward_f32_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    prelu_backward_f32_full__baseline(src, slope, diff_dst, diff_src, diff_slope, count);
+}
+
+int64_t prelu_backward_f32_full_workspace_size(int64_t outer, int64_t channels, int64_t inner)
+{
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    return 0;
+}
+
 void prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
 void prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -801,6 +937,40 @@ int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, 
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
+void prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#if OPGEN_X86_DISPATCH
+void prelu_backward_bf16_full__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
+void prelu_backward_bf16_full__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+
+void prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_bf16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    case 2:
+        prelu_backward_bf16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    case 1:
+        prelu_backward_bf16_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    prelu_backward_bf16_full__baseline(src, slope, diff_dst, diff_src, diff_slope, count);
+}
+
+int64_t prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner)
+{
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    return 0;
+}
+
 void prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
 void prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -861,6 +1031,40 @@ void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+}
+
+void prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#if OPGEN_X86_DISPATCH
+void prelu_backward_f16_full__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
+void prelu_backward_f16_full__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+
+void prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        prelu_backward_f16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    case 2:
+        prelu_backward_f16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    case 1:
+        prelu_backward_f16_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    prelu_backward_f16_full__baseline(src, slope, diff_dst, diff_src, diff_slope, count);
+}
+
+int64_t prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner)
+{
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    return 0;
 }
 
 void relu_backward_f32__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);

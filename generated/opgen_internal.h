@@ -405,7 +405,7 @@ typedef struct opgen_op_info {
     int row_count;
     const opgen_dtype *rows; /* row_count rows of input_count + output_count dtypes */
     const char *rows_text;
-    int forms;               /* kernels per row and flag set: 1 (elementwise) or 2 (ncx, nxc) */
+    int forms;               /* kernels per row and flag set: 1 (elementwise), 2 (ncx, nxc) or 3 (and full) */
     int flag_count;          /* boolean attributes fixed in the kernels */
     const opgen_adapter *kernels;                 /* by (row, form, flags) */
     const opgen_workspace_function *workspaces;   /* the same order; NULL for elementwise */
@@ -426,6 +426,7 @@ typedef struct opgen_call {
     int operand;             /* broadcast_reduce: its channel input */
     int64_t sums_size;       /* elements of the operand, the sums' length */
     int64_t repeat;          /* > 1: the operand repeated along a short inner dim (nxc loop) */
+    int full;                /* broadcast_reduce: the operand as big as the reference (form full) */
     int lead_count;          /* leading dims the kernel does not cover: one kernel call each */
     int64_t lead_sizes[OPGEN_MAX_RANK];
     int lead_kept[OPGEN_MAX_RANK];

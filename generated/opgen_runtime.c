@@ -590,7 +590,14 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         for (int d = 0; d < reference->rank; ++d) {
             call->sums_size *= call->expanded[d];
         }
-        for (int i = op->input_count; i < op->input_count + op->output_count; ++i) {
+        if (op->forms > 2 && call->sums_size == call->reference_count) {
+            /* the operand as big as the reference, in its order: one term per sum, one
+             * elementwise pass (form full) that writes the outputs, no sums kept */
+            call->full = 1;
+            call->dims[0] = call->reference_count;
+            form = 2;
+        }
+        for (int i = op->input_count; !call->full && i < op->input_count + op->output_count; ++i) {
             if (op->operands[i].channel && call->tensors[i] != NULL &&
                 !opgen_add_size(&total, (size_t)(call->sums_size * call->repeat) * sizeof(double), &call->sums_at[i])) {
                 return opgen_workspace_overflow(op);
@@ -603,7 +610,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         }
     }
     call->kernel = (call->row * op->forms + form) * (1 << op->flag_count) + flags;
-    if (op->pattern != OPGEN_PATTERN_ELEMENTWISE && call->dims[1] > 0 &&
+    if (op->pattern != OPGEN_PATTERN_ELEMENTWISE && !call->full && call->dims[1] > 0 &&
         !(op->pattern == OPGEN_PATTERN_BROADCAST_REDUCE && call->reference_count == 0)) {
         /* per-channel scratch: at most a few dozen doubles per channel */
         if (call->dims[1] > INT64_MAX / 1024) {
@@ -730,6 +737,10 @@ static void opgen_run_broadcast_reduce(const opgen_call *call, void **tensors, c
                 memset(tensors[i], 0, (size_t)call->counts[i] * opgen_dtype_size(call->tensors[i]->dtype));
             }
         }
+        return;
+    }
+    if (call->full) {
+        op->kernels[call->kernel](tensors, numbers, NULL, call->dims);
         return;
     }
     void *arguments[OPGEN_MAX_OPERANDS];

@@ -396,6 +396,87 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
     }
 }
 
+/* prelu_backward_f32_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
+ * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; every operand as big as the tensor: one term per sum) */
+void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count)
+{
+    const int64_t blocks = count / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(count);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    /* whole blocks, split among the threads in contiguous ranges */
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + index);
+                float slope_block[OPGEN_BLOCK];
+                opgen_load_block_f32(slope_block, slope + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                float diff_slope_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float slope_value = (float)slope_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_slope_block[lane] = (float)diff_slope_value;
+                }
+                opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+                opgen_store_block_f32(diff_slope + index, diff_slope_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t index = block * OPGEN_BLOCK;
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_f32(src_block, src + index);
+            float slope_block[OPGEN_BLOCK];
+            opgen_load_block_f32(slope_block, slope + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            float diff_slope_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float slope_value = (float)slope_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_slope_block[lane] = (float)diff_slope_value;
+            }
+            opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+            opgen_store_block_f32(diff_slope + index, diff_slope_block, stream);
+        }
+        opgen_fence();
+    }
+
+    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
+        const float src_value = src[index];
+        const float slope_value = slope[index];
+        const float diff_dst_value = diff_dst[index];
+        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+        diff_src[index] = diff_src_value;
+        diff_slope[index] = (float)(diff_slope_value);
+    }
+}
+
 /* prelu_backward_bf16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
@@ -924,6 +1005,87 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
     }
 }
 
+/* prelu_backward_bf16_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
+ * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; every operand as big as the tensor: one term per sum) */
+void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count)
+{
+    const int64_t blocks = count / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(count);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    /* whole blocks, split among the threads in contiguous ranges */
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + index);
+                float slope_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(slope_block, slope + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                float diff_slope_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float slope_value = (float)slope_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_slope_block[lane] = (float)diff_slope_value;
+                }
+                opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+                opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t index = block * OPGEN_BLOCK;
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(src_block, src + index);
+            float slope_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(slope_block, slope + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            float diff_slope_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float slope_value = (float)slope_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_slope_block[lane] = (float)diff_slope_value;
+            }
+            opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
+        }
+        opgen_fence();
+    }
+
+    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
+        const float src_value = opgen_bf16_to_f32(src[index]);
+        const float slope_value = opgen_bf16_to_f32(slope[index]);
+        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
+        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+        diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+        diff_slope[index] = opgen_f32_to_bf16((float)(diff_slope_value));
+    }
+}
+
 /* prelu_backward_f16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
@@ -1333,5 +1495,86 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
         for (int64_t channel = 0; channel < channels; ++channel) {
             diff_slope_sums[channel] += workspace[(tile * 1 + 0) * channels + channel];
         }
+    }
+}
+
+/* prelu_backward_f16_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
+ * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; every operand as big as the tensor: one term per sum) */
+void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count)
+{
+    const int64_t blocks = count / OPGEN_BLOCK;
+    const int threads = opgen_threads_for(count);
+    /* outputs bigger than the caches go straight to memory */
+    const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    (void)stream;
+    (void)threads;
+    /* whole blocks, split among the threads in contiguous ranges */
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = block * OPGEN_BLOCK;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + index);
+                float slope_block[OPGEN_BLOCK];
+                opgen_load_block_f16(slope_block, slope + index);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                float diff_src_block[OPGEN_BLOCK];
+                float diff_slope_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float slope_value = (float)slope_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_slope_block[lane] = (float)diff_slope_value;
+                }
+                opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+                opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t block = 0; block < blocks; ++block) {
+            const int64_t index = block * OPGEN_BLOCK;
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_f16(src_block, src + index);
+            float slope_block[OPGEN_BLOCK];
+            opgen_load_block_f16(slope_block, slope + index);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            float diff_src_block[OPGEN_BLOCK];
+            float diff_slope_block[OPGEN_BLOCK];
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float slope_value = (float)slope_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_slope_block[lane] = (float)diff_slope_value;
+            }
+            opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
+        }
+        opgen_fence();
+    }
+
+    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
+        const float src_value = opgen_f16_to_f32(src[index]);
+        const float slope_value = opgen_f16_to_f32(slope[index]);
+        const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
+        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+        diff_src[index] = opgen_f32_to_f16(diff_src_value);
+        diff_slope[index] = opgen_f32_to_f16((float)(diff_slope_value));
     }
 }

@@ -54,6 +54,15 @@ static void prelu_backward_f32_nxc__adapter(void *const *tensors, const float *n
     prelu_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
 }
 
+static void prelu_backward_f32_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+{
+    (void)tensors;
+    (void)numbers;
+    (void)workspace;
+    (void)dims;
+    prelu_backward_f32_full((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], dims[0]);
+}
+
 static void prelu_backward_bf16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
 {
     (void)tensors;
@@ -70,6 +79,15 @@ static void prelu_backward_bf16_nxc__adapter(void *const *tensors, const float *
     (void)workspace;
     (void)dims;
     prelu_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
+}
+
+static void prelu_backward_bf16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+{
+    (void)tensors;
+    (void)numbers;
+    (void)workspace;
+    (void)dims;
+    prelu_backward_bf16_full((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], dims[0]);
 }
 
 static void prelu_backward_f16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -90,22 +108,37 @@ static void prelu_backward_f16_nxc__adapter(void *const *tensors, const float *n
     prelu_backward_f16_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
 }
 
+static void prelu_backward_f16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+{
+    (void)tensors;
+    (void)numbers;
+    (void)workspace;
+    (void)dims;
+    prelu_backward_f16_full((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], dims[0]);
+}
+
 static const opgen_adapter prelu_backward_kernels[] = {
     prelu_backward_f32_ncx__adapter,
     prelu_backward_f32_nxc__adapter,
+    prelu_backward_f32_full__adapter,
     prelu_backward_bf16_ncx__adapter,
     prelu_backward_bf16_nxc__adapter,
+    prelu_backward_bf16_full__adapter,
     prelu_backward_f16_ncx__adapter,
     prelu_backward_f16_nxc__adapter,
+    prelu_backward_f16_full__adapter,
 };
 
 static const opgen_workspace_function prelu_backward_workspaces[] = {
     prelu_backward_f32_ncx_workspace_size,
     prelu_backward_f32_nxc_workspace_size,
+    prelu_backward_f32_full_workspace_size,
     prelu_backward_bf16_ncx_workspace_size,
     prelu_backward_bf16_nxc_workspace_size,
+    prelu_backward_bf16_full_workspace_size,
     prelu_backward_f16_ncx_workspace_size,
     prelu_backward_f16_nxc_workspace_size,
+    prelu_backward_f16_full_workspace_size,
 };
 
 static const opgen_op_info prelu_backward_info = {
@@ -120,7 +153,7 @@ static const opgen_op_info prelu_backward_info = {
     .row_count = 3,
     .rows = prelu_backward_rows,
     .rows_text = "src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16",
-    .forms = 2,
+    .forms = 3,
     .flag_count = 0,
     .kernels = prelu_backward_kernels,
     .workspaces = prelu_backward_workspaces,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from opgen import shapes
+from opgen import plan, shapes
 from opgen.specs import MAX_RANK, DTypeTable, OpSpec
 
 MAX_OPERANDS = 16  # inputs + outputs of one op
@@ -168,6 +168,6 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         "specialized": list(spec.specialized),
         "rows": rows,
         "rows_text": rows_text,
-        "forms": 1 if spec.pattern == "elementwise" else 2,
+        "forms": len(plan.forms(spec)),
         "adapters": adapters,
     }

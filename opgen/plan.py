@@ -3,7 +3,9 @@
 Naming grammar of a variant (and of its C function):
     <op>_<dtypes>[_<form>][_<flag> | _no_<flag> ...]
 <dtypes> lists the distinct dtypes of the combination in spec order (f32, bf16_f32);
-<form> is the loop nest: ncx (channel outer, spatial inner) or nxc (channel innermost);
+<form> is the loop nest: ncx (channel outer, spatial inner) or nxc (channel innermost); or,
+for broadcast_reduce, full: the operand as big as the tensor, one term per sum, a plain
+elementwise pass;
 each boolean attribute the math reads is fixed at generation time and named last.
 """
 
@@ -70,11 +72,20 @@ def dtype_tag(row: dict[str, str]) -> str:
     return "_".join(dict.fromkeys(row.values()))
 
 
+def forms(spec: OpSpec) -> tuple[str | None, ...]:
+    """The loop forms of the op's kernels, in the order the C API indexes them."""
+    if spec.pattern == "elementwise":
+        return (None,)
+    if spec.pattern == "broadcast_reduce" and not any(t.optional for t in (*spec.inputs, *spec.outputs)):
+        # a sum of one term is that term rounded once: no sums to keep, no reduction
+        return (*FORMS, "full")
+    return FORMS
+
+
 def variants(spec: OpSpec, table: DTypeTable) -> list[Variant]:
-    forms: tuple[str | None, ...] = (None,) if spec.pattern == "elementwise" else FORMS
     result = []
     for row in spec.dtypes:
-        for form in forms:
+        for form in forms(spec):
             for values in itertools.product((True, False), repeat=len(spec.specialized)):
                 constants = dict(zip(spec.specialized, values))
                 parts = [spec.name, dtype_tag(row)]
@@ -101,7 +112,10 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
     reference_dtype = variant.dtypes[spec.reference]
     compute = reference_dtype.wide_compute if spec.compute == "wide" else reference_dtype.compute
     accumulate = reference_dtype.accumulate
-    tensor_inputs = [t for t in spec.inputs if t.kind == "tensor"]
+    # form full: the operand is as big as the tensor, so every operand is read and written
+    # like a tensor, and each sum is its one term (added to +0 and rounded as a sum is)
+    full = variant.form == "full"
+    tensor_inputs = [t for t in spec.inputs if t.kind == "tensor" or full]
     numbers = [a.name for a in spec.attributes if a.type == "f32"]
 
     trees = {
@@ -176,6 +190,17 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         ]
         for s in order
     }
+    if full:
+        # +0 first, as in a sum: a -0 term gives +0. A term float rounds once is computed
+        # there: narrowed to f32 it equals the term computed exactly in double and narrowed
+        math["elements"] += [
+            {**entry, "c": f"0.0f + {c_text('elements', tree)}", "type": compute}
+            if compute == "float" and _rounded_once_in_float(tree, variant.dtypes)
+            else {**entry, "c": f"({accumulate})0 + {entry['c_double']}", "type": accumulate}
+            for entry, (_, tree) in zip(math["sums"], sections["sums"])
+        ]
+        math["sums"] = []
+        reads["elements"] |= reads["sums"]
     element_channel_values = [n for n, _ in trees.get("channel", []) + trees.get("after", []) if n in reads["elements"]]
 
     inputs = []
@@ -184,7 +209,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         inputs.append(
             {
                 "name": tensor.name,
-                "kind": tensor.kind,
+                "kind": "tensor" if full else tensor.kind,
                 "c_type": dtype.c_type,
                 "optional": tensor.optional,
                 "default_compute": _literal(tensor.default, compute, table),
@@ -211,13 +236,13 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         outputs.append(
             {
                 "name": tensor.name,
-                "kind": tensor.kind,
+                "kind": "tensor" if full else tensor.kind,
                 "c_type": dtype.c_type,
                 "optional": tensor.optional,
                 "store_block": dtype.store_block,
                 "store": _store(
                     dtype,
-                    f"{tensor.name}_{'value' if source == 'compute' else 'acc'}",
+                    f"{tensor.name}_{'value' if source == 'compute' or full else 'acc'}",
                     compute if source == "compute" else accumulate,
                 ),
             }
@@ -226,17 +251,17 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
     params = [(f"const {dtype_c(t.name)} *", t.name) for t in spec.inputs]
     params += [("float ", name) for name in numbers if any(name in reads[s] for s in order)]
     for tensor in spec.outputs:
-        if tensor.kind == "channel" and spec.pattern == "broadcast_reduce":
+        if tensor.kind == "channel" and spec.pattern == "broadcast_reduce" and not full:
             params.append(("double *", f"{tensor.name}_sums"))
         else:
             params.append((f"{dtype_c(tensor.name)} *", tensor.name))
-    if spec.pattern == "elementwise":
+    if spec.pattern == "elementwise" or full:
         params.append(("int64_t ", "count"))
     else:
         params += [("double *", "workspace"), ("int64_t ", "outer"), ("int64_t ", "channels")]
         if variant.form == "ncx":
             params.append(("int64_t ", "inner"))
-    moved = [variant.dtypes[t.name].c_type for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor"]
+    moved = [variant.dtypes[t.name].c_type for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor" or full]
     return {
         "params": params,
         "element_bytes": " + ".join(f"sizeof({c_type})" for c_type in moved),
@@ -292,7 +317,9 @@ def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
 def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool) -> str:
     dtypes = ", ".join(f"{name} {dtype}" for name, dtype in variant.row.items())
     parts = [dtypes, f"computed in {compute}"]
-    if variant.op.pattern != "elementwise":
+    if variant.form == "full":
+        parts.append("every operand as big as the tensor: one term per sum")
+    elif variant.op.pattern != "elementwise":
         parts.append(f"sums in float runs, then {accumulate}" if float_runs else f"sums in {accumulate}")
         parts.append({"ncx": "channel outer, spatial inner", "nxc": "channel innermost"}[variant.form or ""])
     parts += [f"{name}={'true' if value else 'false'}" for name, value in variant.constants.items()]
@@ -304,6 +331,34 @@ def _exact_in_float(tree: Any, dtypes: dict[str, DType], in_range: bool = True) 
     negation, and products of two stored values whose significands fit together in 24 bits and
     (if `in_range`) whose exponents, smallest subnormal to largest, stay within f32's normal
     range (f16 yes; bf16 no: it has f32's range, so its products can overflow or underflow)."""
+    result = _significand_bits(tree, dtypes, in_range)
+    return result is not None and result <= 24
+
+
+def _rounded_once_in_float(tree: Any, dtypes: dict[str, DType]) -> bool:
+    """True when float arithmetic gives `tree` as its exact value rounded once to f32, the
+    result of computing it exactly in double and narrowing: selections and negations of
+    values exact in float, or of one product of two of them exact in double (53 bits), chosen
+    by comparisons of values exact in float."""
+    if isinstance(tree, ast.IfExp):
+        tested = tree.test
+        compared = [tested.left, *tested.comparators] if isinstance(tested, ast.Compare) else [tested]
+        return (
+            all(_exact_in_float(side, dtypes, in_range=False) for side in compared)
+            and _rounded_once_in_float(tree.body, dtypes)
+            and _rounded_once_in_float(tree.orelse, dtypes)
+        )
+    if isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.USub):
+        return _rounded_once_in_float(tree.operand, dtypes)
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Mult):
+        left, right = (_significand_bits(side, dtypes, False) for side in (tree.left, tree.right))
+        return left is not None and right is not None and max(left, right) <= 24 and left + right <= 53
+    return _exact_in_float(tree, dtypes, in_range=False)
+
+
+def _significand_bits(tree: Any, dtypes: dict[str, DType], in_range: bool) -> int | None:
+    """Significand bits of `tree`'s exact value, None unless `_exact_in_float` arithmetic
+    (short of the final 24-bit limit) computes it exactly."""
 
     def fits_range(dtype: DType) -> bool:
         smallest = dtype.min_exponent - dtype.mantissa_bits  # the smallest subnormal is 2^smallest
@@ -327,8 +382,7 @@ def _exact_in_float(tree: Any, dtypes: dict[str, DType], in_range: bool = True) 
             return None if left is None or right is None or left + right > 24 else left + right
         return None
 
-    result = bits(tree)
-    return result is not None and result <= 24
+    return bits(tree)
 
 
 def _live_names(spec: OpSpec, trees: dict[str, list[tuple[str, Any]]]) -> set[str]:

@@ -102,6 +102,27 @@ def test_two_phase_workspace():
     assert_within(outputs[2], expected[2], "f32", sum_bound(np.abs(diff_dst).sum(axis=(0, 1)), 2800), "diff_beta")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+def test_slope_as_big_as_src_needs_no_sums(dtype):
+    # one term per diff_slope element: no workspace, and each element is its term rounded once
+    src, _, diff_dst, diff_src, _ = prelu_operands((1, 6, 37), dtype, seed="full")
+    slope = prelu_operands((6, 37), dtype, seed="full-slope")[0]
+    diff_slope = np.full(slope.shape, 7, dtype)
+    tensors = [Tensor(a) for a in (src, slope, diff_dst, diff_src, diff_slope)]
+    size = ffi.new("size_t *")
+    status = lib.opgen_prelu_backward_workspace_size(*[t.pointer for t in tensors], lib.OPGEN_DATA_FORMAT_NCX, size)
+    assert status == SUCCESS and size[0] == 0, last_error()
+    assert prelu_call(tensors) == SUCCESS, last_error()
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
+    name = {np.float32: "f32", np.float16: "f16"}.get(dtype, "bf16")
+    assert_ulps(diff_src, expected[0], name, 0, "diff_src")
+    assert_ulps(diff_slope, expected[1], name, 0, "diff_slope")
+    shared = [Tensor(a) for a in (np.concatenate([src, src]), slope, np.concatenate([diff_dst, diff_dst]))]
+    shared += [Tensor(np.empty((2, 6, 37), dtype)), Tensor(diff_slope)]
+    status = lib.opgen_prelu_backward_workspace_size(*[t.pointer for t in shared], lib.OPGEN_DATA_FORMAT_NCX, size)
+    assert status == SUCCESS and size[0] > 0, last_error()  # two terms per element: sums kept
+
+
 def test_with_data_describes_once_and_takes_pointers_per_call():
     """opgen_<op>_with_data: descriptors written once (rank -1: absent), data pointers per call;
     the same results as opgen_<op>, and the same checks."""
@@ -230,10 +251,10 @@ def test_attribute_ranges(epsilon):
 
 
 def test_out_of_memory_in_the_one_call_form():
-    # 2^44 channels of 1 element: the per-channel scratch cannot be allocated (data is never read)
-    channels = 1 << 44
-    tensors = [Tensor(np.zeros(1, np.float32), dims=dims) for dims in ((1, channels), (channels,), (1, channels))]
-    outputs = [Tensor(np.zeros(1, np.float32), dims=dims) for dims in ((1, channels), (channels,))]
+    # 2^43 channels of 2 elements: the per-channel sums cannot be allocated (data is never read)
+    channels = 1 << 43
+    tensors = [Tensor(np.zeros(1, np.float32), dims=dims) for dims in ((2, channels), (channels,), (2, channels))]
+    outputs = [Tensor(np.zeros(1, np.float32), dims=dims) for dims in ((2, channels), (channels,))]
     for t, other in zip(tensors + outputs, range(5)):
         t.pointer.data = ffi.cast("void *", 4096 * (other + 1) * (1 << 48 >> 12))  # distinct, never dereferenced
     status = lib.opgen_prelu_backward(*[t.pointer for t in tensors + outputs], lib.OPGEN_DATA_FORMAT_NXC)

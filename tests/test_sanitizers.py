@@ -32,7 +32,7 @@ NXC += [(1, CHANNEL_SPLIT + 5), (17, 2 * CHANNEL_SPLIT + 21)]  # ranges of chann
 
 def call(kernel: dict, dims: tuple[int, ...]) -> str:
     """C statements that allocate exact-size buffers, call the kernel and free them."""
-    if kernel["pattern"] == "elementwise":
+    if kernel["pattern"] == "elementwise" or kernel["form"] == "full":
         (count,) = dims
         total, channels = count, 0
         size_args = [str(count)]
@@ -72,7 +72,7 @@ def call(kernel: dict, dims: tuple[int, ...]) -> str:
 def driver() -> str:
     body = []
     for kernel in LIBRARY.kernels:
-        if kernel["pattern"] == "elementwise":
+        if kernel["pattern"] == "elementwise" or kernel["form"] == "full":
             shapes = [(count,) for count in ELEMENTWISE]
         elif kernel["form"] == "ncx":
             shapes = NCX
