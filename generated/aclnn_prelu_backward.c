@@ -50,8 +50,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
                         int64_t index = inner_first;
-                        /* whole blocks: lane l of every block adds to partial sum l (float
-                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        /* whole blocks: lane l of every block adds to partial sum l */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -112,8 +111,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float
-                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    /* whole blocks: lane l of every block adds to partial sum l */
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -514,8 +512,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
                         int64_t index = inner_first;
-                        /* whole blocks: lane l of every block adds to partial sum l (float
-                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -580,8 +578,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float
-                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -1007,8 +1005,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
                         int64_t index = inner_first;
-                        /* whole blocks: lane l of every block adds to partial sum l (float
-                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
@@ -1091,8 +1089,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float
-                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);

@@ -212,6 +212,15 @@ opgen_status opgen_aclnn_prelu_backward_with_data(const opgen_tensor *operands, 
     return opgen_aclnn_prelu_backward_with_workspace(present[0], present[1], present[2], present[3], present[4], workspace, workspace_size);
 }
 
+opgen_status opgen_aclnn_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+{
+    if (data == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_with_arrays", "data", "is NULL");
+    }
+    (void)attributes;
+    return opgen_aclnn_prelu_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], workspace, workspace_size);
+}
+
 opgen_status opgen_aclnn_prelu_backward(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight)
 {
     opgen_call call;

@@ -6,7 +6,8 @@
  * Pattern: per-channel sums over all elements of a channel, then per-channel values from
  * them, then an elementwise pass that reads those values. The tensor is seen as
  * [outer][channels][inner] (form ncx) or [outer][channels] (form nxc).
- * Sums run in double in an order fixed by the shape, never by the thread count; `count` is
+ * Sums run in double in an order fixed by the shape, never by the thread count (terms
+ * computed in float first go through float runs, see inner_runs and nxc_rows); `count` is
  * the number of elements per channel.
  * Form ncx gives each thread whole channels: both passes over a channel run back to back,
  * so the second pass finds the channel's data in cache when it fits.
@@ -17,7 +18,7 @@
 #include "opgen_internal.h"
 
 /* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
+ * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
@@ -44,20 +45,52 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                 /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
                 for (int64_t row = 0; row < outer; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
+                    const float mean_value = mean[channel];
                     int64_t index = 0;
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + index);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    while (index + OPGEN_BLOCK <= inner) {
+                        const int64_t run_first = index;
+                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + again);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + again);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                         }
                     }
                     for (; index < inner; ++index) {
@@ -132,20 +165,52 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
             /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
             for (int64_t row = 0; row < outer; ++row) {
                 const int64_t base = (row * channels + channel) * inner;
+                const float mean_value = mean[channel];
                 int64_t index = 0;
-                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                            sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + again);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + again);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        continue;
+                    }
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
                 }
                 for (; index < inner; ++index) {
@@ -530,7 +595,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
 }
 
 /* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
+ * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
@@ -557,20 +622,52 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                 /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
                 for (int64_t row = 0; row < outer; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
+                    const float mean_value = mean[channel];
                     int64_t index = 0;
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + index);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    while (index + OPGEN_BLOCK <= inner) {
+                        const int64_t run_first = index;
+                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + again);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                         }
                     }
                     for (; index < inner; ++index) {
@@ -645,20 +742,52 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
             /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
             for (int64_t row = 0; row < outer; ++row) {
                 const int64_t base = (row * channels + channel) * inner;
+                const float mean_value = mean[channel];
                 int64_t index = 0;
-                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                            sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + again);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        continue;
+                    }
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
                 }
                 for (; index < inner; ++index) {
@@ -1043,7 +1172,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
 }
 
 /* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel outer, spatial inner) */
+ * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
@@ -1070,20 +1199,52 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                 /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
                 for (int64_t row = 0; row < outer; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
+                    const float mean_value = opgen_bf16_to_f32(mean[channel]);
                     int64_t index = 0;
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + index);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    while (index + OPGEN_BLOCK <= inner) {
+                        const int64_t run_first = index;
+                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + again);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                         }
                     }
                     for (; index < inner; ++index) {
@@ -1158,20 +1319,52 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
             /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
             for (int64_t row = 0; row < outer; ++row) {
                 const int64_t base = (row * channels + channel) * inner;
+                const float mean_value = opgen_bf16_to_f32(mean[channel]);
                 int64_t index = 0;
-                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                            sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + again);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        continue;
+                    }
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
                 }
                 for (; index < inner; ++index) {
@@ -1556,7 +1749,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
 }
 
 /* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
+ * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const double count_acc = (double)outer * (double)inner;
@@ -1583,20 +1776,52 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                 /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
                 for (int64_t row = 0; row < outer; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
+                    const float mean_value = mean[channel];
                     int64_t index = 0;
-                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + index);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    while (index + OPGEN_BLOCK <= inner) {
+                        const int64_t run_first = index;
+                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + again);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                         }
                     }
                     for (; index < inner; ++index) {
@@ -1671,20 +1896,52 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
             /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
             for (int64_t row = 0; row < outer; ++row) {
                 const int64_t base = (row * channels + channel) * inner;
+                const float mean_value = mean[channel];
                 int64_t index = 0;
-                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + index);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(src_block, src + base + index);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                            sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + again);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        continue;
+                    }
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
                 }
                 for (; index < inner; ++index) {

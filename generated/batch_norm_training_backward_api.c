@@ -227,6 +227,15 @@ opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *op
     return opgen_batch_norm_training_backward_with_workspace(present[0], present[1], present[2], present[3], present[4], present[5], present[6], present[7], epsilon, data_format, workspace, workspace_size);
 }
 
+opgen_status opgen_batch_norm_training_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+{
+    if (data == NULL || attributes == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_batch_norm_training_backward_with_arrays", "data or attributes", "is NULL");
+    }
+    (void)attributes;
+    return opgen_batch_norm_training_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], data[5], data[6], data[7], (float)attributes[0], (opgen_data_format)attributes[1], workspace, workspace_size);
+}
+
 opgen_status opgen_batch_norm_training_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format)
 {
     opgen_call call;

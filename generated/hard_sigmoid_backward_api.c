@@ -136,6 +136,15 @@ opgen_status opgen_hard_sigmoid_backward_with_data(const opgen_tensor *operands,
     return opgen_hard_sigmoid_backward_with_workspace(present[0], present[1], present[2], alpha, beta, workspace, workspace_size);
 }
 
+opgen_status opgen_hard_sigmoid_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+{
+    if (data == NULL || attributes == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_hard_sigmoid_backward_with_arrays", "data or attributes", "is NULL");
+    }
+    (void)attributes;
+    return opgen_hard_sigmoid_backward_with_data(operands, data[0], data[1], data[2], (float)attributes[0], (float)attributes[1], workspace, workspace_size);
+}
+
 opgen_status opgen_hard_sigmoid_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, float alpha, float beta)
 {
     opgen_call call;

@@ -13,7 +13,10 @@
  *      opgen_<op>_with_data(operands, data..., attributes, workspace, bytes) is the same call
  *        for callers that repeat one shape: `operands` describes every input, then every
  *        output, once (data fields unused, rank -1 for an absent one); the data pointers
- *        come per call, in the same order.
+ *        come per call, in the same order;
+ *      opgen_<op>_with_arrays(operands, data, attributes, workspace, bytes) is _with_data for
+ *        language bindings: the data pointers in one array (inputs, then outputs; NULL when
+ *        absent) and the attributes as doubles, in order (enum values, 0 or 1, numbers).
  *    Optional inputs and outputs are NULL when absent.
  * 2. The kernel API (below the op API): the specialized variants, one per dtype combination
  *    and loop form, on dense row-major buffers; no checks.
@@ -104,6 +107,7 @@ opgen_status opgen_aclnn_prelu_backward(const opgen_tensor *grad_output, const o
 opgen_status opgen_aclnn_prelu_backward_workspace_size(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, size_t *workspace_size);
 opgen_status opgen_aclnn_prelu_backward_with_workspace(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, void *workspace, size_t workspace_size);
 opgen_status opgen_aclnn_prelu_backward_with_data(const opgen_tensor *operands, void *grad_output_data, void *self_data, void *weight_data, void *grad_input_data, void *grad_weight_data, void *workspace, size_t workspace_size);
+opgen_status opgen_aclnn_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_batch_norm_training_backward: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial
  * elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma *
@@ -132,6 +136,7 @@ opgen_status opgen_batch_norm_training_backward(const opgen_tensor *src, const o
 opgen_status opgen_batch_norm_training_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format, size_t *workspace_size);
 opgen_status opgen_batch_norm_training_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size);
 opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size);
+opgen_status opgen_batch_norm_training_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_hard_sigmoid_backward: Gradient of HardSigmoid: diff_src = diff_dst * alpha where 0 < alpha*src + beta < 1
  * (evaluated in f32), else 0.
@@ -148,6 +153,7 @@ opgen_status opgen_hard_sigmoid_backward(const opgen_tensor *src, const opgen_te
 opgen_status opgen_hard_sigmoid_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, float alpha, float beta, size_t *workspace_size);
 opgen_status opgen_hard_sigmoid_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, float alpha, float beta, void *workspace, size_t workspace_size);
 opgen_status opgen_hard_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *diff_src_data, float alpha, float beta, void *workspace, size_t workspace_size);
+opgen_status opgen_hard_sigmoid_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_prelu_backward: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums
  * src * diff_dst over the non-positive elements, reduced to slope's shape.
@@ -168,6 +174,7 @@ opgen_status opgen_prelu_backward(const opgen_tensor *src, const opgen_tensor *s
 opgen_status opgen_prelu_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, size_t *workspace_size);
 opgen_status opgen_prelu_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, void *workspace, size_t workspace_size);
 opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *src_data, void *slope_data, void *diff_dst_data, void *diff_src_data, void *diff_slope_data, opgen_data_format data_format, void *workspace, size_t workspace_size);
+opgen_status opgen_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_relu_backward: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (oneDNN Graph API, ReLUBackward)
@@ -183,6 +190,7 @@ opgen_status opgen_relu_backward(const opgen_tensor *src_or_dst, const opgen_ten
 opgen_status opgen_relu_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size);
 opgen_status opgen_relu_backward_with_workspace(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, void *workspace, size_t workspace_size);
 opgen_status opgen_relu_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
+opgen_status opgen_relu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_sigmoid_backward: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src),
  * or s = dst when use_dst.
@@ -198,6 +206,7 @@ opgen_status opgen_sigmoid_backward(const opgen_tensor *src_or_dst, const opgen_
 opgen_status opgen_sigmoid_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size);
 opgen_status opgen_sigmoid_backward_with_workspace(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, void *workspace, size_t workspace_size);
 opgen_status opgen_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
+opgen_status opgen_sigmoid_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_tanh_backward: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when
  * use_dst.
@@ -213,6 +222,7 @@ opgen_status opgen_tanh_backward(const opgen_tensor *src_or_dst, const opgen_ten
 opgen_status opgen_tanh_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size);
 opgen_status opgen_tanh_backward_with_workspace(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, void *workspace, size_t workspace_size);
 opgen_status opgen_tanh_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
+opgen_status opgen_tanh_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* ---- Settings ---- */
 
@@ -285,7 +295,7 @@ void aclnn_prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT grad_output
 int64_t aclnn_prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
+ * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void batch_norm_training_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` batch_norm_training_backward_f32_ncx needs */
 int64_t batch_norm_training_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -297,7 +307,7 @@ void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const
 int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
+ * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` batch_norm_training_backward_bf16_f32_ncx needs */
 int64_t batch_norm_training_backward_bf16_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -309,7 +319,7 @@ void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT 
 int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in double; channel outer, spatial inner) */
+ * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` batch_norm_training_backward_bf16_ncx needs */
 int64_t batch_norm_training_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -321,7 +331,7 @@ void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src,
 int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in double; channel outer, spatial inner) */
+ * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` batch_norm_training_backward_f16_f32_ncx needs */
 int64_t batch_norm_training_backward_f16_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);

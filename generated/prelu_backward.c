@@ -50,8 +50,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
                         int64_t index = inner_first;
-                        /* whole blocks: lane l of every block adds to partial sum l (float
-                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        /* whole blocks: lane l of every block adds to partial sum l */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -112,8 +111,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float
-                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    /* whole blocks: lane l of every block adds to partial sum l */
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
@@ -514,8 +512,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
                         int64_t index = inner_first;
-                        /* whole blocks: lane l of every block adds to partial sum l (float
-                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
@@ -598,8 +596,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float
-                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
@@ -1123,8 +1121,8 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
                         int64_t index = inner_first;
-                        /* whole blocks: lane l of every block adds to partial sum l (float
-                         * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
@@ -1189,8 +1187,8 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float
-                     * terms via float sums of at most OPGEN_FLOAT_RUN terms per lane) */
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};

@@ -223,6 +223,15 @@ opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *
     return opgen_prelu_backward_with_workspace(present[0], present[1], present[2], present[3], present[4], data_format, workspace, workspace_size);
 }
 
+opgen_status opgen_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+{
+    if (data == NULL || attributes == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_prelu_backward_with_arrays", "data or attributes", "is NULL");
+    }
+    (void)attributes;
+    return opgen_prelu_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], (opgen_data_format)attributes[0], workspace, workspace_size);
+}
+
 opgen_status opgen_prelu_backward(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format)
 {
     opgen_call call;

@@ -168,6 +168,15 @@ opgen_status opgen_tanh_backward_with_data(const opgen_tensor *operands, void *s
     return opgen_tanh_backward_with_workspace(present[0], present[1], present[2], use_dst, workspace, workspace_size);
 }
 
+opgen_status opgen_tanh_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+{
+    if (data == NULL || attributes == NULL) {
+        return opgen_error(OPGEN_NULL_POINTER, "opgen_tanh_backward_with_arrays", "data or attributes", "is NULL");
+    }
+    (void)attributes;
+    return opgen_tanh_backward_with_data(operands, data[0], data[1], data[2], (int)attributes[0], workspace, workspace_size);
+}
+
 opgen_status opgen_tanh_backward(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst)
 {
     opgen_call call;

@@ -15,7 +15,7 @@ from opgen.specs import SpecError
 
 
 def _build(args: argparse.Namespace) -> int:
-    from opgen.compile import BuildError, build_module, locked
+    from opgen.compile import BuildError, build_fastcall, build_module, locked
 
     spec_dir = Path(args.specs) if args.specs else BUNDLED_SPECS
     if args.specs and not args.out:
@@ -31,6 +31,7 @@ def _build(args: argparse.Namespace) -> int:
     library = render_library(spec_dir, BUNDLED_TEMPLATES, names(args.ops), names(args.dtypes))
     try:
         module = build_module(library)  # compile before touching the output: a failure leaves it as it was
+        build_fastcall()  # the Python functions' repeated-call path, so no first call compiles
     except BuildError as error:
         print(f"opgen build: error: {error}", file=sys.stderr)
         return 1

@@ -158,6 +158,58 @@ def _link_module(library: Library, name: str, work: Path, objects: list[Path]) -
         raise BuildError(f"building the cffi module failed: {error}") from None
 
 
+FASTCALL_SOURCE = Path(__file__).with_name("fastcall.c")
+FASTCALL_NAME = "_opgen_fastcall"
+
+
+def build_fastcall() -> Path:
+    """Path of the compiled repeated-call helper (opgen/fastcall.c), built once per cache key."""
+    import numpy
+
+    source = FASTCALL_SOURCE.read_text()
+    include = [sysconfig.get_paths()["include"], numpy.get_include()]
+    digest = hashlib.sha256()
+    for part in (
+        __version__,
+        sys.implementation.cache_tag,
+        sysconfig.get_config_var("EXT_SUFFIX") or "",
+        " ".join(compiler()),
+        _compiler_identity(),
+        numpy.__version__,
+        *include,
+        source,
+    ):
+        digest.update(part.encode() + b"\0")
+    key = "fastcall-" + digest.hexdigest()[:24]
+    final = cache_root() / key
+    found = _module_file(final, FASTCALL_NAME)
+    if found:
+        return found
+    with locked(cache_root() / f".{key}.lock"):
+        found = _module_file(final, FASTCALL_NAME)
+        if found:
+            return found
+        work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
+        try:
+            target = work / f"{FASTCALL_NAME}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+            command = [*compiler(), "-O2", "-shared", "-fPIC", *WARNING_FLAGS[:2], *(f"-I{d}" for d in include)]
+            command += [str(FASTCALL_SOURCE), "-o", str(target)]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise BuildError(f"compiling fastcall.c failed:\n{shlex.join(command)}\n{result.stderr.strip()}")
+            try:
+                os.replace(work, final)
+            except OSError:
+                if not _module_file(final, FASTCALL_NAME):
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    found = _module_file(final, FASTCALL_NAME)
+    if not found:
+        raise BuildError(f"the build left no module in {final}")
+    return found
+
+
 def _module_file(directory: Path, name: str) -> Path | None:
     if not directory.is_dir():
         return None

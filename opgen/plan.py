@@ -147,13 +147,13 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
     def in_float_runs(section: str, tree: Any) -> bool:
         # broadcast_reduce: terms exact in float, even out of f32's range: a run whose float
         # sums overflow is summed again in double, and terms below 2^-134 lose at most 2^-150
-        # each (accuracy.sum_bound). reduce_then_apply, form nxc: every term, computed in
-        # float (its roundings are in the op's stated bounds, accuracy.batch_norm_bounds),
-        # each run checked the same way; a term in double costs more than the rest of the op
+        # each (accuracy.sum_bound). reduce_then_apply: every term, computed in float (its
+        # roundings are in the op's stated bounds, accuracy.batch_norm_bounds), each run
+        # checked the same way; a term in double costs more than the rest of the op
         if section != "sums" or compute != "float":
             return False
         if spec.pattern == "reduce_then_apply":
-            return variant.form == "nxc"
+            return True
         return spec.pattern == "broadcast_reduce" and _exact_in_float(tree, variant.dtypes, in_range=False)
 
     def c_text(section: str, tree: Any, runs: bool = True) -> str:

@@ -214,7 +214,10 @@ def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]], files: dict[st
                 "name": spec.name,
                 "pattern": spec.pattern,
                 "spec": Path(spec.path).name,
-                "api": [f"opgen_{spec.name}{suffix}" for suffix in ("", "_workspace_size", "_with_workspace")]
+                "api": [
+                    f"opgen_{spec.name}{suffix}"
+                    for suffix in ("", "_workspace_size", "_with_workspace", "_with_data", "_with_arrays")
+                ]
                 + ([f"aclnn{spec.aclnn}GetWorkspaceSize", f"aclnn{spec.aclnn}"] if spec.aclnn else []),
                 "functions": [
                     {

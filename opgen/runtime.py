@@ -14,6 +14,7 @@ import inspect
 import itertools
 import math
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from opgen.specs import OpSpec, load_specs
 from opgen.validate import Checked
 
 PLAN_CACHE_SIZE = 512  # plans kept per op
+FAST_PLANS = 8  # plans the fast path tries per attribute values, most recent first
 ALIGNMENT = 64  # bytes; large outputs opgen allocates start on a cache line, so streaming stores apply
 STREAM_ALIGN_BYTES = 1 << 20  # outputs this large get the alignment
 
@@ -84,7 +86,8 @@ class _Op:
         self.library = library
         self.spec = spec
         self.plans: dict[tuple, Plan] = {}
-        self.fast: dict[tuple, tuple] = {}  # the same plans' Plan.fast, for the generated function
+        # per attribute values: the plans of exact-ndarray calls, most recent first (fastcall.c)
+        self.fast: dict[tuple, list] = {}
         self.namespace: dict[str, Any] = {}  # the generated function's globals
         self.single = len(spec.outputs) == 1
         camel = "".join(part.title() for part in spec.name.split("_"))
@@ -94,10 +97,11 @@ class _Op:
 def make_function(library: OpLibrary, spec: OpSpec) -> Any:
     """A real Python function with the op's signature, written from the spec.
 
-    Its body is the fast path of a call that repeats a checked one (same array types, dtypes,
-    shapes, attributes and flags): look up the plan, allocate the outputs and pass the data
-    pointers to opgen_<op>_with_data. Anything else (a first call, `out=`, inputs that are not
-    C-contiguous arrays, a status from C) goes to _call, which checks and reports."""
+    Its body is the fast path of a call that repeats a checked one (same attribute values and
+    flags, then, in fastcall.c, the same array types, dtypes and shapes): the plans made for
+    those attributes get the arrays, and the first that fits allocates the outputs (or takes
+    `out=`) and calls opgen_<op>_with_arrays. Anything else (a first call, inputs that are not
+    C-contiguous arrays, a bad `out`, a status from C) goes to _call, which checks and reports."""
     params = [t.name if not t.optional else f"{t.name}=None" for t in spec.inputs]
     params.append("*")
     params += [a.name if a.required else f"{a.name}=_default_{a.name}" for a in spec.attributes]
@@ -108,50 +112,24 @@ def make_function(library: OpLibrary, spec: OpSpec) -> Any:
         return "(" + "".join(f"{n}, " for n in names) + ")"
 
     # locals start with "opgen": spec names may not (specs.py)
-    key = []
-    for t in spec.inputs:
-        if t.optional:
-            key.append(f"{t.name}.__class__, {t.name} is None or ({t.name}.dtype, {t.name}.shape)")
-        else:
-            key.append(f"{t.name}.__class__, {t.name}.dtype, {t.name}.shape")
-    key += [f"{n}, {n}.__class__" for n in [a.name for a in spec.attributes] + [f.name for f in spec.flags]]
-    data = []
-    for t in spec.inputs:
-        pointer = f"_from_buffer({t.name})"
-        data.append(f"_NULL if {t.name} is None else {pointer}" if t.optional else pointer)
-    outputs = [f"opgen_{t.name}" for t in spec.outputs]
-    data_out = [
-        f"_NULL if {o} is None else _from_buffer({o})" if t.requested_by else f"_from_buffer({o})"
-        for o, t in zip(outputs, spec.outputs)
-    ]
-    slow = (
-        f"_call(_op, opgen_key, {pack([t.name for t in spec.inputs])}, {pack([a.name for a in spec.attributes])}, "
-        f"{pack([f.name for f in spec.flags])}, out)"
-    )
+    settings = [a.name for a in spec.attributes] + [f.name for f in spec.flags]
+    key = pack([f"{n}, {n}.__class__" for n in settings])
+    inputs = pack([t.name for t in spec.inputs])
     body = [
         f"def {spec.name}({', '.join(params)}):",
-        "    opgen_key = None",
         "    try:",
-        f"        opgen_key = ({', '.join(key)})",
-        f"        opgen_run, opgen_operands, opgen_attributes, opgen_workspace, opgen_bytes, opgen_fit, "
-        f"{', '.join(f'opgen_new_{t.name}' for t in spec.outputs)}, = _fast[opgen_key]",
-        f"        opgen_data = ({''.join(d + ', ' for d in data)})",
-        "    except (AttributeError, TypeError, KeyError, ValueError, BufferError):  # the checks say why",
-        f"        return {slow}",
-        "    if out is None:",
-        *(f"        {o} = opgen_new_{t.name}()" for o, t in zip(outputs, spec.outputs)),
+        f"        opgen_plans = _fast[{key}]",
+        "    except (KeyError, TypeError):  # a first call, or an unhashable value the checks report",
+        "        pass",
         "    else:",
-        "        try:",
-        f"            {', '.join(outputs)}, = opgen_fit(out)",
-        "        except (TypeError, ValueError):",
-        f"            return {slow}",
-        f"    if opgen_run(opgen_operands, *opgen_data, {''.join(d + ', ' for d in data_out)}"
-        "*opgen_attributes, opgen_workspace(), opgen_bytes):",
-        f"        return {slow}",
-        f"    return {outputs[0] if len(outputs) == 1 else '_result(' + ', '.join(outputs) + ')'}",
+        f"        opgen_result = _fast_call(opgen_plans, {', '.join(t.name for t in spec.inputs)}, out)",
+        "        if opgen_result is not None:",
+        "            return opgen_result",
+        f"    return _call(_op, {inputs}, {pack([a.name for a in spec.attributes])}, "
+        f"{pack([f.name for f in spec.flags])}, {key}, out)",
     ]
     op = _Op(library, spec)
-    namespace: dict[str, Any] = {"_call": _call, "_op": op, "_fast": op.fast, "_result": op.result}
+    namespace: dict[str, Any] = {"_call": _call, "_op": op, "_fast": op.fast, "_fast_call": _fast_call}
     namespace.update({f"_default_{a.name}": a.default for a in spec.attributes if not a.required})
     exec(compile("\n".join(body) + "\n", f"<opgen {spec.name}>", "exec"), namespace)  # names: checked identifiers
     function = namespace[spec.name]
@@ -159,6 +137,11 @@ def make_function(library: OpLibrary, spec: OpSpec) -> Any:
     function.__module__ = "opgen"
     op.namespace = namespace
     return function
+
+
+def _fast_call(plans: list, *arrays: Any) -> None:
+    """Replaced by fastcall.c's call once it is built (the first plan): until then, no plan."""
+    return None
 
 
 def _docstring(spec: OpSpec) -> str:
@@ -180,11 +163,13 @@ def _docstring(spec: OpSpec) -> str:
     return "\n".join(lines)
 
 
-def _call(op: _Op, key: tuple | None, inputs: tuple, attributes: tuple, flags: tuple, out: Any) -> Any:
-    """A call the generated fast path did not take; `key` is its plan key (None if not hashable)."""
+def _call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, settings: tuple, out: Any) -> Any:
+    """A call the fast path did not take; `settings` are its attribute values and flags with
+    their types (the fast path's key)."""
     try:
-        found = op.plans.get(key) if key is not None else None
-    except TypeError:  # an unhashable attribute value: the check reports it
+        key = (*((x.__class__, None if x is None else (x.dtype, x.shape)) for x in inputs), *settings)
+        found = op.plans.get(key)
+    except (AttributeError, TypeError):  # not arrays, or an unhashable value: the checks report
         found = key = None
     if found is None:
         found = _make_plan(op, inputs, attributes, flags)
@@ -193,9 +178,14 @@ def _call(op: _Op, key: tuple | None, inputs: tuple, attributes: tuple, flags: t
                 op.plans.clear()
                 op.fast.clear()
             op.plans[key] = found
-            # only exact ndarrays take the fast path: their buffers are their elements
-            if all(type(array) in (np.ndarray, type(None)) for array in inputs):
-                op.fast[key] = found.fast
+    if key is not None and found.capsule is not None and all(x.__class__ in (np.ndarray, type(None)) for x in inputs):
+        # only exact ndarrays take the fast path: their data are their elements
+        plans = op.fast.setdefault(settings, [])
+        if not plans or plans[0] is not found.capsule:
+            if found.capsule in plans:
+                plans.remove(found.capsule)
+            plans.insert(0, found.capsule)
+            del plans[FAST_PLANS:]
     outputs = found.run(inputs, out)
     if op.single:
         return outputs[0]
@@ -228,7 +218,7 @@ def _make_plan(op: _Op, inputs: tuple, attributes: tuple, flags: tuple) -> Plan:
     arguments.update(zip([a.name for a in spec.attributes], attributes))
     arguments.update(zip([f.name for f in spec.flags], flags))
     checked = Checked(spec, op.library.dtype_names, arguments)
-    return Plan(op, checked)
+    return Plan(op, checked, inputs)
 
 
 class Plan:
@@ -238,13 +228,12 @@ class Plan:
     again, picks the specialized kernel and runs it. The operand descriptors (dtype, shape) are
     written once, here; the data pointers are passed per call."""
 
-    def __init__(self, op: _Op, checked: Checked) -> None:
+    def __init__(self, op: _Op, checked: Checked, inputs: tuple) -> None:
         library, spec = op.library, op.spec
         self.name = spec.name
         table = library.table
         self.ffi = ffi = library.module.ffi
         self.lib = library.module.lib
-        op.namespace.update(_from_buffer=ffi.from_buffer, _NULL=ffi.NULL)
         self.function = getattr(self.lib, f"opgen_{spec.name}_with_data")
         # per input: used? (ignored and absent inputs are not)
         self.used = [checked.inputs[t.name] is not None for t in spec.inputs]
@@ -289,16 +278,7 @@ class Plan:
         self.workspace_bytes = int(size[0])
         # this thread's workspace as a C pointer, NULL when the call needs none
         self.workspace = self._workspace if self.workspace_bytes else itertools.repeat(ffi.NULL).__next__
-        # what the generated function unpacks (make_function)
-        self.fast = (
-            self.function,
-            self.operands,
-            self.attributes,
-            self.workspace,
-            self.workspace_bytes,
-            self._fit_out,
-            *self.allocate,
-        )
+        self.capsule = self._fast_plan(op, inputs)
 
     def _raise(self, status: int) -> None:
         if status == 0:
@@ -307,6 +287,36 @@ class Plan:
         message = message.replace(f"opgen_{self.name}: ", f"{self.name}(): ", 1)  # in Python's words
         kind = {1: TypeError, 2: TypeError, 11: MemoryError}.get(status, ValueError)
         raise kind(message)
+
+    def _fast_plan(self, op: _Op, inputs: tuple) -> Any:
+        """This plan for fastcall.c (None without it): what a repeated call must match, and
+        the C entry point opgen_<op>_with_arrays with the operands described here."""
+        fast = _fastcall()
+        entry = getattr(self.lib, f"opgen_{self.name}_with_arrays", None)
+        if fast is None or entry is None:
+            return None
+        op.namespace["_fast_call"] = fast.call
+
+        def address(pointer: Any) -> int:
+            return int(self.ffi.cast("uintptr_t", pointer))
+
+        described = tuple(
+            (0, None, None) if x is None else (1 if used else 2, x.dtype, x.shape) for x, used in zip(inputs, self.used)
+        )
+        outputs = tuple(
+            (dtype, shape, new) if requested else None
+            for (_, shape, dtype, requested), new in zip(self.outputs, self.allocate)
+        )
+        return fast.make_plan(
+            address(self.ffi.addressof(self.lib, f"opgen_{self.name}_with_arrays")),
+            address(self.operands),
+            self.operands,
+            described,
+            outputs,
+            tuple(float(value) for value in self.attributes),
+            self.workspace_bytes,
+            op.result,
+        )
 
     def _workspace(self) -> Any:
         """This thread's workspace, kept for the plan (no page faults per call), as a C pointer."""
@@ -329,27 +339,6 @@ class Plan:
     def _outputs(self, out: Any) -> list[np.ndarray | None]:
         given = self._check_out(out) if out is not None else [None] * len(self.outputs)
         return [new() if array is None else array for array, new in zip(given, self.allocate)]
-
-    def _fit_out(self, out: Any) -> list[np.ndarray | None]:
-        """The outputs of a call given `out`, if every array given fits (else ValueError; _check_out says why)."""
-        if len(self.outputs) == 1 and out.__class__ is not tuple:
-            out = (out,)
-        if len(out) != len(self.outputs):
-            raise ValueError
-        arrays = []
-        for array, (_, shape, dtype, requested), new in zip(out, self.outputs, self.allocate):
-            if array is None:
-                array = new()
-            elif not (
-                requested
-                and array.__class__ is np.ndarray
-                and array.dtype == dtype
-                and array.shape == shape
-                and array.flags.writeable  # C-contiguity: from_buffer; alignment, overlaps: C
-            ):
-                raise ValueError
-            arrays.append(array)
-        return arrays
 
     def _check_out(self, out: Any) -> list[Any]:
         single = len(self.outputs) == 1
@@ -388,6 +377,18 @@ class Plan:
         outputs, arguments = self.arguments(inputs, out)
         self._raise(self.function(*arguments))
         return outputs
+
+
+@functools.cache
+def _fastcall() -> Any:
+    """fastcall.c's module, built (once per cache key) on first use; None if it cannot be."""
+    from opgen.compile import BuildError, build_fastcall, load_module
+
+    try:
+        return load_module(build_fastcall())
+    except (BuildError, OSError, ImportError) as error:
+        warnings.warn(f"opgen: repeated calls take the checked path: {error}", RuntimeWarning, stacklevel=3)
+        return None
 
 
 def _c_attribute(library: OpLibrary, attribute: Any, value: Any) -> Any:

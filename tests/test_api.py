@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import oracle
+from opgen import oracle, runtime
 from tests.helpers import assert_ulps, data, rng
 
 F32 = np.float32
@@ -363,6 +363,22 @@ def test_repeated_calls_are_checked_like_the_first():
     read_only.flags.writeable = False
     with pytest.raises(ValueError, match="writeable"):
         opgen.relu_backward(src, dd, out=read_only)
+
+
+def test_calls_cycling_through_many_shapes():
+    """More shapes with the same attributes than the fast path keeps plans for, called in turn,
+    twice: every call's result is its own; and an array that differs only in byte order from a
+    planned one is checked (and rejected) like a first call."""
+    shapes = [(n, 3, 2 + n % 4) for n in range(1, runtime.FAST_PLANS + 4)]
+    cases = [arrays(shape, (3,), shape, seed=f"cycle{n}") for n, shape in enumerate(shapes)]
+    for _ in range(2):
+        for src, slope, dd in cases:
+            got = opgen.prelu_backward(src, slope, dd, data_format="NCX")
+            expected = oracle.prelu_backward(src, slope, dd, data_format="NCX")
+            assert_ulps(got.diff_src, expected[0], "f32", 1, f"cycling {src.shape}")
+    src, _, dd = cases[0]
+    with pytest.raises(TypeError, match=">f4"):
+        opgen.relu_backward(src.astype(">f4"), dd)
 
 
 def test_python_threads_share_plans():

@@ -132,22 +132,25 @@ def test_zero_variance_and_tiny_epsilon(layout):
     assert got.diff_src.dtype == dtype_of("f32")
 
 
+@pytest.mark.parametrize("layout", ["NCX", "NXC"])
 @pytest.mark.parametrize("row", [r for r in SPEC.dtypes if r["src"] != "f16"], ids=lambda r: f"{r['src']}-{r['mean']}")
-def test_float_runs_that_overflow_are_summed_again(row):
-    """NXC sums its terms in float runs; terms past f32's range (1e30 * 1e30) that cancel must
-    give the double sum, not Inf - Inf = NaN: such a run is summed again in double."""
-    shape = (2, 3, B + 3)  # every channel's 6 terms, blocks and the scalar tail
-    generator = rng("bn-overflow", row)
-    channels = shape[-1]
+def test_float_runs_that_overflow_are_summed_again(row, layout):
+    """Both forms sum their terms in float runs; terms past f32's range (1e30 * 1e30) that
+    cancel must give the double sum, not Inf - Inf = NaN: such a run is summed again in double."""
+    shape = (2, 3, B + 3)  # blocks and the scalar tail in either layout
+    generator = rng("bn-overflow", row, layout)
+    channels = shape[-1] if layout == "NXC" else shape[1]
     src = data(generator, shape, row["src"], specials="none")
     diff_dst = data(generator, shape, row["diff_dst"], specials="none")
-    src[0, 0], src[0, 1], diff_dst[0, 0], diff_dst[0, 1] = 1e30, -1e30, 1e30, 1e30
+    # two cancelling terms of every channel, in one block: rows 0 and 1 (NXC) or elements 0 and 1
+    first, second = ((0, 0), (0, 1)) if layout == "NXC" else ((0, slice(None), 0), (0, slice(None), 1))
+    src[first], src[second], diff_dst[first], diff_dst[second] = 1e30, -1e30, 1e30, 1e30
     mean = np.zeros(channels, dtype_of(row["mean"]))
     variance = np.ones(channels, dtype_of(row["variance"]))
-    kwargs = {"epsilon": 1e-5, "data_format": "NXC", "with_diff_gamma_beta": True}
+    kwargs = {"epsilon": 1e-5, "data_format": layout, "with_diff_gamma_beta": True}
     got = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, **kwargs)
     expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, **kwargs)
     assert np.isfinite(got.diff_gamma.astype(np.float64)).all() and np.isfinite(expected[1]).all()
-    src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, None, 1e-5, "NXC")
+    src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, None, 1e-5, layout)
     assert_within(got.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, "overflowing run diff_gamma")
     assert_within(got.diff_src, expected[0], row["diff_src"], src_bound, "overflowing run diff_src")

@@ -167,6 +167,30 @@ def test_with_data_describes_once_and_takes_pointers_per_call():
     assert status == STATUS["OPGEN_NULL_POINTER"] and "operands" in last_error()
 
 
+def test_with_arrays_takes_data_and_attributes_in_arrays():
+    """opgen_<op>_with_arrays (for language bindings): _with_data with the data pointers in one
+    array and the attributes as doubles; the same results and checks."""
+    src, slope, diff_dst, diff_src, diff_slope = prelu_operands((3, 4, 17), seed="arrays")
+    operands = ffi.new("opgen_tensor[]", 5)
+    for operand, array in zip(operands, (src, slope, diff_dst, diff_src, diff_slope)):
+        operand.dtype, operand.rank = lib.OPGEN_F32, array.ndim
+        operand.dims[0 : array.ndim] = array.shape
+    pointers = ffi.new("void *[]", [ffi.from_buffer(a) for a in (src, slope, diff_dst, diff_src, diff_slope)])
+    attributes = ffi.new("double[]", [lib.OPGEN_DATA_FORMAT_NCX])
+    size = 4096
+    workspace = np.empty(size, np.uint8)
+    status = lib.opgen_prelu_backward_with_arrays(operands, pointers, attributes, ffi.from_buffer(workspace), size)
+    assert status == SUCCESS, last_error()
+    reference = prelu_operands((3, 4, 17), seed="arrays")
+    assert prelu_call([Tensor(a) for a in reference]) == SUCCESS, last_error()
+    assert np.array_equal(diff_src, reference[3]) and np.array_equal(diff_slope, reference[4])
+    attributes[0] = 7
+    status = lib.opgen_prelu_backward_with_arrays(operands, pointers, attributes, ffi.from_buffer(workspace), size)
+    assert status == STATUS["OPGEN_INVALID_ATTRIBUTE"] and "data_format" in last_error()
+    status = lib.opgen_prelu_backward_with_arrays(operands, ffi.NULL, attributes, ffi.NULL, 0)
+    assert status == STATUS["OPGEN_NULL_POINTER"] and "data" in last_error()
+
+
 def _prelu_status_cases():
     """(name, status, argument named, changes to a valid f32 call) for every rule."""
     src, slope, diff_dst, diff_src, diff_slope = prelu_operands()

@@ -1,0 +1,298 @@
+/*
+ * The repeated-call path of opgen's Python functions, in C: a call whose arrays match a plan
+ * made by an earlier, fully checked call (exact ndarrays of the same dtypes and shapes,
+ * C-contiguous and aligned) goes straight to the op's C entry point with the data pointers.
+ * Anything else returns None and the Python side checks the call and says what is wrong;
+ * the C entry point checks every call again (alignment, overlaps), so this path only routes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define MAX_OPERANDS 16
+#define MAX_RANK 8
+#define MAX_ATTRIBUTES 16
+
+/* opgen_<op>_with_arrays: operands' descriptors, data pointers, attribute values */
+typedef int (*entry_function)(const void *operands, void *const *data, const double *attributes, void *workspace,
+                              size_t workspace_bytes);
+
+enum { ABSENT = 0, USED = 1, IGNORED = 2 }; /* an input: None, passed, or checked but not passed */
+
+typedef struct {
+    entry_function entry;
+    const void *operands;
+    PyObject *keep;                /* owns `operands` */
+    int inputs, outputs, attributes;
+    int mode[MAX_OPERANDS];        /* inputs: ABSENT, USED, IGNORED; outputs: ABSENT or USED */
+    PyArray_Descr *descr[MAX_OPERANDS];
+    int rank[MAX_OPERANDS];
+    npy_intp dims[MAX_OPERANDS][MAX_RANK];
+    PyObject *allocate[MAX_OPERANDS]; /* outputs: a callable giving a new array */
+    double values[MAX_ATTRIBUTES];
+    size_t workspace_bytes;
+    PyTypeObject *result;          /* a tuple subclass for several outputs; NULL for one */
+} plan;
+
+static void plan_free(PyObject *capsule)
+{
+    plan *p = (plan *)PyCapsule_GetPointer(capsule, "opgen.plan");
+    if (p == NULL) {
+        return;
+    }
+    for (int i = 0; i < p->inputs + p->outputs; ++i) {
+        Py_XDECREF(p->descr[i]);
+        Py_XDECREF(p->allocate[i]);
+    }
+    Py_XDECREF(p->keep);
+    Py_XDECREF((PyObject *)p->result);
+    free(p);
+}
+
+/* make_plan(entry, operands, keep, inputs, outputs, attributes, workspace_bytes, result)
+ * entry, operands: addresses; inputs: a tuple of (mode, dtype, shape) ((0, None, None) when
+ * absent); outputs: a tuple of (dtype, shape, allocate) or None; attributes: floats;
+ * result: the result type, or None for one output. */
+static PyObject *make_plan(PyObject *self, PyObject *args)
+{
+    unsigned long long entry, operands;
+    unsigned long long workspace_bytes;
+    PyObject *keep, *inputs, *outputs, *attributes, *result;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "KKOO!O!O!KO", &entry, &operands, &keep, &PyTuple_Type, &inputs, &PyTuple_Type,
+                          &outputs, &PyTuple_Type, &attributes, &workspace_bytes, &result)) {
+        return NULL;
+    }
+    const Py_ssize_t n_in = PyTuple_GET_SIZE(inputs), n_out = PyTuple_GET_SIZE(outputs);
+    if (n_in + n_out > MAX_OPERANDS || PyTuple_GET_SIZE(attributes) > MAX_ATTRIBUTES) {
+        PyErr_SetString(PyExc_ValueError, "make_plan: too many operands or attributes");
+        return NULL;
+    }
+    plan *p = (plan *)calloc(1, sizeof(plan));
+    if (p == NULL) {
+        return PyErr_NoMemory();
+    }
+    PyObject *capsule = PyCapsule_New(p, "opgen.plan", plan_free);
+    if (capsule == NULL) {
+        free(p);
+        return NULL;
+    }
+    p->entry = (entry_function)(uintptr_t)entry;
+    p->operands = (const void *)(uintptr_t)operands;
+    p->keep = Py_NewRef(keep);
+    p->inputs = (int)n_in;
+    p->outputs = (int)n_out;
+    p->attributes = (int)PyTuple_GET_SIZE(attributes);
+    p->workspace_bytes = (size_t)workspace_bytes;
+    p->result = result == Py_None ? NULL : (PyTypeObject *)Py_NewRef(result);
+    for (Py_ssize_t i = 0; i < n_in + n_out; ++i) {
+        const int is_input = i < n_in;
+        PyObject *entry_tuple = PyTuple_GET_ITEM(is_input ? inputs : outputs, is_input ? i : i - n_in);
+        PyObject *dtype, *shape, *extra;
+        int mode = USED;
+        if (entry_tuple == Py_None) {
+            p->mode[i] = ABSENT;
+            continue;
+        }
+        if (is_input) {
+            if (!PyArg_ParseTuple(entry_tuple, "iOO", &mode, &dtype, &shape)) {
+                goto fail;
+            }
+            extra = NULL;
+        } else if (!PyArg_ParseTuple(entry_tuple, "OOO", &dtype, &shape, &extra)) {
+            goto fail;
+        }
+        p->mode[i] = mode;
+        if (mode == ABSENT) {
+            continue;
+        }
+        if (!PyArray_DescrConverter(dtype, &p->descr[i])) {
+            goto fail;
+        }
+        if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > MAX_RANK) {
+            PyErr_SetString(PyExc_ValueError, "make_plan: a shape must be a tuple of at most 8 dims");
+            goto fail;
+        }
+        p->rank[i] = (int)PyTuple_GET_SIZE(shape);
+        for (int d = 0; d < p->rank[i]; ++d) {
+            p->dims[i][d] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+        }
+        if (PyErr_Occurred()) {
+            goto fail;
+        }
+        p->allocate[i] = extra == NULL ? NULL : Py_NewRef(extra);
+    }
+    for (int a = 0; a < p->attributes; ++a) {
+        p->values[a] = PyFloat_AsDouble(PyTuple_GET_ITEM(attributes, a));
+    }
+    if (PyErr_Occurred()) {
+        goto fail;
+    }
+    return capsule;
+fail:
+    Py_DECREF(capsule);
+    return NULL;
+}
+
+/* `array` is an exact ndarray of the plan's dtype and shape for operand i, C-contiguous and
+ * aligned (and writeable for outputs) */
+static int fits(const plan *p, int i, PyObject *array, int flags)
+{
+    if (!PyArray_CheckExact(array)) {
+        return 0;
+    }
+    PyArrayObject *a = (PyArrayObject *)array;
+    if (PyArray_NDIM(a) != p->rank[i] || !PyArray_CHKFLAGS(a, flags)) {
+        return 0;
+    }
+    const npy_intp *dims = PyArray_DIMS(a);
+    for (int d = 0; d < p->rank[i]; ++d) {
+        if (dims[d] != p->dims[i][d]) {
+            return 0;
+        }
+    }
+    PyArray_Descr *descr = PyArray_DESCR(a);
+    return descr == p->descr[i] || PyArray_EquivTypes(descr, p->descr[i]);
+}
+
+/* the plan among `plans` whose inputs `arrays` fit, with their data pointers; NULL if none */
+static const plan *match(PyObject *plans, PyObject *const *arrays, int count, void **data)
+{
+    const Py_ssize_t n = PyList_GET_SIZE(plans);
+    for (Py_ssize_t k = 0; k < n; ++k) {
+        const plan *p = (const plan *)PyCapsule_GetPointer(PyList_GET_ITEM(plans, k), "opgen.plan");
+        if (p == NULL) {
+            PyErr_Clear();
+            continue;
+        }
+        if (p->inputs != count) {
+            continue;
+        }
+        int ok = 1;
+        for (int i = 0; ok && i < count; ++i) {
+            if (p->mode[i] == ABSENT) {
+                ok = arrays[i] == Py_None;
+                data[i] = NULL;
+            } else {
+                ok = fits(p, i, arrays[i], NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED);
+                data[i] = ok && p->mode[i] == USED ? PyArray_DATA((PyArrayObject *)arrays[i]) : NULL;
+            }
+        }
+        if (ok) {
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* The outputs for `out` (None: new arrays), as new references in `arrays`; 0 if `out` does not fit. */
+static int outputs_for(const plan *p, PyObject *out, PyObject **arrays, void **data)
+{
+    const int n = p->outputs, first = p->inputs;
+    if (out != Py_None) {
+        if (n == 1 && !PyTuple_Check(out)) {
+            if (p->mode[first] == ABSENT || !fits(p, first, out, NPY_ARRAY_CARRAY)) {
+                return 0;
+            }
+            arrays[0] = Py_NewRef(out);
+            data[0] = PyArray_DATA((PyArrayObject *)out);
+            return 1;
+        }
+        if (!PyTuple_CheckExact(out) || PyTuple_GET_SIZE(out) != n) {
+            return 0;
+        }
+    }
+    for (int o = 0; o < n; ++o) {
+        PyObject *given = out == Py_None ? Py_None : PyTuple_GET_ITEM(out, o);
+        const int i = first + o;
+        if (given != Py_None) {
+            if (p->mode[i] == ABSENT || !fits(p, i, given, NPY_ARRAY_CARRAY)) {
+                goto fail;
+            }
+            arrays[o] = Py_NewRef(given);
+        } else if (p->mode[i] == ABSENT) {
+            arrays[o] = Py_NewRef(Py_None);
+        } else {
+            arrays[o] = PyObject_CallNoArgs(p->allocate[o + first]);
+            if (arrays[o] == NULL) {
+                PyErr_Clear();
+                goto fail;
+            }
+        }
+        data[o] = arrays[o] == Py_None ? NULL : PyArray_DATA((PyArrayObject *)arrays[o]);
+        continue;
+    fail:
+        for (int done = 0; done < o; ++done) {
+            Py_DECREF(arrays[done]);
+        }
+        return 0;
+    }
+    return 1;
+}
+
+/* call(plans, *inputs, out): the op's result, or None when no plan fits (the caller then
+ * takes the checked path) */
+static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    void *data[MAX_OPERANDS];
+    PyObject *arrays[MAX_OPERANDS];
+    (void)self;
+    if (nargs < 2 || !PyList_CheckExact(args[0]) || nargs - 2 > MAX_OPERANDS) {
+        PyErr_SetString(PyExc_TypeError, "call(plans, *inputs, out)");
+        return NULL;
+    }
+    const int count = (int)(nargs - 2);
+    const plan *p = match(args[0], args + 1, count, data);
+    if (p == NULL || !outputs_for(p, args[nargs - 1], arrays, data + count)) {
+        Py_RETURN_NONE;
+    }
+    void *workspace = NULL;
+    if (p->workspace_bytes > 0 && (workspace = malloc(p->workspace_bytes)) == NULL) {
+        for (int o = 0; o < p->outputs; ++o) {
+            Py_DECREF(arrays[o]);
+        }
+        return PyErr_NoMemory();
+    }
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = p->entry(p->operands, data, p->values, workspace, p->workspace_bytes);
+    Py_END_ALLOW_THREADS
+    free(workspace);
+    if (status != 0) { /* the checked path runs the call again and reports */
+        for (int o = 0; o < p->outputs; ++o) {
+            Py_DECREF(arrays[o]);
+        }
+        Py_RETURN_NONE;
+    }
+    if (p->result == NULL) {
+        return arrays[0];
+    }
+    PyObject *result = p->result->tp_alloc(p->result, p->outputs);
+    if (result == NULL) {
+        for (int o = 0; o < p->outputs; ++o) {
+            Py_DECREF(arrays[o]);
+        }
+        return NULL;
+    }
+    for (int o = 0; o < p->outputs; ++o) {
+        PyTuple_SET_ITEM(result, o, arrays[o]); /* steals */
+    }
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    { "make_plan", make_plan, METH_VARARGS, "A plan of a checked call, for call()." },
+    { "call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, "call(plans, *inputs, out): the result, or None." },
+    { NULL, NULL, 0, NULL },
+};
+
+static struct PyModuleDef module = { PyModuleDef_HEAD_INIT, "_opgen_fastcall", NULL, -1, methods, NULL, NULL, NULL, NULL };
+
+PyMODINIT_FUNC PyInit__opgen_fastcall(void)
+{
+    import_array();
+    return PyModule_Create(&module);
+}
