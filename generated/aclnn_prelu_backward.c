@@ -163,8 +163,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory; row groups store a block of each
+     * row in turn, which streams well only in whole, aligned cache lines */
+    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES &&
+                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
+                        opgen_whole_lines(grad_input, channels, sizeof(*grad_input)));
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -635,8 +638,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory; row groups store a block of each
+     * row in turn, which streams well only in whole, aligned cache lines */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES &&
+                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
+                        opgen_whole_lines(grad_input, channels, sizeof(*grad_input)));
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -1164,8 +1170,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory; row groups store a block of each
+     * row in turn, which streams well only in whole, aligned cache lines */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES &&
+                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
+                        opgen_whole_lines(grad_input, channels, sizeof(*grad_input)));
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {

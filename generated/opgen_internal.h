@@ -110,6 +110,14 @@ static inline int opgen_all_finite(const float *values, int count)
     return largest != 0x7F800000u;
 }
 
+/* Blocks of OPGEN_BLOCK elements of `size` bytes, in rows of `channels` elements from `data`,
+ * are whole, aligned 64-byte cache lines. */
+static inline int opgen_whole_lines(const void *data, int64_t channels, size_t size)
+{
+    const int64_t line = 64;
+    return (uintptr_t)data % line == 0 && (int64_t)(OPGEN_BLOCK * size) % line == 0 && channels * (int64_t)size % line == 0;
+}
+
 static inline int64_t opgen_min(int64_t a, int64_t b)
 {
     return a < b ? a : b;

@@ -163,8 +163,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory; row groups store a block of each
+     * row in turn, which streams well only in whole, aligned cache lines */
+    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES &&
+                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
+                        opgen_whole_lines(diff_src, channels, sizeof(*diff_src)));
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -671,8 +674,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory; row groups store a block of each
+     * row in turn, which streams well only in whole, aligned cache lines */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES &&
+                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
+                        opgen_whole_lines(diff_src, channels, sizeof(*diff_src)));
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -1244,8 +1250,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory; row groups store a block of each
+     * row in turn, which streams well only in whole, aligned cache lines */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES &&
+                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
+                        opgen_whole_lines(diff_src, channels, sizeof(*diff_src)));
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
