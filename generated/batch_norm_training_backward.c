@@ -12,7 +12,8 @@
  * Form ncx gives each thread whole channels: both passes over a channel run back to back,
  * so the second pass finds the channel's data in cache when it fits.
  * Form nxc workspace: the sums and the element pass's per-channel values (`channels`
- * doubles each), then the partial sums of each tile of rows.
+ * doubles each), then the partial sums of each tile of rows. Form nxc also runs NCX tensors
+ * with a short inner dim: each of their channels is `repeat` channels here.
  */
 #include "opgen.h"
 #include "opgen_internal.h"
@@ -274,9 +275,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
-    const double count_acc = (double)outer;
+    const double count_acc = (double)outer * (double)repeat;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
@@ -485,6 +486,16 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
         for (int64_t slot = 0; slot < 2 * channels; ++slot) {
             sums[slot] += partials[tile * 2 * channels + slot];
+        }
+    }
+    /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
+    for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
+        double total = sums[first];
+        for (int64_t step = 1; step < repeat; ++step) {
+            total += sums[first + step];
+        }
+        for (int64_t step = 0; step < repeat; ++step) {
+            sums[first + step] = total;
         }
     }
     /* per channel: the outputs and the values the element pass needs */
@@ -851,9 +862,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
-    const double count_acc = (double)outer;
+    const double count_acc = (double)outer * (double)repeat;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
@@ -1062,6 +1073,16 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
         for (int64_t slot = 0; slot < 2 * channels; ++slot) {
             sums[slot] += partials[tile * 2 * channels + slot];
+        }
+    }
+    /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
+    for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
+        double total = sums[first];
+        for (int64_t step = 1; step < repeat; ++step) {
+            total += sums[first + step];
+        }
+        for (int64_t step = 0; step < repeat; ++step) {
+            sums[first + step] = total;
         }
     }
     /* per channel: the outputs and the values the element pass needs */
@@ -1428,9 +1449,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel innermost) */
-void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
-    const double count_acc = (double)outer;
+    const double count_acc = (double)outer * (double)repeat;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
@@ -1639,6 +1660,16 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
         for (int64_t slot = 0; slot < 2 * channels; ++slot) {
             sums[slot] += partials[tile * 2 * channels + slot];
+        }
+    }
+    /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
+    for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
+        double total = sums[first];
+        for (int64_t step = 1; step < repeat; ++step) {
+            total += sums[first + step];
+        }
+        for (int64_t step = 0; step < repeat; ++step) {
+            sums[first + step] = total;
         }
     }
     /* per channel: the outputs and the values the element pass needs */
@@ -2005,9 +2036,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
-    const double count_acc = (double)outer;
+    const double count_acc = (double)outer * (double)repeat;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
@@ -2216,6 +2247,16 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
         for (int64_t slot = 0; slot < 2 * channels; ++slot) {
             sums[slot] += partials[tile * 2 * channels + slot];
+        }
+    }
+    /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
+    for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
+        double total = sums[first];
+        for (int64_t step = 1; step < repeat; ++step) {
+            total += sums[first + step];
+        }
+        for (int64_t step = 0; step < repeat; ++step) {
+            sums[first + step] = total;
         }
     }
     /* per channel: the outputs and the values the element pass needs */

@@ -61,7 +61,7 @@ static void batch_norm_training_backward_f32_nxc__adapter(void *const *tensors, 
     (void)numbers;
     (void)workspace;
     (void)dims;
-    batch_norm_training_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (float *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1]);
+    batch_norm_training_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (float *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
 }
 
 static void batch_norm_training_backward_bf16_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -79,7 +79,7 @@ static void batch_norm_training_backward_bf16_f32_nxc__adapter(void *const *tens
     (void)numbers;
     (void)workspace;
     (void)dims;
-    batch_norm_training_backward_bf16_f32_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1]);
+    batch_norm_training_backward_bf16_f32_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
 }
 
 static void batch_norm_training_backward_bf16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -97,7 +97,7 @@ static void batch_norm_training_backward_bf16_nxc__adapter(void *const *tensors,
     (void)numbers;
     (void)workspace;
     (void)dims;
-    batch_norm_training_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (const opgen_bf16 *)tensors[3], (const opgen_bf16 *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (opgen_bf16 *)tensors[6], (opgen_bf16 *)tensors[7], workspace, dims[0], dims[1]);
+    batch_norm_training_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (const opgen_bf16 *)tensors[3], (const opgen_bf16 *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (opgen_bf16 *)tensors[6], (opgen_bf16 *)tensors[7], workspace, dims[0], dims[1], dims[2]);
 }
 
 static void batch_norm_training_backward_f16_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -115,7 +115,7 @@ static void batch_norm_training_backward_f16_f32_nxc__adapter(void *const *tenso
     (void)numbers;
     (void)workspace;
     (void)dims;
-    batch_norm_training_backward_f16_f32_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_f16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1]);
+    batch_norm_training_backward_f16_f32_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_f16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
 }
 
 static const opgen_adapter batch_norm_training_backward_kernels[] = {

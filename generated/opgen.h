@@ -302,7 +302,9 @@ int64_t batch_norm_training_backward_f32_ncx_workspace_size(int64_t outer, int64
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+/* repeat: 1, or channels are runs of `repeat` copies of one channel (channel inputs and
+ * outputs repeated likewise), whose sums the kernel adds up */
 /* doubles of `workspace` batch_norm_training_backward_f32_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
@@ -314,7 +316,9 @@ int64_t batch_norm_training_backward_bf16_f32_ncx_workspace_size(int64_t outer, 
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+/* repeat: 1, or channels are runs of `repeat` copies of one channel (channel inputs and
+ * outputs repeated likewise), whose sums the kernel adds up */
 /* doubles of `workspace` batch_norm_training_backward_bf16_f32_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
@@ -326,7 +330,9 @@ int64_t batch_norm_training_backward_bf16_ncx_workspace_size(int64_t outer, int6
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel innermost) */
-void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+/* repeat: 1, or channels are runs of `repeat` copies of one channel (channel inputs and
+ * outputs repeated likewise), whose sums the kernel adds up */
 /* doubles of `workspace` batch_norm_training_backward_bf16_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
@@ -338,7 +344,9 @@ int64_t batch_norm_training_backward_f16_f32_ncx_workspace_size(int64_t outer, i
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+/* repeat: 1, or channels are runs of `repeat` copies of one channel (channel inputs and
+ * outputs repeated likewise), whose sums the kernel adds up */
 /* doubles of `workspace` batch_norm_training_backward_f16_f32_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 

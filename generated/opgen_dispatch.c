@@ -212,7 +212,8 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
 
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
 }
 
 void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -308,7 +309,8 @@ void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 
 int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
 }
 
 void aclnn_prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -404,7 +406,8 @@ void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
 }
 
 void aclnn_prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -475,35 +478,36 @@ int64_t batch_norm_training_backward_f32_ncx_workspace_size(int64_t outer, int64
     return 0;
 }
 
-void batch_norm_training_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
-void batch_norm_training_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void batch_norm_training_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+void batch_norm_training_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #endif
 
-void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     case 2:
-        batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     case 1:
-        batch_norm_training_backward_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     default:
         break;
     }
 #endif
-    batch_norm_training_backward_f32_nxc__baseline(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+    batch_norm_training_backward_f32_nxc__baseline(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
 }
 
 int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (5 + opgen_tile_count(outer, channels, inner) * 2) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (5 + opgen_tile_count(outer, channels, 1) * 2) * channels;
 }
 
 void batch_norm_training_backward_bf16_f32_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -540,35 +544,36 @@ int64_t batch_norm_training_backward_bf16_f32_ncx_workspace_size(int64_t outer, 
     return 0;
 }
 
-void batch_norm_training_backward_bf16_f32_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_bf16_f32_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
-void batch_norm_training_backward_bf16_f32_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void batch_norm_training_backward_bf16_f32_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_bf16_f32_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+void batch_norm_training_backward_bf16_f32_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #endif
 
-void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     case 2:
-        batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     case 1:
-        batch_norm_training_backward_bf16_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_bf16_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     default:
         break;
     }
 #endif
-    batch_norm_training_backward_bf16_f32_nxc__baseline(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+    batch_norm_training_backward_bf16_f32_nxc__baseline(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
 }
 
 int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (5 + opgen_tile_count(outer, channels, inner) * 2) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (5 + opgen_tile_count(outer, channels, 1) * 2) * channels;
 }
 
 void batch_norm_training_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -605,35 +610,36 @@ int64_t batch_norm_training_backward_bf16_ncx_workspace_size(int64_t outer, int6
     return 0;
 }
 
-void batch_norm_training_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
-void batch_norm_training_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void batch_norm_training_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+void batch_norm_training_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #endif
 
-void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     case 2:
-        batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     case 1:
-        batch_norm_training_backward_bf16_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_bf16_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     default:
         break;
     }
 #endif
-    batch_norm_training_backward_bf16_nxc__baseline(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+    batch_norm_training_backward_bf16_nxc__baseline(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
 }
 
 int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (5 + opgen_tile_count(outer, channels, inner) * 2) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (5 + opgen_tile_count(outer, channels, 1) * 2) * channels;
 }
 
 void batch_norm_training_backward_f16_f32_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -670,35 +676,36 @@ int64_t batch_norm_training_backward_f16_f32_ncx_workspace_size(int64_t outer, i
     return 0;
 }
 
-void batch_norm_training_backward_f16_f32_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_f16_f32_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
-void batch_norm_training_backward_f16_f32_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void batch_norm_training_backward_f16_f32_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void batch_norm_training_backward_f16_f32_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+void batch_norm_training_backward_f16_f32_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #endif
 
-void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     case 2:
-        batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     case 1:
-        batch_norm_training_backward_f16_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+        batch_norm_training_backward_f16_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
     default:
         break;
     }
 #endif
-    batch_norm_training_backward_f16_f32_nxc__baseline(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels);
+    batch_norm_training_backward_f16_f32_nxc__baseline(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
 }
 
 int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (5 + opgen_tile_count(outer, channels, inner) * 2) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (5 + opgen_tile_count(outer, channels, 1) * 2) * channels;
 }
 
 void hard_sigmoid_backward_f32__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
@@ -838,7 +845,8 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
 
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
 }
 
 void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -934,7 +942,8 @@ void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 
 int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
 }
 
 void prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -1030,7 +1039,8 @@ void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    (void)inner; /* the nxc loop tiles rows alone */
+    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
 }
 
 void prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);

@@ -433,7 +433,7 @@ typedef struct opgen_call {
     int64_t expanded[OPGEN_MAX_RANK]; /* broadcast_reduce: the operand broadcast to the reference's rank */
     int operand;             /* broadcast_reduce: its channel input */
     int64_t sums_size;       /* elements of the operand, the sums' length */
-    int64_t repeat;          /* > 1: the operand repeated along a short inner dim (nxc loop) */
+    int64_t repeat;          /* > 1: channel operands repeated along a short inner dim (nxc loop) */
     int full;                /* broadcast_reduce: the operand as big as the reference (form full) */
     int lead_count;          /* leading dims the kernel does not cover: one kernel call each */
     int64_t lead_sizes[OPGEN_MAX_RANK];
@@ -443,6 +443,7 @@ typedef struct opgen_call {
     size_t sums_at[OPGEN_MAX_OPERANDS];
     size_t kernel_at;
     size_t repeat_at;
+    size_t repeated_at[OPGEN_MAX_OPERANDS]; /* reduce_then_apply, repeat > 1: channel operands repeated */
     size_t workspace_bytes;  /* 0, or the bytes used + alignment slack */
 } opgen_call;
 

@@ -583,6 +583,22 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         call->dims[1] = reference->dims[axis];
         call->dims[2] = inner;
         form = inner > 1 ? 0 : 1;
+        if (inner > 1 && inner < OPGEN_BLOCK) {
+            /* A short inner dim scatters each channel's elements and leaves the ncx loop little
+             * to vectorize: run the nxc loop over [outer][channels * inner], every channel
+             * operand repeated along inner; the kernel adds up each channel's `inner` sums. */
+            call->repeat = inner;
+            call->dims[1] *= inner;
+            call->dims[2] = inner;
+            form = 1;
+            for (int i = 0; i < op->input_count + op->output_count; ++i) {
+                if (op->operands[i].channel && call->tensors[i] != NULL &&
+                    !opgen_add_size(&total, (size_t)call->dims[1] * opgen_dtype_size(call->tensors[i]->dtype),
+                                    &call->repeated_at[i])) {
+                    return opgen_workspace_overflow(op);
+                }
+            }
+        }
     } else if (call->reference_count > 0) {
         opgen_plan_pieces(call);
         form = call->dims[2] > 1 ? 0 : 1;
@@ -823,6 +839,39 @@ static void opgen_run_broadcast_reduce(const opgen_call *call, void **tensors, c
     }
 }
 
+static void opgen_run_reduce_then_apply(const opgen_call *call, void **tensors, const float *numbers, char *base)
+{
+    const opgen_op_info *op = call->op;
+    const int operands = op->input_count + op->output_count;
+    const int64_t channels = call->dims[1] / call->repeat;
+    void *arguments[OPGEN_MAX_OPERANDS];
+    for (int i = 0; i < operands; ++i) {
+        arguments[i] = tensors[i];
+        if (call->repeat > 1 && op->operands[i].channel && call->tensors[i] != NULL) {
+            /* each channel's value `repeat` times (inputs), or room for that (outputs) */
+            const size_t size = opgen_dtype_size(call->tensors[i]->dtype);
+            char *repeated = base + call->repeated_at[i];
+            for (int64_t channel = 0; i < op->input_count && channel < channels; ++channel) {
+                for (int64_t step = 0; step < call->repeat; ++step) {
+                    memcpy(repeated + (size_t)(channel * call->repeat + step) * size,
+                           (const char *)tensors[i] + (size_t)channel * size, size);
+                }
+            }
+            arguments[i] = repeated;
+        }
+    }
+    op->kernels[call->kernel](arguments, numbers, (double *)opgen_at(base, call->kernel_at), call->dims);
+    for (int i = op->input_count; call->repeat > 1 && i < operands; ++i) {
+        if (op->operands[i].channel && call->tensors[i] != NULL) {
+            const size_t size = opgen_dtype_size(call->tensors[i]->dtype);
+            for (int64_t channel = 0; channel < channels; ++channel) {
+                memcpy((char *)tensors[i] + (size_t)channel * size,
+                       (const char *)arguments[i] + (size_t)(channel * call->repeat) * size, size);
+            }
+        }
+    }
+}
+
 opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *workspace, size_t workspace_size)
 {
     const opgen_op_info *op = call->op;
@@ -860,7 +909,7 @@ opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *
         break;
     case OPGEN_PATTERN_REDUCE_THEN_APPLY:
         if (call->dims[1] > 0) {
-            op->kernels[call->kernel](tensors, numbers, (double *)opgen_at(base, call->kernel_at), call->dims);
+            opgen_run_reduce_then_apply(call, tensors, numbers, base);
         }
         break;
     default:

@@ -19,7 +19,7 @@ PATTERN_CODES = {
     "reduce_then_apply": "OPGEN_PATTERN_REDUCE_THEN_APPLY",
 }
 FORM_CODES = {form: f"OPGEN_FORM_{form.upper()}" for form in ("to_reference", *shapes.FORM_RULES)}
-DIMS = {"count": 0, "outer": 0, "channels": 1, "inner": 2}
+DIMS = {"count": 0, "outer": 0, "channels": 1, "inner": 2, "repeat": 2}
 # opgen_status: (name, opgen_status_string, when), in the order of their values
 STATUSES = (
     ("OPGEN_SUCCESS", "success", "the call ran"),

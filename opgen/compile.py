@@ -18,7 +18,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,22 +57,19 @@ def _compiler_identity() -> str:
     return result.stdout
 
 
-def cache_key(library: Library) -> str:
+def _digest(*parts: str) -> str:
+    """A short hash of what a build depends on: opgen, Python's ABI, the compiler, and `parts`."""
     digest = hashlib.sha256()
-    for part in (
-        __version__,
-        sys.implementation.cache_tag,
-        sysconfig.get_config_var("EXT_SUFFIX") or "",
-        " ".join(compiler()),
-        _compiler_identity(),
-        " ".join(C_FLAGS),
-        library.cdef,
-    ):
+    common = (__version__, sys.implementation.cache_tag, sysconfig.get_config_var("EXT_SUFFIX") or "")
+    for part in (*common, " ".join(compiler()), _compiler_identity(), *parts):
         digest.update(part.encode())
         digest.update(b"\0")
-    for name in sorted(library.files):
-        digest.update(name.encode() + b"\0" + library.files[name].encode() + b"\0")
     return digest.hexdigest()[:24]
+
+
+def cache_key(library: Library) -> str:
+    files = (f"{name}\0{library.files[name]}" for name in sorted(library.files))
+    return _digest(" ".join(C_FLAGS), library.cdef, *files)
 
 
 def module_name(key: str) -> str:
@@ -108,35 +105,42 @@ def locked(path: Path) -> Iterator[None]:
 def build_module(library: Library) -> Path:
     """Path of the compiled module for `library`, building it when the cache has none."""
     key = cache_key(library)
+    return _cached(key, module_name(key), lambda work, name: _build(library, work, name))
+
+
+def _cached(key: str, name: str, build: Callable[[Path, str], None]) -> Path:
+    """The module `name` in the cache folder `key`; `build(work, name)` makes it in a fresh
+    folder that is renamed into place when complete, one build at a time."""
     final = cache_root() / key
-    name = module_name(key)
     found = _module_file(final, name)
     if found:
         return found
     with locked(cache_root() / f".{key}.lock"):
         found = _module_file(final, name)  # a concurrent build may have finished meanwhile
-        return found if found else _build(library, final, key, name)
-
-
-def _build(library: Library, final: Path, key: str, name: str) -> Path:
-    work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
-    try:
-        write_files(work, library.files)
-        sources = sorted(work.glob("*.c"))
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            objects = list(pool.map(lambda source: _compile_object(source, work), sources))
-        _link_module(library, name, work, objects)
+        if found:
+            return found
+        work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
         try:
-            os.replace(work, final)
-        except OSError:
-            if not _module_file(final, name):  # not a finished twin from a concurrent build
-                raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            build(work, name)
+            try:
+                os.replace(work, final)
+            except OSError:
+                if not _module_file(final, name):  # not a finished twin from a concurrent build
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     found = _module_file(final, name)
     if not found:
         raise BuildError(f"the build left no module in {final}")
     return found
+
+
+def _build(library: Library, work: Path, name: str) -> None:
+    write_files(work, library.files)
+    sources = sorted(work.glob("*.c"))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        objects = list(pool.map(lambda source: _compile_object(source, work), sources))
+    _link_module(library, name, work, objects)
 
 
 def _link_module(library: Library, name: str, work: Path, objects: list[Path]) -> None:
@@ -166,48 +170,18 @@ def build_fastcall() -> Path:
     """Path of the compiled repeated-call helper (opgen/fastcall.c), built once per cache key."""
     import numpy
 
-    source = FASTCALL_SOURCE.read_text()
     include = [sysconfig.get_paths()["include"], numpy.get_include()]
-    digest = hashlib.sha256()
-    for part in (
-        __version__,
-        sys.implementation.cache_tag,
-        sysconfig.get_config_var("EXT_SUFFIX") or "",
-        " ".join(compiler()),
-        _compiler_identity(),
-        numpy.__version__,
-        *include,
-        source,
-    ):
-        digest.update(part.encode() + b"\0")
-    key = "fastcall-" + digest.hexdigest()[:24]
-    final = cache_root() / key
-    found = _module_file(final, FASTCALL_NAME)
-    if found:
-        return found
-    with locked(cache_root() / f".{key}.lock"):
-        found = _module_file(final, FASTCALL_NAME)
-        if found:
-            return found
-        work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}."))
-        try:
-            target = work / f"{FASTCALL_NAME}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-            command = [*compiler(), "-O2", "-shared", "-fPIC", *WARNING_FLAGS[:2], *(f"-I{d}" for d in include)]
-            command += [str(FASTCALL_SOURCE), "-o", str(target)]
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-            if result.returncode != 0:
-                raise BuildError(f"compiling fastcall.c failed:\n{shlex.join(command)}\n{result.stderr.strip()}")
-            try:
-                os.replace(work, final)
-            except OSError:
-                if not _module_file(final, FASTCALL_NAME):
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    found = _module_file(final, FASTCALL_NAME)
-    if not found:
-        raise BuildError(f"the build left no module in {final}")
-    return found
+    key = "fastcall-" + _digest(numpy.__version__, *include, FASTCALL_SOURCE.read_text())
+
+    def build(work: Path, name: str) -> None:
+        target = work / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+        command = [*compiler(), "-O2", "-shared", "-fPIC", *WARNING_FLAGS[:2], *(f"-I{d}" for d in include)]
+        command += [str(FASTCALL_SOURCE), "-o", str(target)]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise BuildError(f"compiling fastcall.c failed:\n{shlex.join(command)}\n{result.stderr.strip()}")
+
+    return _cached(key, FASTCALL_NAME, build)
 
 
 def _module_file(directory: Path, name: str) -> Path | None:

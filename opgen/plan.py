@@ -261,6 +261,10 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         params += [("double *", "workspace"), ("int64_t ", "outer"), ("int64_t ", "channels")]
         if variant.form == "ncx":
             params.append(("int64_t ", "inner"))
+        elif spec.pattern == "reduce_then_apply":
+            # channels that are each `repeat` copies of one channel (a short inner dim, run
+            # in this loop): the kernel folds their sums
+            params.append(("int64_t ", "repeat"))
     moved = [variant.dtypes[t.name].c_type for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor" or full]
     return {
         "params": params,

@@ -28,6 +28,7 @@ ELEMENTWISE = [0, 1, 3, B - 1, B, B + 1, 2 * B + 3, BIG]
 NCX = [(1, 1, 1), (2, 3, B + 1), (3, 5, 2), (1, 1, BIG), (40, 3, 600), (0, 3, 4), (2, 0, 5), (3, 2, 0), (17, 1, 3 * B)]
 NXC = [(1, 1), (5, B + 1), (BIG, 1), (2, CHANNEL_SPLIT + 5), (1000, 33), (0, 4), (3, 0), (9, 2 * B)]
 NXC += [(1, CHANNEL_SPLIT + 5), (17, 2 * CHANNEL_SPLIT + 21)]  # ranges of channels, float runs of rows
+NXC_REPEAT = [(5, 3 * 7, 7), (BIG // 20 + 1, 4 * 5, 5)]  # (outer, channels, repeat): a short NCX inner dim
 
 
 def call(kernel: dict, dims: tuple[int, ...]) -> str:
@@ -37,9 +38,11 @@ def call(kernel: dict, dims: tuple[int, ...]) -> str:
         total, channels = count, 0
         size_args = [str(count)]
     else:
-        outer, channels, inner = dims if kernel["form"] == "ncx" else (*dims, 1)
+        outer, channels, inner = dims if kernel["form"] == "ncx" else (*dims[:2], 1)
         total = outer * channels * inner
-        size_args = [str(d) for d in dims]
+        size_args = [str(d) for d in dims[: 3 if kernel["form"] == "ncx" else 2]]
+        if any(name == "repeat" for _, name in kernel["params"]):
+            size_args.append(str(dims[2] if len(dims) > 2 else 1))
     lines, names, frees = [], [], []
     for type_, name in kernel["params"]:
         c_type = type_.replace("const ", "").replace("*", "").strip()
@@ -77,7 +80,8 @@ def driver() -> str:
         elif kernel["form"] == "ncx":
             shapes = NCX
         else:
-            shapes = NXC
+            repeats = any(name == "repeat" for _, name in kernel["params"])
+            shapes = NXC + (NXC_REPEAT if repeats else [])
         body += [f"    {call(kernel, dims)}" for dims in shapes]
     return "\n".join(
         [

@@ -104,6 +104,8 @@ def test_thread_count_does_not_change_results(dtype):
     generator = rng("threads", dtype)
     shape = (8, 24, 40, 33)
     x, d = data(generator, shape, dtype), data(generator, shape, dtype)
+    short = (4096, 24, 7)  # NCX with a short inner dim runs the nxc loop over channels x inner
+    xs, ds = data(generator, short, dtype), data(generator, short, dtype)
     stats = "f32" if dtype != "bf16" else "bf16"
     calls = {
         "per-channel NCX": lambda: opgen.prelu_backward(x, data(rng("s1"), (24,), dtype), d, data_format="NCX"),
@@ -127,6 +129,16 @@ def test_thread_count_does_not_change_results(dtype):
             np.abs(data(rng("v"), (33,), stats)),
             epsilon=1e-5,
             data_format="NXC",
+            with_diff_gamma_beta=True,
+        ),
+        "bn NCX short inner": lambda: opgen.batch_norm_training_backward(
+            xs,
+            ds,
+            data(rng("m"), (24,), stats),
+            np.abs(data(rng("v"), (24,), stats)),
+            data(rng("g"), (24,), stats),
+            epsilon=1e-5,
+            data_format="NCX",
             with_diff_gamma_beta=True,
         ),
         "relu": lambda: (opgen.relu_backward(x, d),),
