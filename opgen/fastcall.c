@@ -158,8 +158,9 @@ static int fits(const plan *p, int i, PyObject *array, int flags)
     return descr == p->descr[i] || PyArray_EquivTypes(descr, p->descr[i]);
 }
 
-/* the plan among `plans` whose inputs `arrays` fit, with their data pointers; NULL if none */
-static const plan *match(PyObject *plans, PyObject *const *arrays, int count, void **data)
+/* the plan among `plans` whose inputs `arrays` fit, with their data pointers and (borrowed)
+ * its capsule; NULL if none */
+static const plan *match(PyObject *plans, PyObject *const *arrays, int count, void **data, PyObject **capsule)
 {
     const Py_ssize_t n = PyList_GET_SIZE(plans);
     for (Py_ssize_t k = 0; k < n; ++k) {
@@ -182,6 +183,7 @@ static const plan *match(PyObject *plans, PyObject *const *arrays, int count, vo
             }
         }
         if (ok) {
+            *capsule = PyList_GET_ITEM(plans, k);
             return p;
         }
     }
@@ -245,7 +247,8 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     const int count = (int)(nargs - 2);
-    const plan *p = match(args[0], args + 1, count, data);
+    PyObject *capsule = NULL;
+    const plan *p = match(args[0], args + 1, count, data, &capsule);
     if (p == NULL || !outputs_for(p, args[nargs - 1], arrays, data + count)) {
         Py_RETURN_NONE;
     }
@@ -257,29 +260,25 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return PyErr_NoMemory();
     }
     int status;
+    Py_INCREF(capsule); /* other threads may drop the plan from the list meanwhile */
     Py_BEGIN_ALLOW_THREADS
     status = p->entry(p->operands, data, p->values, workspace, p->workspace_bytes);
     Py_END_ALLOW_THREADS
     free(workspace);
+    PyObject *result = NULL;
     if (status != 0) { /* the checked path runs the call again and reports */
+        result = Py_NewRef(Py_None);
+    } else if (p->result == NULL) {
+        result = Py_NewRef(arrays[0]);
+    } else if ((result = p->result->tp_alloc(p->result, p->outputs)) != NULL) {
         for (int o = 0; o < p->outputs; ++o) {
-            Py_DECREF(arrays[o]);
+            PyTuple_SET_ITEM(result, o, Py_NewRef(arrays[o]));
         }
-        Py_RETURN_NONE;
-    }
-    if (p->result == NULL) {
-        return arrays[0];
-    }
-    PyObject *result = p->result->tp_alloc(p->result, p->outputs);
-    if (result == NULL) {
-        for (int o = 0; o < p->outputs; ++o) {
-            Py_DECREF(arrays[o]);
-        }
-        return NULL;
     }
     for (int o = 0; o < p->outputs; ++o) {
-        PyTuple_SET_ITEM(result, o, arrays[o]); /* steals */
+        Py_DECREF(arrays[o]);
     }
+    Py_DECREF(capsule);
     return result;
 }
 

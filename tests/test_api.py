@@ -381,6 +381,24 @@ def test_calls_cycling_through_many_shapes():
         opgen.relu_backward(src.astype(">f4"), dd)
 
 
+def test_python_threads_while_plans_are_dropped():
+    """Threads calling with more shapes than the fast path keeps: plans leave its list while
+    other threads' calls on them run without the GIL; every result is its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [arrays((4, 3, 4000 + n), (3,), (4, 3, 4000 + n), seed=f"churn{n}") for n in range(runtime.FAST_PLANS + 3)]
+    alone = [opgen.prelu_backward(src, slope, dd, data_format="NCX") for src, slope, dd in cases]
+
+    def run(index: int):
+        src, slope, dd = cases[index % len(cases)]
+        return index % len(cases), opgen.prelu_backward(src, slope, dd, data_format="NCX")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for index, result in pool.map(run, range(200)):
+            assert np.array_equal(result.diff_src, alone[index].diff_src)
+            assert np.array_equal(result.diff_slope, alone[index].diff_slope)
+
+
 def test_python_threads_share_plans():
     """Calls from several Python threads at once (the C call releases the GIL) on one plan:
     each thread's own workspace, each result the one-thread result."""
