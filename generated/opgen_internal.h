@@ -442,8 +442,7 @@ typedef struct opgen_call {
     size_t copy_at[OPGEN_MAX_OPERANDS];
     size_t sums_at[OPGEN_MAX_OPERANDS];
     size_t kernel_at;
-    size_t repeat_at;
-    size_t repeated_at[OPGEN_MAX_OPERANDS]; /* reduce_then_apply, repeat > 1: channel operands repeated */
+    size_t repeated_at[OPGEN_MAX_OPERANDS]; /* repeat > 1: channel operands repeated along inner */
     size_t workspace_bytes;  /* 0, or the bytes used + alignment slack */
 } opgen_call;
 

@@ -621,7 +621,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         }
         if (call->repeat > 1 &&
             !opgen_add_size(&total, (size_t)call->dims[1] * opgen_dtype_size(call->tensors[call->operand]->dtype),
-                            &call->repeat_at)) {
+                            &call->repeated_at[call->operand])) {
             return opgen_workspace_overflow(op);
         }
     }
@@ -727,6 +727,17 @@ static void *opgen_at(char *base, size_t at)
     return base != NULL ? (void *)(base + at) : NULL;
 }
 
+/* dst[c * repeat + step] = src[c] for `count` elements of `size` bytes */
+static void opgen_repeat(void *dst, const void *src, size_t size, int64_t count, int64_t repeat)
+{
+    for (int64_t channel = 0; channel < count; ++channel) {
+        for (int64_t step = 0; step < repeat; ++step) {
+            memcpy((char *)dst + (size_t)(channel * repeat + step) * size, (const char *)src + (size_t)channel * size,
+                   size);
+        }
+    }
+}
+
 static void opgen_narrow(opgen_dtype dtype, const double *sums, void *out, int64_t count)
 {
     switch (dtype) {
@@ -774,16 +785,8 @@ static void opgen_run_broadcast_reduce(const opgen_call *call, void **tensors, c
         }
     }
     if (call->repeat > 1) {
-        const size_t size = sizes[call->operand];
-        const char *operand = (const char *)tensors[call->operand];
-        char *repeated = base + call->repeat_at;
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            for (int64_t step = 0; step < call->repeat; ++step) {
-                memcpy(repeated + (size_t)(channel * call->repeat + step) * size, operand + (size_t)channel * size,
-                       size);
-            }
-        }
-        arguments[call->operand] = repeated;
+        arguments[call->operand] = base + call->repeated_at[call->operand];
+        opgen_repeat(arguments[call->operand], tensors[call->operand], sizes[call->operand], channels, call->repeat);
     }
     {
         double *workspace = (double *)opgen_at(base, call->kernel_at);
@@ -849,15 +852,10 @@ static void opgen_run_reduce_then_apply(const opgen_call *call, void **tensors, 
         arguments[i] = tensors[i];
         if (call->repeat > 1 && op->operands[i].channel && call->tensors[i] != NULL) {
             /* each channel's value `repeat` times (inputs), or room for that (outputs) */
-            const size_t size = opgen_dtype_size(call->tensors[i]->dtype);
-            char *repeated = base + call->repeated_at[i];
-            for (int64_t channel = 0; i < op->input_count && channel < channels; ++channel) {
-                for (int64_t step = 0; step < call->repeat; ++step) {
-                    memcpy(repeated + (size_t)(channel * call->repeat + step) * size,
-                           (const char *)tensors[i] + (size_t)channel * size, size);
-                }
+            arguments[i] = base + call->repeated_at[i];
+            if (i < op->input_count) {
+                opgen_repeat(arguments[i], tensors[i], opgen_dtype_size(call->tensors[i]->dtype), channels, call->repeat);
             }
-            arguments[i] = repeated;
         }
     }
     op->kernels[call->kernel](arguments, numbers, (double *)opgen_at(base, call->kernel_at), call->dims);

@@ -208,17 +208,9 @@ def c_entry_call(function: Any, *args: Any, **kwargs: Any) -> Callable[[], int]:
         tuple(values[a.name] for a in spec.attributes),
         tuple(values[f.name] for f in spec.flags),
     )
-    _, arguments = found.arguments(inputs, values["out"])  # its from_buffer views keep the arrays alive
-    # the shortest C call: opgen_<op>_with_arrays, its five arguments made once
-    count = len(spec.inputs) + len(spec.outputs)
-    operands, data, attributes = arguments[0], arguments[1 : 1 + count], arguments[1 + count : -2]
-    pointers = found.ffi.new("void *[]", list(data))
-    numbers = found.ffi.new("double[]", [float(a) for a in attributes] or [0.0])
-    entry = getattr(found.lib, f"opgen_{spec.name}_with_arrays")
-
-    def call(keep: tuple = (data, pointers, numbers)) -> int:
-        return entry(operands, pointers, numbers, *arguments[-2:])
-
+    _, arguments, views = found.arguments(inputs, values["out"])
+    call = functools.partial(found.function, *arguments)
+    call.views = views  # the data stay alive with the call
     return call
 
 
@@ -234,9 +226,10 @@ def _make_plan(op: _Op, inputs: tuple, attributes: tuple, flags: tuple) -> Plan:
 class Plan:
     """Everything a checked call needs to run: input preparation, outputs, the C call.
 
-    The call goes through the op's C entry point opgen_<op>_with_data, which checks the call
-    again, picks the specialized kernel and runs it. The operand descriptors (dtype, shape) are
-    written once, here; the data pointers are passed per call."""
+    The call goes through the op's C entry point opgen_<op>_with_arrays (fastcall.c calls the
+    same), which checks the call again, picks the specialized kernel and runs it. The operand
+    descriptors (dtype, shape) and attribute values are written once, here; the data pointers
+    are passed per call."""
 
     def __init__(self, op: _Op, checked: Checked, inputs: tuple) -> None:
         library, spec = op.library, op.spec
@@ -244,7 +237,7 @@ class Plan:
         table = library.table
         self.ffi = ffi = library.module.ffi
         self.lib = library.module.lib
-        self.function = getattr(self.lib, f"opgen_{spec.name}_with_data")
+        self.function = getattr(self.lib, f"opgen_{spec.name}_with_arrays")
         # per input: used? (ignored and absent inputs are not)
         self.used = [checked.inputs[t.name] is not None for t in spec.inputs]
         # per output: (name, shape, dtype, requested?)
@@ -269,6 +262,7 @@ class Plan:
                 operand.rank = len(shape)
                 operand.dims[0 : len(shape)] = shape
         self.attributes = tuple(_c_attribute(library, a, checked.attributes[a.name]) for a in spec.attributes)
+        self.numbers = ffi.new("double[]", [float(value) for value in self.attributes] or [0.0])
         self.allocate = [
             functools.partial(
                 aligned_empty if math.prod(shape) * dtype.itemsize >= STREAM_ALIGN_BYTES else np.empty, shape, dtype
@@ -302,8 +296,7 @@ class Plan:
         """This plan for fastcall.c (None without it): what a repeated call must match, and
         the C entry point opgen_<op>_with_arrays with the operands described here."""
         fast = _fastcall()
-        entry = getattr(self.lib, f"opgen_{self.name}_with_arrays", None)
-        if fast is None or entry is None:
+        if fast is None:
             return None
         op.namespace["_fast_call"] = fast.call
 
@@ -375,16 +368,18 @@ class Plan:
                 raise ValueError(f"{where}: must be C-contiguous, writeable and aligned to its dtype")
         return list(out)  # the C API rejects outputs that overlap another operand
 
-    def arguments(self, inputs: tuple, out: Any) -> tuple[list[np.ndarray | None], tuple]:
-        """The outputs of a call and the arguments of its C entry point."""
+    def arguments(self, inputs: tuple, out: Any) -> tuple[list[np.ndarray | None], tuple, list]:
+        """The outputs of a call, the arguments of its C entry point, and the buffer views the
+        data pointers point into (keep them alive until the call returns)."""
         arrays = [*self._prepare(inputs), *self._outputs(out)]
         from_buffer, null = self.ffi.from_buffer, self.ffi.NULL
-        data = [null if array is None else from_buffer(array) for array in arrays]
-        arguments = (self.operands, *data, *self.attributes, self.workspace(), self.workspace_bytes)
-        return arrays[len(self.used) :], arguments
+        views = [null if array is None else from_buffer(array) for array in arrays]
+        pointers = self.ffi.new("void *[]", views)
+        arguments = (self.operands, pointers, self.numbers, self.workspace(), self.workspace_bytes)
+        return arrays[len(self.used) :], arguments, views
 
     def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
-        outputs, arguments = self.arguments(inputs, out)
+        outputs, arguments, _views = self.arguments(inputs, out)
         self._raise(self.function(*arguments))
         return outputs
 
