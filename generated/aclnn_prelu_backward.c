@@ -79,9 +79,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                             grad_weight_acc += grad_weight_term;
                         }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            grad_weight_acc += grad_weight_lanes[lane];
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                         }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                        }
+                        grad_weight_acc += grad_weight_lanes[0];
                         partial[0 * channels + channel] += grad_weight_acc;
                     }
                 }
@@ -140,9 +163,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                        grad_weight_acc += grad_weight_lanes[lane];
+                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                     }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    }
+                    grad_weight_acc += grad_weight_lanes[0];
                     partial[0 * channels + channel] += grad_weight_acc;
                 }
             }
@@ -163,11 +209,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory; row groups store a block of each
-     * row in turn, which streams well only in whole, aligned cache lines */
-    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES &&
-                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
-                        opgen_whole_lines(grad_input, channels, sizeof(*grad_input)));
+    /* outputs bigger than the caches go straight to memory, written in memory order */
+    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -284,6 +327,169 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
+                    if (stream) {
+                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                                double grad_weight_group[OPGEN_SEGMENT];
+                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                    grad_weight_group[slot] = 0;
+                                }
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(self_block, self + base + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_group[channel - segment + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                                    }
+                                    /* the channels after the last whole block, in the last segment */
+                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                        const float weight_value = weight[channel];
+                                        
+                                        const float grad_output_value = grad_output[base + channel];
+                                        const float self_value = self[base + channel];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input[base + channel] = grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        partial[0 * channels + channel] += grad_weight_term;
+                                    }
+                                }
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            int64_t channel = 0;
+                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                                double grad_weight_group[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_group[lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                                }
+                            }
+                            for (; channel < channels; ++channel) {
+                                const float weight_value = weight[channel];
+                                
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = grad_output[base + channel];
+                                    const float self_value = self[base + channel];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    partial[0 * channels + channel] += grad_weight_term;
+                                }
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                if (stream) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            double grad_weight_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                grad_weight_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_group[channel - segment + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    const float weight_value = weight[channel];
+                                    
+                                    const float grad_output_value = grad_output[base + channel];
+                                    const float self_value = self[base + channel];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    partial[0 * channels + channel] += grad_weight_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
@@ -327,61 +533,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 partial[0 * channels + channel] += grad_weight_term;
                             }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        double grad_weight_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(self_block, self + base + channel);
-                            float weight_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(weight_block, weight + channel);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float weight_value = (float)weight_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_group[lane] += grad_weight_term;
-                            }
-                            opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                        }
-                    }
-                    for (; channel < channels; ++channel) {
-                        const float weight_value = weight[channel];
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float grad_output_value = grad_output[base + channel];
-                            const float self_value = self[base + channel];
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + channel] = grad_input_value;
-                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            partial[0 * channels + channel] += grad_weight_term;
                         }
                     }
                 }
@@ -549,9 +700,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                             grad_weight_acc += grad_weight_term;
                         }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            grad_weight_acc += grad_weight_lanes[lane];
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                         }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                        }
+                        grad_weight_acc += grad_weight_lanes[0];
                         partial[0 * channels + channel] += grad_weight_acc;
                     }
                 }
@@ -615,9 +789,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                        grad_weight_acc += grad_weight_lanes[lane];
+                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                     }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    }
+                    grad_weight_acc += grad_weight_lanes[0];
                     partial[0 * channels + channel] += grad_weight_acc;
                 }
             }
@@ -638,11 +835,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory; row groups store a block of each
-     * row in turn, which streams well only in whole, aligned cache lines */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES &&
-                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
-                        opgen_whole_lines(grad_input, channels, sizeof(*grad_input)));
+    /* outputs bigger than the caches go straight to memory, written in memory order */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -780,6 +974,169 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
+                    if (stream) {
+                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                                float grad_weight_group[OPGEN_SEGMENT];
+                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                    grad_weight_group[slot] = 0;
+                                }
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(self_block, self + base + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_group[channel - segment + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                                    }
+                                    /* the channels after the last whole block, in the last segment */
+                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                        const float weight_value = opgen_f16_to_f32(weight[channel]);
+                                        
+                                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                        const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                        partial[0 * channels + channel] += grad_weight_term;
+                                    }
+                                }
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            int64_t channel = 0;
+                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                                float grad_weight_group[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_group[lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                                }
+                            }
+                            for (; channel < channels; ++channel) {
+                                const float weight_value = opgen_f16_to_f32(weight[channel]);
+                                
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    partial[0 * channels + channel] += grad_weight_term;
+                                }
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                if (stream) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            float grad_weight_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                grad_weight_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_group[channel - segment + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    const float weight_value = opgen_f16_to_f32(weight[channel]);
+                                    
+                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    partial[0 * channels + channel] += grad_weight_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
@@ -823,61 +1180,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                                 partial[0 * channels + channel] += grad_weight_term;
                             }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float grad_weight_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(self_block, self + base + channel);
-                            float weight_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(weight_block, weight + channel);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float weight_value = (float)weight_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_group[lane] += grad_weight_term;
-                            }
-                            opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                        }
-                    }
-                    for (; channel < channels; ++channel) {
-                        const float weight_value = opgen_f16_to_f32(weight[channel]);
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                            const float self_value = opgen_f16_to_f32(self[base + channel]);
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                            partial[0 * channels + channel] += grad_weight_term;
                         }
                     }
                 }
@@ -1063,9 +1365,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                             grad_weight_acc += grad_weight_term;
                         }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            grad_weight_acc += grad_weight_lanes[lane];
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                         }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                        }
+                        grad_weight_acc += grad_weight_lanes[0];
                         partial[0 * channels + channel] += grad_weight_acc;
                     }
                 }
@@ -1147,9 +1472,32 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                        grad_weight_acc += grad_weight_lanes[lane];
+                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                     }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    }
+                    grad_weight_acc += grad_weight_lanes[0];
                     partial[0 * channels + channel] += grad_weight_acc;
                 }
             }
@@ -1170,11 +1518,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory; row groups store a block of each
-     * row in turn, which streams well only in whole, aligned cache lines */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES &&
-                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
-                        opgen_whole_lines(grad_input, channels, sizeof(*grad_input)));
+    /* outputs bigger than the caches go straight to memory, written in memory order */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -1348,6 +1693,235 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
+                    if (stream) {
+                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                                float grad_weight_group[OPGEN_SEGMENT];
+                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                    grad_weight_group[slot] = 0;
+                                }
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + base + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_group[channel - segment + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                                    }
+                                    /* the channels after the last whole block, in the last segment */
+                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                                        
+                                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                        const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        partial[0 * channels + channel] += grad_weight_term;
+                                    }
+                                }
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    if (!(opgen_all_finite(grad_weight_group + (channel - segment), OPGEN_BLOCK))) {
+                                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                        double grad_weight_again[OPGEN_BLOCK] = {0};
+                                        for (int64_t row = group; row < group_end; ++row) {
+                                            const int64_t base = row * channels;
+                                            float grad_output_block[OPGEN_BLOCK];
+                                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                            float self_block[OPGEN_BLOCK];
+                                            opgen_load_block_bf16(self_block, self + base + channel);
+                                            OPGEN_SIMD
+                                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                                const float grad_output_value = (float)grad_output_block[lane];
+                                                const float self_value = (float)self_block[lane];
+                                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                                grad_weight_again[lane] += grad_weight_term;
+                                            }
+                                        }
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                                            grad_weight_group[channel - segment + lane] = 0;
+                                        }
+                                    }
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            int64_t channel = 0;
+                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                                float grad_weight_group[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_group[lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                                }
+                                if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                    double grad_weight_again[OPGEN_BLOCK] = {0};
+                                    for (int64_t row = group; row < group_end; ++row) {
+                                        const int64_t base = row * channels;
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + base + channel);
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_again[lane] += grad_weight_term;
+                                        }
+                                    }
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                                        grad_weight_group[lane] = 0;
+                                    }
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                                }
+                            }
+                            for (; channel < channels; ++channel) {
+                                const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                                
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    partial[0 * channels + channel] += grad_weight_term;
+                                }
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                if (stream) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            float grad_weight_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                grad_weight_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_group[channel - segment + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                                    
+                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    partial[0 * channels + channel] += grad_weight_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                if (!(opgen_all_finite(grad_weight_group + (channel - segment), OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                    double grad_weight_again[OPGEN_BLOCK] = {0};
+                                    for (int64_t row = group; row < group_end; ++row) {
+                                        const int64_t base = row * channels;
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + base + channel);
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_again[lane] += grad_weight_term;
+                                        }
+                                    }
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                                        grad_weight_group[channel - segment + lane] = 0;
+                                    }
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
@@ -1413,83 +1987,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 partial[0 * channels + channel] += grad_weight_term;
                             }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float grad_weight_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(self_block, self + base + channel);
-                            float weight_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(weight_block, weight + channel);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float weight_value = (float)weight_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_group[lane] += grad_weight_term;
-                            }
-                            opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
-                        }
-                        if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double grad_weight_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_again[lane] += grad_weight_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                grad_weight_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                        }
-                    }
-                    for (; channel < channels; ++channel) {
-                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                            const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            partial[0 * channels + channel] += grad_weight_term;
                         }
                     }
                 }

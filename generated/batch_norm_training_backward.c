@@ -103,10 +103,39 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                     }
                 }
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                    sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-                    sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                 }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                }
+                sum_diff_dst_acc += sum_diff_dst_lanes[0];
+                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
                 const double diff_beta_acc = sum_diff_dst_acc;
                 const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
                 const double scale_acc = (gamma_acc * inv_std_acc);
@@ -223,10 +252,39 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
             }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+            }
+            sum_diff_dst_acc += sum_diff_dst_lanes[0];
+            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
             const double diff_beta_acc = sum_diff_dst_acc;
             const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
             const double scale_acc = (gamma_acc * inv_std_acc);
@@ -690,10 +748,39 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                     }
                 }
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                    sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-                    sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                 }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                }
+                sum_diff_dst_acc += sum_diff_dst_lanes[0];
+                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
                 const double diff_beta_acc = sum_diff_dst_acc;
                 const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
                 const double scale_acc = (gamma_acc * inv_std_acc);
@@ -810,10 +897,39 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
             }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+            }
+            sum_diff_dst_acc += sum_diff_dst_lanes[0];
+            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
             const double diff_beta_acc = sum_diff_dst_acc;
             const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
             const double scale_acc = (gamma_acc * inv_std_acc);
@@ -1277,10 +1393,39 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                     }
                 }
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                    sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-                    sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                 }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                }
+                sum_diff_dst_acc += sum_diff_dst_lanes[0];
+                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
                 const double diff_beta_acc = sum_diff_dst_acc;
                 const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
                 const double scale_acc = (gamma_acc * inv_std_acc);
@@ -1397,10 +1542,39 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
             }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+            }
+            sum_diff_dst_acc += sum_diff_dst_lanes[0];
+            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
             const double diff_beta_acc = sum_diff_dst_acc;
             const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
             const double scale_acc = (gamma_acc * inv_std_acc);
@@ -1864,10 +2038,39 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                     }
                 }
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                    sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-                    sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                 }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                }
+                sum_diff_dst_acc += sum_diff_dst_lanes[0];
+                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
                 const double diff_beta_acc = sum_diff_dst_acc;
                 const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
                 const double scale_acc = (gamma_acc * inv_std_acc);
@@ -1984,10 +2187,39 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                 }
             }
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                sum_diff_dst_acc += sum_diff_dst_lanes[lane];
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[lane];
+            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
             }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+            }
+            sum_diff_dst_acc += sum_diff_dst_lanes[0];
+            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
             const double diff_beta_acc = sum_diff_dst_acc;
             const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
             const double scale_acc = (gamma_acc * inv_std_acc);

@@ -53,8 +53,13 @@
 /* Independent sets of lane sums a reduction rotates through, block by block, so the
  * additions of consecutive blocks do not wait for each other. */
 #define OPGEN_CHAINS 4
+#if OPGEN_CHAINS * OPGEN_BLOCK != 64
+#error "lanes_total (templates/_macros.j2) adds 64 lanes in a tree"
+#endif
 /* Rows of an nxc reduction summed in registers before the partial sums in memory. */
 #define OPGEN_ROW_GROUP 4
+/* Channels of an nxc reduction walked row by row (in memory order) before the next ones. */
+#define OPGEN_SEGMENT 256
 /* With at least this many rows, reductions split rows only. */
 #define OPGEN_MIN_ROW_TILES 16
 /* At most this many partial sums (doubles) per sum across all tiles. */
@@ -108,14 +113,6 @@ static inline int opgen_all_finite(const float *values, int count)
         largest = exponent > largest ? exponent : largest;
     }
     return largest != 0x7F800000u;
-}
-
-/* Blocks of OPGEN_BLOCK elements of `size` bytes, in rows of `channels` elements from `data`,
- * are whole, aligned 64-byte cache lines. */
-static inline int opgen_whole_lines(const void *data, int64_t channels, size_t size)
-{
-    const int64_t line = 64;
-    return (uintptr_t)data % line == 0 && (int64_t)(OPGEN_BLOCK * size) % line == 0 && channels * (int64_t)size % line == 0;
 }
 
 static inline int64_t opgen_min(int64_t a, int64_t b)

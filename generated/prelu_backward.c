@@ -79,9 +79,32 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                             diff_slope_acc += diff_slope_term;
                         }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            diff_slope_acc += diff_slope_lanes[lane];
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                         }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                        }
+                        diff_slope_acc += diff_slope_lanes[0];
                         partial[0 * channels + channel] += diff_slope_acc;
                     }
                 }
@@ -140,9 +163,32 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                        diff_slope_acc += diff_slope_lanes[lane];
+                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                     }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    }
+                    diff_slope_acc += diff_slope_lanes[0];
                     partial[0 * channels + channel] += diff_slope_acc;
                 }
             }
@@ -163,11 +209,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory; row groups store a block of each
-     * row in turn, which streams well only in whole, aligned cache lines */
-    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES &&
-                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
-                        opgen_whole_lines(diff_src, channels, sizeof(*diff_src)));
+    /* outputs bigger than the caches go straight to memory, written in memory order */
+    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -284,6 +327,169 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
+                    if (stream) {
+                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                                double diff_slope_group[OPGEN_SEGMENT];
+                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                    diff_slope_group[slot] = 0;
+                                }
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_group[channel - segment + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                                    }
+                                    /* the channels after the last whole block, in the last segment */
+                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                        const float slope_value = slope[channel];
+                                        
+                                        const float src_value = src[base + channel];
+                                        const float diff_dst_value = diff_dst[base + channel];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src[base + channel] = diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        partial[0 * channels + channel] += diff_slope_term;
+                                    }
+                                }
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += diff_slope_group[channel - segment + lane];
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            int64_t channel = 0;
+                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                                double diff_slope_group[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_group[lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                                }
+                            }
+                            for (; channel < channels; ++channel) {
+                                const float slope_value = slope[channel];
+                                
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = src[base + channel];
+                                    const float diff_dst_value = diff_dst[base + channel];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    partial[0 * channels + channel] += diff_slope_term;
+                                }
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                if (stream) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            double diff_slope_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                diff_slope_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_group[channel - segment + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    const float slope_value = slope[channel];
+                                    
+                                    const float src_value = src[base + channel];
+                                    const float diff_dst_value = diff_dst[base + channel];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    partial[0 * channels + channel] += diff_slope_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += diff_slope_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
@@ -327,61 +533,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 partial[0 * channels + channel] += diff_slope_term;
                             }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        double diff_slope_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                            float slope_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(slope_block, slope + channel);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float slope_value = (float)slope_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                diff_slope_group[lane] += diff_slope_term;
-                            }
-                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += diff_slope_group[lane];
-                        }
-                    }
-                    for (; channel < channels; ++channel) {
-                        const float slope_value = slope[channel];
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float src_value = src[base + channel];
-                            const float diff_dst_value = diff_dst[base + channel];
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + channel] = diff_src_value;
-                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                            partial[0 * channels + channel] += diff_slope_term;
                         }
                     }
                 }
@@ -567,9 +718,32 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                             diff_slope_acc += diff_slope_term;
                         }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            diff_slope_acc += diff_slope_lanes[lane];
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                         }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                        }
+                        diff_slope_acc += diff_slope_lanes[0];
                         partial[0 * channels + channel] += diff_slope_acc;
                     }
                 }
@@ -651,9 +825,32 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                        diff_slope_acc += diff_slope_lanes[lane];
+                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                     }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    }
+                    diff_slope_acc += diff_slope_lanes[0];
                     partial[0 * channels + channel] += diff_slope_acc;
                 }
             }
@@ -674,11 +871,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory; row groups store a block of each
-     * row in turn, which streams well only in whole, aligned cache lines */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES &&
-                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
-                        opgen_whole_lines(diff_src, channels, sizeof(*diff_src)));
+    /* outputs bigger than the caches go straight to memory, written in memory order */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -852,6 +1046,235 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
+                    if (stream) {
+                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                                float diff_slope_group[OPGEN_SEGMENT];
+                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                    diff_slope_group[slot] = 0;
+                                }
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_group[channel - segment + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                                    }
+                                    /* the channels after the last whole block, in the last segment */
+                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                        const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                                        
+                                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        partial[0 * channels + channel] += diff_slope_term;
+                                    }
+                                }
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    if (!(opgen_all_finite(diff_slope_group + (channel - segment), OPGEN_BLOCK))) {
+                                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                        double diff_slope_again[OPGEN_BLOCK] = {0};
+                                        for (int64_t row = group; row < group_end; ++row) {
+                                            const int64_t base = row * channels;
+                                            float src_block[OPGEN_BLOCK];
+                                            opgen_load_block_bf16(src_block, src + base + channel);
+                                            float diff_dst_block[OPGEN_BLOCK];
+                                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                            OPGEN_SIMD
+                                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                                const float src_value = (float)src_block[lane];
+                                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                                diff_slope_again[lane] += diff_slope_term;
+                                            }
+                                        }
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            partial[0 * channels + channel + lane] += diff_slope_again[lane];
+                                            diff_slope_group[channel - segment + lane] = 0;
+                                        }
+                                    }
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += diff_slope_group[channel - segment + lane];
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            int64_t channel = 0;
+                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                                float diff_slope_group[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_group[lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                                }
+                                if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                    double diff_slope_again[OPGEN_BLOCK] = {0};
+                                    for (int64_t row = group; row < group_end; ++row) {
+                                        const int64_t base = row * channels;
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_again[lane] += diff_slope_term;
+                                        }
+                                    }
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += diff_slope_again[lane];
+                                        diff_slope_group[lane] = 0;
+                                    }
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                                }
+                            }
+                            for (; channel < channels; ++channel) {
+                                const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                                
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    partial[0 * channels + channel] += diff_slope_term;
+                                }
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                if (stream) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            float diff_slope_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                diff_slope_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_group[channel - segment + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                                    
+                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    partial[0 * channels + channel] += diff_slope_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                if (!(opgen_all_finite(diff_slope_group + (channel - segment), OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                    double diff_slope_again[OPGEN_BLOCK] = {0};
+                                    for (int64_t row = group; row < group_end; ++row) {
+                                        const int64_t base = row * channels;
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_again[lane] += diff_slope_term;
+                                        }
+                                    }
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += diff_slope_again[lane];
+                                        diff_slope_group[channel - segment + lane] = 0;
+                                    }
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += diff_slope_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
@@ -917,83 +1340,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 partial[0 * channels + channel] += diff_slope_term;
                             }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float diff_slope_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                            float slope_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(slope_block, slope + channel);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float slope_value = (float)slope_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                diff_slope_group[lane] += diff_slope_term;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double diff_slope_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_again[lane] += diff_slope_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += diff_slope_again[lane];
-                                diff_slope_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += diff_slope_group[lane];
-                        }
-                    }
-                    for (; channel < channels; ++channel) {
-                        const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                            partial[0 * channels + channel] += diff_slope_term;
                         }
                     }
                 }
@@ -1161,9 +1507,32 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                             diff_slope_acc += diff_slope_term;
                         }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            diff_slope_acc += diff_slope_lanes[lane];
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                         }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                            diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                        }
+                        diff_slope_acc += diff_slope_lanes[0];
                         partial[0 * channels + channel] += diff_slope_acc;
                     }
                 }
@@ -1227,9 +1596,32 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                        diff_slope_acc += diff_slope_lanes[lane];
+                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
                     }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                    }
+                    diff_slope_acc += diff_slope_lanes[0];
                     partial[0 * channels + channel] += diff_slope_acc;
                 }
             }
@@ -1250,11 +1642,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory; row groups store a block of each
-     * row in turn, which streams well only in whole, aligned cache lines */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES &&
-                       ((tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) ||
-                        opgen_whole_lines(diff_src, channels, sizeof(*diff_src)));
+    /* outputs bigger than the caches go straight to memory, written in memory order */
+    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
@@ -1392,6 +1781,169 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
+                    if (stream) {
+                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                                float diff_slope_group[OPGEN_SEGMENT];
+                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                    diff_slope_group[slot] = 0;
+                                }
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_group[channel - segment + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                                    }
+                                    /* the channels after the last whole block, in the last segment */
+                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                        const float slope_value = opgen_f16_to_f32(slope[channel]);
+                                        
+                                        const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                        partial[0 * channels + channel] += diff_slope_term;
+                                    }
+                                }
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += diff_slope_group[channel - segment + lane];
+                                    }
+                                }
+                            }
+                        }
+                    } else {
+                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                            int64_t channel = 0;
+                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                                float diff_slope_group[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_group[lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += diff_slope_group[lane];
+                                }
+                            }
+                            for (; channel < channels; ++channel) {
+                                const float slope_value = opgen_f16_to_f32(slope[channel]);
+                                
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                    partial[0 * channels + channel] += diff_slope_term;
+                                }
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t tile = 0; tile < tiles; ++tile) {
+                double *partial = workspace + tile * 1 * channels;
+                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                    partial[slot] = 0;
+                }
+                if (stream) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            float diff_slope_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                diff_slope_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_group[channel - segment + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    const float slope_value = opgen_f16_to_f32(slope[channel]);
+                                    
+                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                    partial[0 * channels + channel] += diff_slope_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += diff_slope_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
@@ -1435,61 +1987,6 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                                 partial[0 * channels + channel] += diff_slope_term;
                             }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float diff_slope_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                            float slope_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(slope_block, slope + channel);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float slope_value = (float)slope_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                diff_slope_group[lane] += diff_slope_term;
-                            }
-                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += diff_slope_group[lane];
-                        }
-                    }
-                    for (; channel < channels; ++channel) {
-                        const float slope_value = opgen_f16_to_f32(slope[channel]);
-                        
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float src_value = opgen_f16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                            partial[0 * channels + channel] += diff_slope_term;
                         }
                     }
                 }
