@@ -365,6 +365,270 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         partial[sum * channels + channel] = 0;
                     }
                 }
+                if (stream && !split_channels) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            float sum_diff_dst_group[OPGEN_SEGMENT];
+                            float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                sum_diff_dst_group[slot] = 0;
+                                sum_diff_dst_centered_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float mean_value = (float)mean_block[lane];
+                                        const float sum_diff_dst_term = diff_dst_value;
+                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                        sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                                        sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    
+                                    const double mean_acc = (double)(mean[channel]);
+                                    const float src_value = src[base + channel];
+                                    const float diff_dst_value = diff_dst[base + channel];
+                                    
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    partial[0 * channels + channel] += sum_diff_dst_term;
+                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                    for (int64_t row = group; row < group_end; ++row) {
+                                        const int64_t base = row * channels;
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                        float mean_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(mean_block, mean + channel);
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const double mean_acc = (double)mean_block[lane];
+                                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                                            sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                        }
+                                    }
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                        sum_diff_dst_group[channel - segment + lane] = 0;
+                                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                        sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                                    }
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                        const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[lane] = 0;
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            
+                            const double mean_acc = (double)(mean[channel]);
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                partial[0 * channels + channel] += sum_diff_dst_term;
+                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t range = 0; range < ranges; ++range) {
+            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+            for (int64_t sum = 0; sum < 2; ++sum) {
+                for (int64_t channel = first; channel < last; ++channel) {
+                    partial[sum * channels + channel] = 0;
+                }
+            }
+            if (stream && !split_channels) {
+                const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+                    for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                        const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                        float sum_diff_dst_group[OPGEN_SEGMENT];
+                        float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                        for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                            sum_diff_dst_group[slot] = 0;
+                            sum_diff_dst_centered_group[slot] = 0;
+                        }
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            /* the channels after the last whole block, in the last segment */
+                            for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                
+                                const double mean_acc = (double)(mean[channel]);
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                partial[0 * channels + channel] += sum_diff_dst_term;
+                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                            if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[channel - segment + lane] = 0;
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                            }
+                        }
+                    }
+                }
+            } else {
                 for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
                     const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                     int64_t channel = first;
@@ -439,98 +703,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             partial[0 * channels + channel] += sum_diff_dst_term;
                             partial[1 * channels + channel] += sum_diff_dst_centered_term;
                         }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t range = 0; range < ranges; ++range) {
-            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
-            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-            for (int64_t sum = 0; sum < 2; ++sum) {
-                for (int64_t channel = first; channel < last; ++channel) {
-                    partial[sum * channels + channel] = 0;
-                }
-            }
-            for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                    for (int64_t row = group; row < group_end; ++row) {
-                        const int64_t base = row * channels;
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + channel);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel);
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float sum_diff_dst_term = diff_dst_value;
-                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                            sum_diff_dst_group[lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                        }
-                    }
-                    if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel);
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                            sum_diff_dst_group[lane] = 0;
-                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                            sum_diff_dst_centered_group[lane] = 0;
-                        }
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                    }
-                }
-                for (; channel < last; ++channel) {
-                    
-                    const double mean_acc = (double)(mean[channel]);
-                    for (int64_t row = group; row < group_end; ++row) {
-                        const int64_t base = row * channels;
-                        const float src_value = src[base + channel];
-                        const float diff_dst_value = diff_dst[base + channel];
-                        
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        partial[0 * channels + channel] += sum_diff_dst_term;
-                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
                     }
                 }
             }
@@ -1010,6 +1182,270 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         partial[sum * channels + channel] = 0;
                     }
                 }
+                if (stream && !split_channels) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            float sum_diff_dst_group[OPGEN_SEGMENT];
+                            float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                sum_diff_dst_group[slot] = 0;
+                                sum_diff_dst_centered_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float mean_value = (float)mean_block[lane];
+                                        const float sum_diff_dst_term = diff_dst_value;
+                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                        sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                                        sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    
+                                    const double mean_acc = (double)(mean[channel]);
+                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                    
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    partial[0 * channels + channel] += sum_diff_dst_term;
+                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                    for (int64_t row = group; row < group_end; ++row) {
+                                        const int64_t base = row * channels;
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        float mean_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(mean_block, mean + channel);
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const double mean_acc = (double)mean_block[lane];
+                                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                                            sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                        }
+                                    }
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                        sum_diff_dst_group[channel - segment + lane] = 0;
+                                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                        sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                                    }
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                        const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[lane] = 0;
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            
+                            const double mean_acc = (double)(mean[channel]);
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                partial[0 * channels + channel] += sum_diff_dst_term;
+                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t range = 0; range < ranges; ++range) {
+            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+            for (int64_t sum = 0; sum < 2; ++sum) {
+                for (int64_t channel = first; channel < last; ++channel) {
+                    partial[sum * channels + channel] = 0;
+                }
+            }
+            if (stream && !split_channels) {
+                const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+                    for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                        const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                        float sum_diff_dst_group[OPGEN_SEGMENT];
+                        float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                        for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                            sum_diff_dst_group[slot] = 0;
+                            sum_diff_dst_centered_group[slot] = 0;
+                        }
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            /* the channels after the last whole block, in the last segment */
+                            for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                
+                                const double mean_acc = (double)(mean[channel]);
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                partial[0 * channels + channel] += sum_diff_dst_term;
+                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                            if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[channel - segment + lane] = 0;
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                            }
+                        }
+                    }
+                }
+            } else {
                 for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
                     const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                     int64_t channel = first;
@@ -1084,98 +1520,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             partial[0 * channels + channel] += sum_diff_dst_term;
                             partial[1 * channels + channel] += sum_diff_dst_centered_term;
                         }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t range = 0; range < ranges; ++range) {
-            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
-            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-            for (int64_t sum = 0; sum < 2; ++sum) {
-                for (int64_t channel = first; channel < last; ++channel) {
-                    partial[sum * channels + channel] = 0;
-                }
-            }
-            for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                    for (int64_t row = group; row < group_end; ++row) {
-                        const int64_t base = row * channels;
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel);
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float sum_diff_dst_term = diff_dst_value;
-                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                            sum_diff_dst_group[lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                        }
-                    }
-                    if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel);
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                            sum_diff_dst_group[lane] = 0;
-                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                            sum_diff_dst_centered_group[lane] = 0;
-                        }
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                    }
-                }
-                for (; channel < last; ++channel) {
-                    
-                    const double mean_acc = (double)(mean[channel]);
-                    for (int64_t row = group; row < group_end; ++row) {
-                        const int64_t base = row * channels;
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        partial[0 * channels + channel] += sum_diff_dst_term;
-                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
                     }
                 }
             }
@@ -1655,6 +1999,270 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         partial[sum * channels + channel] = 0;
                     }
                 }
+                if (stream && !split_channels) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            float sum_diff_dst_group[OPGEN_SEGMENT];
+                            float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                sum_diff_dst_group[slot] = 0;
+                                sum_diff_dst_centered_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float mean_value = (float)mean_block[lane];
+                                        const float sum_diff_dst_term = diff_dst_value;
+                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                        sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                                        sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    
+                                    const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                    
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    partial[0 * channels + channel] += sum_diff_dst_term;
+                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                    for (int64_t row = group; row < group_end; ++row) {
+                                        const int64_t base = row * channels;
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        float mean_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(mean_block, mean + channel);
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const double mean_acc = (double)mean_block[lane];
+                                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                                            sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                        }
+                                    }
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                        sum_diff_dst_group[channel - segment + lane] = 0;
+                                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                        sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                                    }
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                        const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[lane] = 0;
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            
+                            const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                partial[0 * channels + channel] += sum_diff_dst_term;
+                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t range = 0; range < ranges; ++range) {
+            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+            for (int64_t sum = 0; sum < 2; ++sum) {
+                for (int64_t channel = first; channel < last; ++channel) {
+                    partial[sum * channels + channel] = 0;
+                }
+            }
+            if (stream && !split_channels) {
+                const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+                    for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                        const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                        float sum_diff_dst_group[OPGEN_SEGMENT];
+                        float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                        for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                            sum_diff_dst_group[slot] = 0;
+                            sum_diff_dst_centered_group[slot] = 0;
+                        }
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            /* the channels after the last whole block, in the last segment */
+                            for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                
+                                const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                partial[0 * channels + channel] += sum_diff_dst_term;
+                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                            if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[channel - segment + lane] = 0;
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                            }
+                        }
+                    }
+                }
+            } else {
                 for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
                     const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                     int64_t channel = first;
@@ -1729,98 +2337,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             partial[0 * channels + channel] += sum_diff_dst_term;
                             partial[1 * channels + channel] += sum_diff_dst_centered_term;
                         }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t range = 0; range < ranges; ++range) {
-            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
-            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-            for (int64_t sum = 0; sum < 2; ++sum) {
-                for (int64_t channel = first; channel < last; ++channel) {
-                    partial[sum * channels + channel] = 0;
-                }
-            }
-            for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                    for (int64_t row = group; row < group_end; ++row) {
-                        const int64_t base = row * channels;
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel);
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float sum_diff_dst_term = diff_dst_value;
-                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                            sum_diff_dst_group[lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                        }
-                    }
-                    if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel);
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                            sum_diff_dst_group[lane] = 0;
-                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                            sum_diff_dst_centered_group[lane] = 0;
-                        }
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                    }
-                }
-                for (; channel < last; ++channel) {
-                    
-                    const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                    for (int64_t row = group; row < group_end; ++row) {
-                        const int64_t base = row * channels;
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        partial[0 * channels + channel] += sum_diff_dst_term;
-                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
                     }
                 }
             }
@@ -2300,6 +2816,270 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         partial[sum * channels + channel] = 0;
                     }
                 }
+                if (stream && !split_channels) {
+                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                            float sum_diff_dst_group[OPGEN_SEGMENT];
+                            float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                                sum_diff_dst_group[slot] = 0;
+                                sum_diff_dst_centered_group[slot] = 0;
+                            }
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float mean_value = (float)mean_block[lane];
+                                        const float sum_diff_dst_term = diff_dst_value;
+                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                        sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                                        sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                /* the channels after the last whole block, in the last segment */
+                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    
+                                    const double mean_acc = (double)(mean[channel]);
+                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                    
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    partial[0 * channels + channel] += sum_diff_dst_term;
+                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                if (!(opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                    for (int64_t row = group; row < group_end; ++row) {
+                                        const int64_t base = row * channels;
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(src_block, src + base + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                        float mean_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(mean_block, mean + channel);
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const double mean_acc = (double)mean_block[lane];
+                                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                                            sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                        }
+                                    }
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                        sum_diff_dst_group[channel - segment + lane] = 0;
+                                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                        sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                                    }
+                                }
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                                }
+                            }
+                        }
+                    }
+                } else {
+                    for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
+                        const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[lane] = 0;
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            
+                            const double mean_acc = (double)(mean[channel]);
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                partial[0 * channels + channel] += sum_diff_dst_term;
+                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t range = 0; range < ranges; ++range) {
+            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
+            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
+            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
+            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
+            for (int64_t sum = 0; sum < 2; ++sum) {
+                for (int64_t channel = first; channel < last; ++channel) {
+                    partial[sum * channels + channel] = 0;
+                }
+            }
+            if (stream && !split_channels) {
+                const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+                    for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
+                        const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
+                        float sum_diff_dst_group[OPGEN_SEGMENT];
+                        float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                        for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                            sum_diff_dst_group[slot] = 0;
+                            sum_diff_dst_centered_group[slot] = 0;
+                        }
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            /* the channels after the last whole block, in the last segment */
+                            for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                
+                                const double mean_acc = (double)(mean[channel]);
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                partial[0 * channels + channel] += sum_diff_dst_term;
+                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                            if (!(opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[channel - segment + lane] = 0;
+                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                            }
+                        }
+                    }
+                }
+            } else {
                 for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
                     const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
                     int64_t channel = first;
@@ -2374,98 +3154,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             partial[0 * channels + channel] += sum_diff_dst_term;
                             partial[1 * channels + channel] += sum_diff_dst_centered_term;
                         }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t range = 0; range < ranges; ++range) {
-            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
-            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-            for (int64_t sum = 0; sum < 2; ++sum) {
-                for (int64_t channel = first; channel < last; ++channel) {
-                    partial[sum * channels + channel] = 0;
-                }
-            }
-            for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
-                int64_t channel = first;
-                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                    float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                    for (int64_t row = group; row < group_end; ++row) {
-                        const int64_t base = row * channels;
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + channel);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel);
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float sum_diff_dst_term = diff_dst_value;
-                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                            sum_diff_dst_group[lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                        }
-                    }
-                    if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel);
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                            sum_diff_dst_group[lane] = 0;
-                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                            sum_diff_dst_centered_group[lane] = 0;
-                        }
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                    }
-                }
-                for (; channel < last; ++channel) {
-                    
-                    const double mean_acc = (double)(mean[channel]);
-                    for (int64_t row = group; row < group_end; ++row) {
-                        const int64_t base = row * channels;
-                        const float src_value = opgen_f16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                        
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        partial[0 * channels + channel] += sum_diff_dst_term;
-                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
                     }
                 }
             }

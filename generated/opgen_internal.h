@@ -57,7 +57,7 @@
 #error "lanes_total (templates/_macros.j2) adds 64 lanes in a tree"
 #endif
 /* Rows of an nxc reduction summed in registers before the partial sums in memory. */
-#define OPGEN_ROW_GROUP 4
+#define OPGEN_ROW_GROUP 16
 /* Channels of an nxc reduction walked row by row (in memory order) before the next ones. */
 #define OPGEN_SEGMENT 256
 /* With at least this many rows, reductions split rows only. */

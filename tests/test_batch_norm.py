@@ -173,3 +173,36 @@ def test_float_runs_that_overflow_are_summed_again(row, layout):
     src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, None, 1e-5, layout)
     assert_within(got.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, "overflowing run diff_gamma")
     assert_within(got.diff_src, expected[0], row["diff_src"], src_bound, "overflowing run diff_src")
+
+
+@pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
+@pytest.mark.parametrize("channels", [300, 17])
+def test_nxc_tensors_past_the_caches(row, channels):
+    """NXC tensors bigger than plan.STREAM_BYTES sum their rows in memory order (a segment of
+    OPGEN_SEGMENT channels and a tail past the last whole block with 300 channels); the same
+    bits on 1 and 2 threads, within the bounds of the oracle."""
+    generator = rng("bn past the caches", row, channels)
+    itemsize = dtype_of(row["src"]).itemsize
+    shape = (plan.STREAM_BYTES // (itemsize * channels) + 3, channels)
+    src = data(generator, shape, row["src"])
+    diff_dst = data(generator, shape, row["diff_dst"])
+    mean = data(generator, (channels,), row["mean"], specials="none")
+    variance = np.abs(data(generator, (channels,), row["variance"]))
+    gamma = data(generator, (channels,), row["gamma"])
+    kwargs = {"epsilon": 1e-5, "data_format": "NXC", "with_diff_gamma_beta": True}
+    threads = opgen.get_num_threads()
+    try:
+        opgen.set_num_threads(1)
+        one = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
+        opgen.set_num_threads(2)
+        two = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
+    finally:
+        opgen.set_num_threads(threads)
+    for got_one, got_two in zip(one, two):
+        assert np.array_equal(got_one.view(np.uint8), got_two.view(np.uint8)), "threads changed bits"
+    expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
+    src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, gamma, 1e-5, "NXC")
+    context = f"bn {shape} {row}"
+    assert_within(one.diff_src, expected[0], row["diff_src"], src_bound, context + " diff_src")
+    assert_within(one.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, context + " diff_gamma")
+    assert_within(one.diff_beta, expected[2], row["diff_beta"], beta_bound, context + " diff_beta")

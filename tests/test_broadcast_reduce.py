@@ -15,8 +15,8 @@ import pytest
 import opgen
 from opgen import oracle
 from opgen.accuracy import operand_shapes, sum_magnitudes
-from opgen.plan import BLOCK, CHANNEL_SPLIT
-from tests.helpers import assert_ulps, assert_within, data, float_run, rng, sum_bound
+from opgen.plan import BLOCK, CHANNEL_SPLIT, STREAM_BYTES
+from tests.helpers import assert_ulps, assert_within, data, dtype_of, float_run, rng, sum_bound
 
 SPECS = [s for s in opgen.bundled.specs if s.pattern == "broadcast_reduce"]
 SPEC_PRELU = next(s for s in SPECS if s.name == "prelu_backward")
@@ -192,3 +192,50 @@ def test_rows_of_many_channels(dtype):
     abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
     bound = sum_bound(abs_sum, shape[0], float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
     assert_within(one[1], expected[1], dtype, bound, f"{dtype} diff_slope")
+
+
+def misaligned_empty(shape: tuple[int, ...], dtype: np.dtype, offset: int) -> np.ndarray:
+    """An uninitialized C-contiguous array starting `offset` bytes past a 64-byte boundary."""
+    raw = np.empty(math.prod(shape) * dtype.itemsize + 64 + offset, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    return raw[start : start + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize("channels", [300, 17])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_nxc_tensors_past_the_caches(dtype, channels):
+    """NXC tensors bigger than plan.STREAM_BYTES run rows in memory order with streamed stores
+    (a segment of OPGEN_SEGMENT channels and a tail past the last whole block when there are
+    300; fewer than a block when 17). Outputs 16 bytes past a cache line, and one element (no
+    streaming), give the bits of freshly allocated ones on 1 and 2 threads, and match the
+    oracle; an overflowing bf16 group is summed again in double."""
+    generator = rng("past the caches", dtype, channels)
+    numpy_dtype = dtype_of(dtype)
+    shape = (STREAM_BYTES // (numpy_dtype.itemsize * channels) + 3, channels)
+    src = data(generator, shape, dtype)
+    diff_dst = data(generator, shape, dtype)
+    slope = data(generator, shape[-1:], dtype)
+    if dtype == "bf16":
+        huge = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) / 2
+        at = 40 if channels > 40 else channels - 2  # in a whole block
+        src[3, at], diff_dst[3, at], src[9, at], diff_dst[9, at] = -huge, 4.0, -huge, -4.0
+    threads = opgen.get_num_threads()
+    results = []
+    try:
+        for count, offset in ((1, None), (2, None), (1, 16), (2, numpy_dtype.itemsize)):
+            opgen.set_num_threads(count)
+            out = None
+            if offset is not None:
+                out = (misaligned_empty(shape, numpy_dtype, offset), np.empty(shape[-1:], numpy_dtype))
+            results.append(opgen.prelu_backward(src, slope, diff_dst, data_format="NXC", out=out))
+    finally:
+        opgen.set_num_threads(threads)
+    for other in results[1:]:
+        for first, again in zip(results[0], other):
+            assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), "threads or alignment changed bits"
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NXC")
+    assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
+    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
+    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
+    bound = sum_bound(abs_sum, shape[0], float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
+    assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
