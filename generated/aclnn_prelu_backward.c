@@ -231,10 +231,68 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                     const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
+                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                         * block of sums in turn, loaded and stored once for them all */
+                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_sums[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                                }
+                            }
+                            for (; channel < last; ++channel) {
+                                const float weight_value = weight[channel];
+                                
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = grad_output[base + channel];
+                                    const float self_value = self[base + channel];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_sums[channel] += grad_weight_term;
+                                }
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
+                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
+                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                     * block of sums in turn, loaded and stored once for them all */
+                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(grad_output_block, grad_output + base + channel);
                                 float self_block[OPGEN_BLOCK];
@@ -254,9 +312,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 }
                                 opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
                             }
-                            for (; channel < last; ++channel) {
-                                const float weight_value = weight[channel];
-                                
+                        }
+                        for (; channel < last; ++channel) {
+                            const float weight_value = weight[channel];
+                            
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
                                 const float grad_output_value = grad_output[base + channel];
                                 const float self_value = self[base + channel];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
@@ -264,51 +325,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_sums[channel] += grad_weight_term;
                             }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
-                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
-                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
-                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    for (int64_t row = row_first; row < row_last; ++row) {
-                        const int64_t base = row * channels;
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(self_block, self + base + channel);
-                            float weight_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(weight_block, weight + channel);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float weight_value = (float)weight_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_sums[channel + lane] += grad_weight_term;
-                            }
-                            opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
-                        }
-                        for (; channel < last; ++channel) {
-                            const float weight_value = weight[channel];
-                            
-                            const float grad_output_value = grad_output[base + channel];
-                            const float self_value = self[base + channel];
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + channel] = grad_input_value;
-                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            grad_weight_sums[channel] += grad_weight_term;
                         }
                     }
                 }
@@ -861,38 +877,46 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         for (int64_t channel = first; channel < last; ++channel) {
                             grad_weight_run[channel] = 0;
                         }
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
+                        /* row by row (float runs are sums of rows already; and streamed stores of
+                         * half cache lines, rows in turn, fill lines badly) */
+                        for (int64_t rows = row_first; rows < row_last; rows += 1) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 1);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + channel);
-                                float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(weight_block, weight + channel);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float weight_value = (float)weight_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel + lane] += grad_weight_term;
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                                 }
-                                opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                             }
                             for (; channel < last; ++channel) {
                                 const float weight_value = opgen_f16_to_f32(weight[channel]);
                                 
-                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                grad_weight_sums[channel] += grad_weight_term;
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    grad_weight_sums[channel] += grad_weight_term;
+                                }
                             }
                         }
                         /* the runs join the sums block by block */
@@ -917,38 +941,46 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                     for (int64_t channel = first; channel < last; ++channel) {
                         grad_weight_run[channel] = 0;
                     }
-                    for (int64_t row = row_first; row < row_last; ++row) {
-                        const int64_t base = row * channels;
+                    /* row by row (float runs are sums of rows already; and streamed stores of
+                     * half cache lines, rows in turn, fill lines badly) */
+                    for (int64_t rows = row_first; rows < row_last; rows += 1) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 1);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(grad_output_block, grad_output + base + channel);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(self_block, self + base + channel);
-                            float weight_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(weight_block, weight + channel);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float weight_value = (float)weight_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[channel + lane] += grad_weight_term;
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + channel);
+                                float weight_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(weight_block, weight + channel);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float weight_value = (float)weight_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[channel + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                             }
-                            opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                         }
                         for (; channel < last; ++channel) {
                             const float weight_value = opgen_f16_to_f32(weight[channel]);
                             
-                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                            const float self_value = opgen_f16_to_f32(self[base + channel]);
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                            grad_weight_sums[channel] += grad_weight_term;
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                grad_weight_sums[channel] += grad_weight_term;
+                            }
                         }
                     }
                     /* the runs join the sums block by block */
@@ -1544,38 +1576,46 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         for (int64_t channel = first; channel < last; ++channel) {
                             grad_weight_run[channel] = 0;
                         }
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
+                        /* row by row (float runs are sums of rows already; and streamed stores of
+                         * half cache lines, rows in turn, fill lines badly) */
+                        for (int64_t rows = row_first; rows < row_last; rows += 1) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 1);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel);
-                                float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(weight_block, weight + channel);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float weight_value = (float)weight_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel + lane] += grad_weight_term;
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                                 }
-                                opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                             }
                             for (; channel < last; ++channel) {
                                 const float weight_value = opgen_bf16_to_f32(weight[channel]);
                                 
-                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_sums[channel] += grad_weight_term;
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_sums[channel] += grad_weight_term;
+                                }
                             }
                         }
                         /* the runs join the sums block by block; a block whose float sums
@@ -1618,38 +1658,46 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                     for (int64_t channel = first; channel < last; ++channel) {
                         grad_weight_run[channel] = 0;
                     }
-                    for (int64_t row = row_first; row < row_last; ++row) {
-                        const int64_t base = row * channels;
+                    /* row by row (float runs are sums of rows already; and streamed stores of
+                     * half cache lines, rows in turn, fill lines badly) */
+                    for (int64_t rows = row_first; rows < row_last; rows += 1) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 1);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(self_block, self + base + channel);
-                            float weight_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(weight_block, weight + channel);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float weight_value = (float)weight_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[channel + lane] += grad_weight_term;
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + channel);
+                                float weight_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(weight_block, weight + channel);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float weight_value = (float)weight_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[channel + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                             }
-                            opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                         }
                         for (; channel < last; ++channel) {
                             const float weight_value = opgen_bf16_to_f32(weight[channel]);
                             
-                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                            const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            grad_weight_sums[channel] += grad_weight_term;
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_sums[channel] += grad_weight_term;
+                            }
                         }
                     }
                     /* the runs join the sums block by block; a block whose float sums

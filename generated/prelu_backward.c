@@ -231,10 +231,68 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                     const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
+                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                         * block of sums in turn, loaded and stored once for them all */
+                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_sums[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                                }
+                            }
+                            for (; channel < last; ++channel) {
+                                const float slope_value = slope[channel];
+                                
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = src[base + channel];
+                                    const float diff_dst_value = diff_dst[base + channel];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_sums[channel] += diff_slope_term;
+                                }
+                            }
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
+                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
+                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                     * block of sums in turn, loaded and stored once for them all */
+                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(src_block, src + base + channel);
                                 float diff_dst_block[OPGEN_BLOCK];
@@ -254,9 +312,12 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 }
                                 opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
                             }
-                            for (; channel < last; ++channel) {
-                                const float slope_value = slope[channel];
-                                
+                        }
+                        for (; channel < last; ++channel) {
+                            const float slope_value = slope[channel];
+                            
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
                                 const float src_value = src[base + channel];
                                 const float diff_dst_value = diff_dst[base + channel];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
@@ -264,51 +325,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 diff_slope_sums[channel] += diff_slope_term;
                             }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
-                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
-                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
-                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    for (int64_t row = row_first; row < row_last; ++row) {
-                        const int64_t base = row * channels;
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                            float slope_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(slope_block, slope + channel);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float slope_value = (float)slope_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                diff_slope_sums[channel + lane] += diff_slope_term;
-                            }
-                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        for (; channel < last; ++channel) {
-                            const float slope_value = slope[channel];
-                            
-                            const float src_value = src[base + channel];
-                            const float diff_dst_value = diff_dst[base + channel];
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + channel] = diff_src_value;
-                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                            diff_slope_sums[channel] += diff_slope_term;
                         }
                     }
                 }
@@ -897,38 +913,46 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         for (int64_t channel = first; channel < last; ++channel) {
                             diff_slope_run[channel] = 0;
                         }
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
+                        /* row by row (float runs are sums of rows already; and streamed stores of
+                         * half cache lines, rows in turn, fill lines badly) */
+                        for (int64_t rows = row_first; rows < row_last; rows += 1) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 1);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(slope_block, slope + channel);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float slope_value = (float)slope_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[channel + lane] += diff_slope_term;
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                                 }
-                                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                             }
                             for (; channel < last; ++channel) {
                                 const float slope_value = opgen_bf16_to_f32(slope[channel]);
                                 
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                diff_slope_sums[channel] += diff_slope_term;
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_sums[channel] += diff_slope_term;
+                                }
                             }
                         }
                         /* the runs join the sums block by block; a block whose float sums
@@ -971,38 +995,46 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     for (int64_t channel = first; channel < last; ++channel) {
                         diff_slope_run[channel] = 0;
                     }
-                    for (int64_t row = row_first; row < row_last; ++row) {
-                        const int64_t base = row * channels;
+                    /* row by row (float runs are sums of rows already; and streamed stores of
+                     * half cache lines, rows in turn, fill lines badly) */
+                    for (int64_t rows = row_first; rows < row_last; rows += 1) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 1);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                            float slope_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(slope_block, slope + channel);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float slope_value = (float)slope_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                diff_slope_run[channel + lane] += diff_slope_term;
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                float slope_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(slope_block, slope + channel);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float slope_value = (float)slope_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[channel + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                             }
-                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                         }
                         for (; channel < last; ++channel) {
                             const float slope_value = opgen_bf16_to_f32(slope[channel]);
                             
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                            diff_slope_sums[channel] += diff_slope_term;
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_sums[channel] += diff_slope_term;
+                            }
                         }
                     }
                     /* the runs join the sums block by block; a block whose float sums
@@ -1668,38 +1700,46 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         for (int64_t channel = first; channel < last; ++channel) {
                             diff_slope_run[channel] = 0;
                         }
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = row * channels;
+                        /* row by row (float runs are sums of rows already; and streamed stores of
+                         * half cache lines, rows in turn, fill lines badly) */
+                        for (int64_t rows = row_first; rows < row_last; rows += 1) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 1);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                                float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(slope_block, slope + channel);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float slope_value = (float)slope_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[channel + lane] += diff_slope_term;
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                                 }
-                                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                             }
                             for (; channel < last; ++channel) {
                                 const float slope_value = opgen_f16_to_f32(slope[channel]);
                                 
-                                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                diff_slope_sums[channel] += diff_slope_term;
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                    diff_slope_sums[channel] += diff_slope_term;
+                                }
                             }
                         }
                         /* the runs join the sums block by block */
@@ -1724,38 +1764,46 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                     for (int64_t channel = first; channel < last; ++channel) {
                         diff_slope_run[channel] = 0;
                     }
-                    for (int64_t row = row_first; row < row_last; ++row) {
-                        const int64_t base = row * channels;
+                    /* row by row (float runs are sums of rows already; and streamed stores of
+                     * half cache lines, rows in turn, fill lines badly) */
+                    for (int64_t rows = row_first; rows < row_last; rows += 1) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 1);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
-                            float slope_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(slope_block, slope + channel);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float slope_value = (float)slope_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                diff_slope_run[channel + lane] += diff_slope_term;
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                float slope_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(slope_block, slope + channel);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float slope_value = (float)slope_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[channel + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                             }
-                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                         }
                         for (; channel < last; ++channel) {
                             const float slope_value = opgen_f16_to_f32(slope[channel]);
                             
-                            const float src_value = opgen_f16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                            diff_slope_sums[channel] += diff_slope_term;
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                diff_slope_sums[channel] += diff_slope_term;
+                            }
                         }
                     }
                     /* the runs join the sums block by block */
