@@ -53,7 +53,79 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         /* whole blocks: lane l of every block adds to partial sum l */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                            }
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(grad_output_block, grad_output + base + index);
                                 float self_block[OPGEN_BLOCK];
@@ -137,7 +209,79 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                     /* whole blocks: lane l of every block adds to partial sum l */
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f32(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f32(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f32(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f32(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float grad_output_block[OPGEN_BLOCK];
                             opgen_load_block_f32(grad_output_block, grad_output + base + index);
                             float self_block[OPGEN_BLOCK];
@@ -687,7 +831,79 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                            }
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(grad_output_block, grad_output + base + index);
                                 float self_block[OPGEN_BLOCK];
@@ -776,7 +992,79 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float grad_output_block[OPGEN_BLOCK];
                             opgen_load_block_f16(grad_output_block, grad_output + base + index);
                             float self_block[OPGEN_BLOCK];
@@ -1351,7 +1639,79 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                }
+                            }
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(grad_output_block, grad_output + base + index);
                                 float self_block[OPGEN_BLOCK];
@@ -1458,7 +1818,79 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                            {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float grad_output_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(grad_output_block, grad_output + base + index);
                             float self_block[OPGEN_BLOCK];

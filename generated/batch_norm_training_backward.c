@@ -55,7 +55,71 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
                             opgen_load_block_f32(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
@@ -204,7 +268,71 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                     float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                         float src_block[OPGEN_BLOCK];
                         opgen_load_block_f32(src_block, src + base + index);
                         float diff_dst_block[OPGEN_BLOCK];
@@ -872,7 +1000,71 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
@@ -1021,7 +1213,71 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                     float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                         float src_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(src_block, src + base + index);
                         float diff_dst_block[OPGEN_BLOCK];
@@ -1689,7 +1945,71 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
@@ -1838,7 +2158,71 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                     float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                         float src_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(src_block, src + base + index);
                         float diff_dst_block[OPGEN_BLOCK];
@@ -2506,7 +2890,71 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
                             opgen_load_block_f16(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
@@ -2655,7 +3103,71 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                     float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                         float src_block[OPGEN_BLOCK];
                         opgen_load_block_f16(src_block, src + base + index);
                         float diff_dst_block[OPGEN_BLOCK];

@@ -53,7 +53,79 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         /* whole blocks: lane l of every block adds to partial sum l */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                            }
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float src_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(src_block, src + base + index);
                                 float diff_dst_block[OPGEN_BLOCK];
@@ -137,7 +209,79 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                     /* whole blocks: lane l of every block adds to partial sum l */
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f32(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f32(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f32(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f32(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
                             opgen_load_block_f32(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
@@ -688,7 +832,79 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                            }
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float src_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(src_block, src + base + index);
                                 float diff_dst_block[OPGEN_BLOCK];
@@ -795,7 +1011,79 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
@@ -1510,7 +1798,79 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                             float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                }
+                            }
+                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float src_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(src_block, src + base + index);
                                 float diff_dst_block[OPGEN_BLOCK];
@@ -1599,7 +1959,79 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     while (index + OPGEN_BLOCK <= inner_last) {
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
                         float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
                             opgen_load_block_f16(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
