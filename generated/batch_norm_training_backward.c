@@ -468,15 +468,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int split_channels = tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT;
-    const int64_t ranges = split_channels ? (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT : tiles;
+    const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
-    /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
+    /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
@@ -484,8 +484,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
             OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-                const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-                const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+                const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
+                const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
                 const int64_t row_first = split_channels ? 0 : outer * range / tiles;
                 const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
                 for (int64_t sum = 0; sum < 2; ++sum) {
@@ -663,8 +663,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     {
         for (int64_t range = 0; range < ranges; ++range) {
             double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
+            const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
             const int64_t row_first = split_channels ? 0 : outer * range / tiles;
             const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
             for (int64_t sum = 0; sum < 2; ++sum) {
@@ -1413,15 +1413,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int split_channels = tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT;
-    const int64_t ranges = split_channels ? (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT : tiles;
+    const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
-    /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
+    /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
@@ -1429,8 +1429,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
             OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-                const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-                const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+                const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
+                const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
                 const int64_t row_first = split_channels ? 0 : outer * range / tiles;
                 const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
                 for (int64_t sum = 0; sum < 2; ++sum) {
@@ -1608,8 +1608,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     {
         for (int64_t range = 0; range < ranges; ++range) {
             double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
+            const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
             const int64_t row_first = split_channels ? 0 : outer * range / tiles;
             const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
             for (int64_t sum = 0; sum < 2; ++sum) {
@@ -2358,15 +2358,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int split_channels = tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT;
-    const int64_t ranges = split_channels ? (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT : tiles;
+    const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
-    /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
+    /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
@@ -2374,8 +2374,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
             OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-                const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-                const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+                const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
+                const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
                 const int64_t row_first = split_channels ? 0 : outer * range / tiles;
                 const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
                 for (int64_t sum = 0; sum < 2; ++sum) {
@@ -2553,8 +2553,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     {
         for (int64_t range = 0; range < ranges; ++range) {
             double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
+            const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
             const int64_t row_first = split_channels ? 0 : outer * range / tiles;
             const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
             for (int64_t sum = 0; sum < 2; ++sum) {
@@ -3303,15 +3303,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int split_channels = tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT;
-    const int64_t ranges = split_channels ? (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT : tiles;
+    const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
-    /* pass 1: partial sums per tile of rows (or, for very wide rows, per range of channels) */
+    /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
@@ -3319,8 +3319,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
             OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
                 double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-                const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-                const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+                const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
+                const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
                 const int64_t row_first = split_channels ? 0 : outer * range / tiles;
                 const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
                 for (int64_t sum = 0; sum < 2; ++sum) {
@@ -3498,8 +3498,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     {
         for (int64_t range = 0; range < ranges; ++range) {
             double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? range * OPGEN_CHANNEL_SPLIT : 0;
-            const int64_t last = split_channels ? opgen_min(channels, first + OPGEN_CHANNEL_SPLIT) : channels;
+            const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
+            const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
             const int64_t row_first = split_channels ? 0 : outer * range / tiles;
             const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
             for (int64_t sum = 0; sum < 2; ++sum) {

@@ -133,6 +133,33 @@ static inline int64_t opgen_min(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
+/* An nxc reduction splits its channels, not its rows, among the threads: rows of very many
+ * channels in one tile, or too few rows per tile (each tile sums into partial sums of all
+ * channels, which costs as much as the rows themselves then). A channel's sum is the same
+ * either way for any thread count; the choice depends on the shape alone. */
+static inline int opgen_split_channels(int64_t outer, int64_t channels, int64_t tiles)
+{
+    return tiles == 1 ? channels >= OPGEN_CHANNEL_SPLIT : outer < tiles * OPGEN_ROW_GROUP;
+}
+
+/* Ranges of whole blocks of channels for a channel split: at least one per OPGEN_CHANNEL_SPLIT
+ * channels and per thread. */
+static inline int64_t opgen_channel_ranges(int64_t channels, int threads)
+{
+    const int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
+    return (ranges + threads - 1) / threads * threads;
+}
+
+static inline int64_t opgen_range_first(int64_t channels, int64_t ranges, int64_t range)
+{
+    return channels / OPGEN_BLOCK * range / ranges * OPGEN_BLOCK;
+}
+
+static inline int64_t opgen_range_last(int64_t channels, int64_t ranges, int64_t range)
+{
+    return range + 1 == ranges ? channels : opgen_range_first(channels, ranges, range + 1);
+}
+
 /* The math's `a if c else b`: both arms are evaluated (as arguments), so the choice is a
  * branch-free select the compiler can vectorize. */
 static inline double opgen_select_double(int condition, double if_true, double if_false)

@@ -357,22 +357,20 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
     const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+    if (opgen_split_channels(outer, channels, tiles)) {
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
          * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t channel_blocks = channels / OPGEN_BLOCK;
-        int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        ranges = (ranges + threads - 1) / threads * threads;
+        const int64_t ranges = opgen_channel_ranges(channels, threads);
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
-                    const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                    const int64_t first = opgen_range_first(channels, ranges, range);
+                    const int64_t last = opgen_range_last(channels, ranges, range);
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
@@ -425,8 +423,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
-                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                const int64_t first = opgen_range_first(channels, ranges, range);
+                const int64_t last = opgen_range_last(channels, ranges, range);
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
@@ -1179,14 +1177,12 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+    if (opgen_split_channels(outer, channels, tiles)) {
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
          * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t channel_blocks = channels / OPGEN_BLOCK;
-        int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        ranges = (ranges + threads - 1) / threads * threads;
+        const int64_t ranges = opgen_channel_ranges(channels, threads);
         float *const diff_slope_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -1194,8 +1190,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
-                    const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                    const int64_t first = opgen_range_first(channels, ranges, range);
+                    const int64_t last = opgen_range_last(channels, ranges, range);
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         for (int64_t channel = first; channel < last; ++channel) {
@@ -1276,8 +1272,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
-                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                const int64_t first = opgen_range_first(channels, ranges, range);
+                const int64_t last = opgen_range_last(channels, ranges, range);
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     for (int64_t channel = first; channel < last; ++channel) {
@@ -2110,14 +2106,12 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (tiles == 1 && channels >= OPGEN_CHANNEL_SPLIT) {
+    if (opgen_split_channels(outer, channels, tiles)) {
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
          * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t channel_blocks = channels / OPGEN_BLOCK;
-        int64_t ranges = (channels + OPGEN_CHANNEL_SPLIT - 1) / OPGEN_CHANNEL_SPLIT;
-        ranges = (ranges + threads - 1) / threads * threads;
+        const int64_t ranges = opgen_channel_ranges(channels, threads);
         float *const diff_slope_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -2125,8 +2119,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
-                    const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                    const int64_t first = opgen_range_first(channels, ranges, range);
+                    const int64_t last = opgen_range_last(channels, ranges, range);
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         for (int64_t channel = first; channel < last; ++channel) {
@@ -2189,8 +2183,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = channel_blocks * range / ranges * OPGEN_BLOCK;
-                const int64_t last = range + 1 == ranges ? channels : channel_blocks * (range + 1) / ranges * OPGEN_BLOCK;
+                const int64_t first = opgen_range_first(channels, ranges, range);
+                const int64_t last = opgen_range_last(channels, ranges, range);
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     for (int64_t channel = first; channel < last; ++channel) {

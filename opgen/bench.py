@@ -38,6 +38,7 @@ SIZES = {
     "HW14": (1024, 64, 2, 7),
 }
 C_CALL_MAX_ELEMENTS = 1 << 17  # sizes at which the C entry point is timed alone too
+SHORT_CALL_RUNS = 2000  # at most this many runs of each call at those sizes
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 OPS = (
     "relu_backward",
@@ -68,15 +69,23 @@ class Case:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _median_time(call: Callable[[], Any], min_time: float, max_runs: int = 200) -> float:
-    call()  # warm-up: first touch of outputs, plan cache
-    times: list[float] = []
+def _median_times(calls: list[Callable[[], Any]], min_time: float, max_runs: int = 200) -> list[float]:
+    """Median seconds of each call, timed in turn (call 1, call 2, ..., call 1, ...) so that a
+    change in the machine's load meets them alike."""
+    for call in calls:
+        call()  # warm-up: first touch of outputs, plan cache
+    times: list[list[float]] = [[] for _ in calls]
     started = time.perf_counter()
-    while len(times) < 3 or (time.perf_counter() - started < min_time and len(times) < max_runs):
-        begin = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times)
+    while len(times[0]) < 3 or (time.perf_counter() - started < min_time and len(times[0]) < max_runs):
+        for call, record in zip(calls, times):
+            begin = time.perf_counter()
+            call()
+            record.append(time.perf_counter() - begin)
+    return [statistics.median(record) for record in times]
+
+
+def _median_time(call: Callable[[], Any], min_time: float, max_runs: int = 200) -> float:
+    return _median_times([call], min_time, max_runs)[0]
 
 
 def _probes(count: int, min_time: float) -> dict[str, float]:
@@ -278,9 +287,13 @@ def run(
                         op, dtype, layout if layout != "-" else "NCX", form, size, rng
                     )
                     case = Case(op, dtype, layout, form, size_name, thread_count, bytes=nbytes)
-                    case.seconds = _median_time(functools.partial(function, *args, **kwargs), min_time)
+                    python_call = functools.partial(function, *args, **kwargs)
                     if count <= C_CALL_MAX_ELEMENTS:
-                        case.c_seconds = _median_time(c_entry_call(function, *args, **kwargs), min_time)
+                        # short calls: many runs, the C entry point in turn with the Python call
+                        both = [python_call, c_entry_call(function, *args, **kwargs)]
+                        case.seconds, case.c_seconds = _median_times(both, min_time, SHORT_CALL_RUNS)
+                    else:
+                        case.seconds = _median_time(python_call, min_time)
                     case.gbps = nbytes / case.seconds / 1e9
                     if baselines and numpy_call is not None and thread_count == 1:
                         case.numpy_seconds = _median_time(numpy_call, min_time / 4, max_runs=5)

@@ -36,6 +36,7 @@ SHAPES = [
     (2, 0, 3),
     (64, 3),
     (4096, 4, 9),  # NCX: a short inner dim in the nxc loop, several tiles of rows
+    (6, 40000),  # NXC: too few rows for its tiles, so ranges of channels (opgen_split_channels)
 ]
 
 

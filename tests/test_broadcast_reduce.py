@@ -45,6 +45,7 @@ SHAPES = [
     (3, B - 1, 2),
     (2, 7, 97),
     (2, 3, 4133),  # NCX: several float runs per unit (plan.FLOAT_RUN)
+    (6, 40000),  # NXC: too few rows for its tiles, so ranges of channels (opgen_split_channels)
     (4, 3, 1, 1),
     (0, 3, 4),
     (2, 3, 0),

@@ -106,6 +106,8 @@ def test_thread_count_does_not_change_results(dtype):
     x, d = data(generator, shape, dtype), data(generator, shape, dtype)
     short = (4096, 24, 7)  # NCX with a short inner dim runs the nxc loop over channels x inner
     xs, ds = data(generator, short, dtype), data(generator, short, dtype)
+    wide = (6, 40000)  # NXC with too few rows for its tiles: ranges of channels
+    xw, dw = data(generator, wide, dtype), data(generator, wide, dtype)
     stats = "f32" if dtype != "bf16" else "bf16"
     calls = {
         "per-channel NCX": lambda: opgen.prelu_backward(x, data(rng("s1"), (24,), dtype), d, data_format="NCX"),
@@ -140,6 +142,18 @@ def test_thread_count_does_not_change_results(dtype):
             epsilon=1e-5,
             data_format="NCX",
             with_diff_gamma_beta=True,
+        ),
+        "bn NXC few rows": lambda: opgen.batch_norm_training_backward(
+            xw,
+            dw,
+            data(rng("m"), (40000,), stats),
+            np.abs(data(rng("v"), (40000,), stats)),
+            epsilon=1e-5,
+            data_format="NXC",
+            with_diff_gamma_beta=True,
+        ),
+        "per-channel NXC few rows": lambda: opgen.prelu_backward(
+            xw, data(rng("s6"), (40000,), dtype), dw, data_format="NXC"
         ),
         "relu": lambda: (opgen.relu_backward(x, d),),
     }
