@@ -109,49 +109,24 @@ def test_thread_count_does_not_change_results(dtype):
     wide = (6, 40000)  # NXC with too few rows for its tiles: ranges of channels
     xw, dw = data(generator, wide, dtype), data(generator, wide, dtype)
     stats = "f32" if dtype != "bf16" else "bf16"
+
+    def batch_norm(src, diff_dst, channels, layout, with_gamma=False):
+        mean, variance = data(rng("m"), (channels,), stats), np.abs(data(rng("v"), (channels,), stats))
+        gamma = data(rng("g"), (channels,), stats) if with_gamma else None
+        return opgen.batch_norm_training_backward(
+            src, diff_dst, mean, variance, gamma, epsilon=1e-5, data_format=layout, with_diff_gamma_beta=True
+        )
+
     calls = {
         "per-channel NCX": lambda: opgen.prelu_backward(x, data(rng("s1"), (24,), dtype), d, data_format="NCX"),
         "per-channel NXC": lambda: opgen.prelu_backward(x, data(rng("s2"), (33,), dtype), d, data_format="NXC"),
         "per-tensor": lambda: opgen.prelu_backward(x, data(rng("s3"), (1,), dtype), d),
         "trailing": lambda: opgen.prelu_backward(x, data(rng("s4"), shape[1:], dtype), d),
         "numpy": lambda: opgen.prelu_backward(x, data(rng("s5"), (8, 1, 40, 1), dtype), d),
-        "bn NCX": lambda: opgen.batch_norm_training_backward(
-            x,
-            d,
-            data(rng("m"), (24,), stats),
-            np.abs(data(rng("v"), (24,), stats)),
-            epsilon=1e-5,
-            data_format="NCX",
-            with_diff_gamma_beta=True,
-        ),
-        "bn NXC": lambda: opgen.batch_norm_training_backward(
-            x,
-            d,
-            data(rng("m"), (33,), stats),
-            np.abs(data(rng("v"), (33,), stats)),
-            epsilon=1e-5,
-            data_format="NXC",
-            with_diff_gamma_beta=True,
-        ),
-        "bn NCX short inner": lambda: opgen.batch_norm_training_backward(
-            xs,
-            ds,
-            data(rng("m"), (24,), stats),
-            np.abs(data(rng("v"), (24,), stats)),
-            data(rng("g"), (24,), stats),
-            epsilon=1e-5,
-            data_format="NCX",
-            with_diff_gamma_beta=True,
-        ),
-        "bn NXC few rows": lambda: opgen.batch_norm_training_backward(
-            xw,
-            dw,
-            data(rng("m"), (40000,), stats),
-            np.abs(data(rng("v"), (40000,), stats)),
-            epsilon=1e-5,
-            data_format="NXC",
-            with_diff_gamma_beta=True,
-        ),
+        "bn NCX": lambda: batch_norm(x, d, 24, "NCX"),
+        "bn NXC": lambda: batch_norm(x, d, 33, "NXC"),
+        "bn NCX short inner": lambda: batch_norm(xs, ds, 24, "NCX", with_gamma=True),
+        "bn NXC few rows": lambda: batch_norm(xw, dw, 40000, "NXC"),
         "per-channel NXC few rows": lambda: opgen.prelu_backward(
             xw, data(rng("s6"), (40000,), dtype), dw, data_format="NXC"
         ),
