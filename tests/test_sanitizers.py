@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from opgen.compile import compiler
-from opgen.plan import BLOCK, CHANNEL_SPLIT, PARALLEL_THRESHOLD, TARGETS
+from opgen.plan import BLOCK, CHANNEL_SPLIT, PARALLEL_THRESHOLD, STREAM_BYTES, TARGETS
 from opgen.render import render_library
 
 LIBRARY = render_library()
@@ -28,6 +28,8 @@ ELEMENTWISE = [0, 1, 3, B - 1, B, B + 1, 2 * B + 3, BIG]
 NCX = [(1, 1, 1), (2, 3, B + 1), (3, 5, 2), (1, 1, BIG), (40, 3, 600), (0, 3, 4), (2, 0, 5), (3, 2, 0), (17, 1, 3 * B)]
 NXC = [(1, 1), (5, B + 1), (BIG, 1), (2, CHANNEL_SPLIT + 5), (1000, 33), (0, 4), (3, 0), (9, 2 * B)]
 NXC += [(1, CHANNEL_SPLIT + 5), (17, 2 * CHANNEL_SPLIT + 21)]  # ranges of channels, float runs of rows
+NXC += [(6, 40000)]  # too few rows for its tiles: ranges of channels
+NXC += [(STREAM_BYTES // 4 // 67 + 1, 67)]  # past the caches: rows in memory order, a channel tail
 NXC_REPEAT = [(5, 3 * 7, 7), (BIG // 20 + 1, 4 * 5, 5)]  # (outer, channels, repeat): a short NCX inner dim
 
 
