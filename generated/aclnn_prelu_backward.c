@@ -1161,10 +1161,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         for (int64_t channel = first; channel < last; ++channel) {
                             grad_weight_run[channel] = 0;
                         }
-                        /* row by row: with float runs, walking rows two at a time measured
-                         * slower (f16 and bf16 alike, whatever the line of output per row) */
-                        for (int64_t rows = row_first; rows < row_last; rows += 1) {
-                            const int64_t rows_last = opgen_min(row_last, rows + 1);
+                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                         * block of sums in turn, loaded and stored once for them all */
+                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 for (int64_t row = rows; row < rows_last; ++row) {
@@ -1225,10 +1225,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                     for (int64_t channel = first; channel < last; ++channel) {
                         grad_weight_run[channel] = 0;
                     }
-                    /* row by row: with float runs, walking rows two at a time measured
-                     * slower (f16 and bf16 alike, whatever the line of output per row) */
-                    for (int64_t rows = row_first; rows < row_last; rows += 1) {
-                        const int64_t rows_last = opgen_min(row_last, rows + 1);
+                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                     * block of sums in turn, loaded and stored once for them all */
+                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             for (int64_t row = rows; row < rows_last; ++row) {
@@ -2002,10 +2002,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         for (int64_t channel = first; channel < last; ++channel) {
                             grad_weight_run[channel] = 0;
                         }
-                        /* row by row: with float runs, walking rows two at a time measured
-                         * slower (f16 and bf16 alike, whatever the line of output per row) */
-                        for (int64_t rows = row_first; rows < row_last; rows += 1) {
-                            const int64_t rows_last = opgen_min(row_last, rows + 1);
+                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                         * block of sums in turn, loaded and stored once for them all */
+                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 for (int64_t row = rows; row < rows_last; ++row) {
@@ -2084,10 +2084,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                     for (int64_t channel = first; channel < last; ++channel) {
                         grad_weight_run[channel] = 0;
                     }
-                    /* row by row: with float runs, walking rows two at a time measured
-                     * slower (f16 and bf16 alike, whatever the line of output per row) */
-                    for (int64_t rows = row_first; rows < row_last; rows += 1) {
-                        const int64_t rows_last = opgen_min(row_last, rows + 1);
+                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                     * block of sums in turn, loaded and stored once for them all */
+                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             for (int64_t row = rows; row < rows_last; ++row) {

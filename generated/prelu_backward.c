@@ -1197,10 +1197,10 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         for (int64_t channel = first; channel < last; ++channel) {
                             diff_slope_run[channel] = 0;
                         }
-                        /* row by row: with float runs, walking rows two at a time measured
-                         * slower (f16 and bf16 alike, whatever the line of output per row) */
-                        for (int64_t rows = row_first; rows < row_last; rows += 1) {
-                            const int64_t rows_last = opgen_min(row_last, rows + 1);
+                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                         * block of sums in turn, loaded and stored once for them all */
+                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 for (int64_t row = rows; row < rows_last; ++row) {
@@ -1279,10 +1279,10 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     for (int64_t channel = first; channel < last; ++channel) {
                         diff_slope_run[channel] = 0;
                     }
-                    /* row by row: with float runs, walking rows two at a time measured
-                     * slower (f16 and bf16 alike, whatever the line of output per row) */
-                    for (int64_t rows = row_first; rows < row_last; rows += 1) {
-                        const int64_t rows_last = opgen_min(row_last, rows + 1);
+                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                     * block of sums in turn, loaded and stored once for them all */
+                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             for (int64_t row = rows; row < rows_last; ++row) {
@@ -2126,10 +2126,10 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         for (int64_t channel = first; channel < last; ++channel) {
                             diff_slope_run[channel] = 0;
                         }
-                        /* row by row: with float runs, walking rows two at a time measured
-                         * slower (f16 and bf16 alike, whatever the line of output per row) */
-                        for (int64_t rows = row_first; rows < row_last; rows += 1) {
-                            const int64_t rows_last = opgen_min(row_last, rows + 1);
+                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                         * block of sums in turn, loaded and stored once for them all */
+                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                             int64_t channel = first;
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 for (int64_t row = rows; row < rows_last; ++row) {
@@ -2190,10 +2190,10 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                     for (int64_t channel = first; channel < last; ++channel) {
                         diff_slope_run[channel] = 0;
                     }
-                    /* row by row: with float runs, walking rows two at a time measured
-                     * slower (f16 and bf16 alike, whatever the line of output per row) */
-                    for (int64_t rows = row_first; rows < row_last; rows += 1) {
-                        const int64_t rows_last = opgen_min(row_last, rows + 1);
+                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
+                     * block of sums in turn, loaded and stored once for them all */
+                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
+                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             for (int64_t row = rows; row < rows_last; ++row) {
