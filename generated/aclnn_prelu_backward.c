@@ -373,18 +373,63 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                     const int64_t last = opgen_range_last(channels, ranges, range);
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                         * block of sums in turn, loaded and stored once for them all */
-                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                        /* two rows at a time, block by block (written out: a loop over one or two
+                         * rows costs more than the block): their terms go to a block of sums in
+                         * turn, fetched once for both. Three or more rows at a time measured much
+                         * slower; the two rows in turn by segments of channels, slower for f32 */
+                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 2);
+                            const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
+                            if (rows_last - rows == 2) {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(self_block, self + pair + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_sums[channel + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(self_block, self + pair + channels + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_sums[channel + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_f32(grad_input + pair + channels + channel, grad_input_block, stream);
+                                    }
+                                }
+                            } else {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + channel);
+                                    opgen_load_block_f32(self_block, self + pair + channel);
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
@@ -398,7 +443,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                         grad_weight_sums[channel + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                                    opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
                                 }
                             }
                             for (; channel < last; ++channel) {
@@ -427,18 +472,63 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                 const int64_t last = opgen_range_last(channels, ranges, range);
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                     * block of sums in turn, loaded and stored once for them all */
-                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                    /* two rows at a time, block by block (written out: a loop over one or two
+                     * rows costs more than the block): their terms go to a block of sums in
+                     * turn, fetched once for both. Three or more rows at a time measured much
+                     * slower; the two rows in turn by segments of channels, slower for f32 */
+                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 2);
+                        const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
+                        if (rows_last - rows == 2) {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + pair + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_sums[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + pair + channels + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_sums[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f32(grad_input + pair + channels + channel, grad_input_block, stream);
+                                }
+                            }
+                        } else {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + channel);
+                                opgen_load_block_f32(self_block, self + pair + channel);
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
@@ -452,7 +542,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_sums[channel + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                                opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
                             }
                         }
                         for (; channel < last; ++channel) {
@@ -1161,18 +1251,63 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         for (int64_t channel = first; channel < last; ++channel) {
                             grad_weight_run[channel] = 0;
                         }
-                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                         * block of sums in turn, loaded and stored once for them all */
-                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                        /* two rows at a time, block by block (written out: a loop over one or two
+                         * rows costs more than the block): their terms go to a block of sums in
+                         * turn, fetched once for both. Three or more rows at a time measured much
+                         * slower; the two rows in turn by segments of channels, slower for f32 */
+                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 2);
+                            const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
+                            if (rows_last - rows == 2) {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(self_block, self + pair + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[channel + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(self_block, self + pair + channels + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[channel + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_f16(grad_input + pair + channels + channel, grad_input_block, stream);
+                                    }
+                                }
+                            } else {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + channel);
+                                    opgen_load_block_f16(self_block, self + pair + channel);
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
@@ -1186,7 +1321,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[channel + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                                    opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
                                 }
                             }
                             for (; channel < last; ++channel) {
@@ -1225,18 +1360,63 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                     for (int64_t channel = first; channel < last; ++channel) {
                         grad_weight_run[channel] = 0;
                     }
-                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                     * block of sums in turn, loaded and stored once for them all */
-                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                    /* two rows at a time, block by block (written out: a loop over one or two
+                     * rows costs more than the block): their terms go to a block of sums in
+                     * turn, fetched once for both. Three or more rows at a time measured much
+                     * slower; the two rows in turn by segments of channels, slower for f32 */
+                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 2);
+                        const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
+                        if (rows_last - rows == 2) {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + pair + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + pair + channels + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_f16(grad_input + pair + channels + channel, grad_input_block, stream);
+                                }
+                            }
+                        } else {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + channel);
+                                opgen_load_block_f16(self_block, self + pair + channel);
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
@@ -1250,7 +1430,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[channel + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                                opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
                             }
                         }
                         for (; channel < last; ++channel) {
@@ -2002,18 +2182,63 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         for (int64_t channel = first; channel < last; ++channel) {
                             grad_weight_run[channel] = 0;
                         }
-                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                         * block of sums in turn, loaded and stored once for them all */
-                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                        /* two rows at a time, block by block (written out: a loop over one or two
+                         * rows costs more than the block): their terms go to a block of sums in
+                         * turn, fetched once for both. Three or more rows at a time measured much
+                         * slower; the two rows in turn by segments of channels, slower for f32 */
+                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 2);
+                            const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
+                            if (rows_last - rows == 2) {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + pair + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[channel + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + pair + channels + channel);
+                                        float weight_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(weight_block, weight + channel);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float weight_value = (float)weight_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[channel + lane] += grad_weight_term;
+                                        }
+                                        opgen_store_block_bf16(grad_input + pair + channels + channel, grad_input_block, stream);
+                                    }
+                                }
+                            } else {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    opgen_load_block_bf16(self_block, self + pair + channel);
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
@@ -2027,7 +2252,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[channel + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                                    opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
                                 }
                             }
                             for (; channel < last; ++channel) {
@@ -2084,18 +2309,63 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                     for (int64_t channel = first; channel < last; ++channel) {
                         grad_weight_run[channel] = 0;
                     }
-                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                     * block of sums in turn, loaded and stored once for them all */
-                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                    /* two rows at a time, block by block (written out: a loop over one or two
+                     * rows costs more than the block): their terms go to a block of sums in
+                     * turn, fetched once for both. Three or more rows at a time measured much
+                     * slower; the two rows in turn by segments of channels, slower for f32 */
+                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 2);
+                        const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
+                        if (rows_last - rows == 2) {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + pair + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
+                                }
+                                {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + pair + channels + channel);
+                                    float weight_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float weight_value = (float)weight_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                    }
+                                    opgen_store_block_bf16(grad_input + pair + channels + channel, grad_input_block, stream);
+                                }
+                            }
+                        } else {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel);
+                                opgen_load_block_bf16(self_block, self + pair + channel);
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
@@ -2109,7 +2379,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[channel + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                                opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
                             }
                         }
                         for (; channel < last; ++channel) {

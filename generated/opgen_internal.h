@@ -60,9 +60,6 @@
 #define OPGEN_ROW_GROUP 16
 /* Channels of an nxc reduction walked row by row (in memory order) before the next ones. */
 #define OPGEN_SEGMENT 256
-/* Rows a channel-split reduction walks together, so that its sums are read and written
- * once for them all (three or more rows at a time measured much slower: more streams). */
-#define OPGEN_ROW_STREAMS 2
 /* With at least this many rows, reductions split rows only. */
 #define OPGEN_MIN_ROW_TILES 16
 /* At most this many partial sums (doubles) per sum across all tiles. */

@@ -373,18 +373,63 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                     const int64_t last = opgen_range_last(channels, ranges, range);
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                         * block of sums in turn, loaded and stored once for them all */
-                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                        /* two rows at a time, block by block (written out: a loop over one or two
+                         * rows costs more than the block): their terms go to a block of sums in
+                         * turn, fetched once for both. Three or more rows at a time measured much
+                         * slower; the two rows in turn by segments of channels, slower for f32 */
+                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 2);
+                            const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
+                            if (rows_last - rows == 2) {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(src_block, src + pair + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_sums[channel + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(src_block, src + pair + channels + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + pair + channels + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_sums[channel + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_f32(diff_src + pair + channels + channel, diff_src_block, stream);
+                                    }
+                                }
+                            } else {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    opgen_load_block_f32(src_block, src + pair + channel);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel);
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
@@ -398,7 +443,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                         diff_slope_sums[channel + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                                    opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
                                 }
                             }
                             for (; channel < last; ++channel) {
@@ -427,18 +472,63 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 const int64_t last = opgen_range_last(channels, ranges, range);
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                     * block of sums in turn, loaded and stored once for them all */
-                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                    /* two rows at a time, block by block (written out: a loop over one or two
+                     * rows costs more than the block): their terms go to a block of sums in
+                     * turn, fetched once for both. Three or more rows at a time measured much
+                     * slower; the two rows in turn by segments of channels, slower for f32 */
+                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 2);
+                        const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
+                        if (rows_last - rows == 2) {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + pair + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_sums[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + pair + channels + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channels + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_sums[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f32(diff_src + pair + channels + channel, diff_src_block, stream);
+                                }
+                            }
+                        } else {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel);
+                                opgen_load_block_f32(src_block, src + pair + channel);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel);
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
@@ -452,7 +542,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                     diff_slope_sums[channel + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                                opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
                             }
                         }
                         for (; channel < last; ++channel) {
@@ -1197,18 +1287,63 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         for (int64_t channel = first; channel < last; ++channel) {
                             diff_slope_run[channel] = 0;
                         }
-                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                         * block of sums in turn, loaded and stored once for them all */
-                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                        /* two rows at a time, block by block (written out: a loop over one or two
+                         * rows costs more than the block): their terms go to a block of sums in
+                         * turn, fetched once for both. Three or more rows at a time measured much
+                         * slower; the two rows in turn by segments of channels, slower for f32 */
+                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 2);
+                            const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
+                            if (rows_last - rows == 2) {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + pair + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[channel + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_bf16(diff_src + pair + channel, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + pair + channels + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channels + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[channel + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_bf16(diff_src + pair + channels + channel, diff_src_block, stream);
+                                    }
+                                }
+                            } else {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + pair + channel);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel);
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
@@ -1222,7 +1357,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[channel + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                                    opgen_store_block_bf16(diff_src + pair + channel, diff_src_block, stream);
                                 }
                             }
                             for (; channel < last; ++channel) {
@@ -1279,18 +1414,63 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     for (int64_t channel = first; channel < last; ++channel) {
                         diff_slope_run[channel] = 0;
                     }
-                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                     * block of sums in turn, loaded and stored once for them all */
-                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                    /* two rows at a time, block by block (written out: a loop over one or two
+                     * rows costs more than the block): their terms go to a block of sums in
+                     * turn, fetched once for both. Three or more rows at a time measured much
+                     * slower; the two rows in turn by segments of channels, slower for f32 */
+                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 2);
+                        const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
+                        if (rows_last - rows == 2) {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + pair + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + pair + channel, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + pair + channels + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channels + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_bf16(diff_src + pair + channels + channel, diff_src_block, stream);
+                                }
+                            }
+                        } else {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + pair + channel);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel);
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
@@ -1304,7 +1484,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[channel + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                                opgen_store_block_bf16(diff_src + pair + channel, diff_src_block, stream);
                             }
                         }
                         for (; channel < last; ++channel) {
@@ -2126,18 +2306,63 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         for (int64_t channel = first; channel < last; ++channel) {
                             diff_slope_run[channel] = 0;
                         }
-                        /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                         * block of sums in turn, loaded and stored once for them all */
-                        for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                            const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                        /* two rows at a time, block by block (written out: a loop over one or two
+                         * rows costs more than the block): their terms go to a block of sums in
+                         * turn, fetched once for both. Three or more rows at a time measured much
+                         * slower; the two rows in turn by segments of channels, slower for f32 */
+                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                            const int64_t rows_last = opgen_min(row_last, rows + 2);
+                            const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
+                            if (rows_last - rows == 2) {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(src_block, src + pair + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[channel + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_f16(diff_src + pair + channel, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(src_block, src + pair + channels + channel);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + pair + channels + channel);
+                                        float slope_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(slope_block, slope + channel);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float slope_value = (float)slope_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[channel + lane] += diff_slope_term;
+                                        }
+                                        opgen_store_block_f16(diff_src + pair + channels + channel, diff_src_block, stream);
+                                    }
+                                }
+                            } else {
+                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    opgen_load_block_f16(src_block, src + pair + channel);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel);
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
@@ -2151,7 +2376,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[channel + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                                    opgen_store_block_f16(diff_src + pair + channel, diff_src_block, stream);
                                 }
                             }
                             for (; channel < last; ++channel) {
@@ -2190,18 +2415,63 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                     for (int64_t channel = first; channel < last; ++channel) {
                         diff_slope_run[channel] = 0;
                     }
-                    /* OPGEN_ROW_STREAMS rows at a time, block by block: their terms go to a
-                     * block of sums in turn, loaded and stored once for them all */
-                    for (int64_t rows = row_first; rows < row_last; rows += OPGEN_ROW_STREAMS) {
-                        const int64_t rows_last = opgen_min(row_last, rows + OPGEN_ROW_STREAMS);
+                    /* two rows at a time, block by block (written out: a loop over one or two
+                     * rows costs more than the block): their terms go to a block of sums in
+                     * turn, fetched once for both. Three or more rows at a time measured much
+                     * slower; the two rows in turn by segments of channels, slower for f32 */
+                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
+                        const int64_t rows_last = opgen_min(row_last, rows + 2);
+                        const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
+                        if (rows_last - rows == 2) {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + pair + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + pair + channel, diff_src_block, stream);
+                                }
+                                {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + pair + channels + channel);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channels + channel);
+                                    float slope_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float slope_value = (float)slope_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                    }
+                                    opgen_store_block_f16(diff_src + pair + channels + channel, diff_src_block, stream);
+                                }
+                            }
+                        } else {
+                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel);
+                                opgen_load_block_f16(src_block, src + pair + channel);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel);
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
@@ -2215,7 +2485,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[channel + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                                opgen_store_block_f16(diff_src + pair + channel, diff_src_block, stream);
                             }
                         }
                         for (; channel < last; ++channel) {
