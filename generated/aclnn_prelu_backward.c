@@ -381,6 +381,22 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
+                            /* one channel at a time up to grad_output's next cache line, so that the
+                             * blocks' loads do not straddle two lines (NumPy's large arrays start 16
+                             * bytes past one); the sums come out the same either way */
+                            for (const int64_t lined = opgen_min(last, first + opgen_to_line(grad_output + pair + first, sizeof *grad_output)); channel < lined; ++channel) {
+                                const float weight_value = weight[channel];
+                                
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = grad_output[base + channel];
+                                    const float self_value = self[base + channel];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_sums[channel] += grad_weight_term;
+                                }
+                            }
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
@@ -480,6 +496,22 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
+                        /* one channel at a time up to grad_output's next cache line, so that the
+                         * blocks' loads do not straddle two lines (NumPy's large arrays start 16
+                         * bytes past one); the sums come out the same either way */
+                        for (const int64_t lined = opgen_min(last, first + opgen_to_line(grad_output + pair + first, sizeof *grad_output)); channel < lined; ++channel) {
+                            const float weight_value = weight[channel];
+                            
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = grad_output[base + channel];
+                                const float self_value = self[base + channel];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_sums[channel] += grad_weight_term;
+                            }
+                        }
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {

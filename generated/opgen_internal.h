@@ -147,6 +147,14 @@ static inline int64_t opgen_channel_ranges(int64_t channels, int threads)
     return (ranges + threads - 1) / threads * threads;
 }
 
+/* Elements of `size` bytes from `pointer` to the next 64-byte boundary: 0 when it is on one,
+ * or when no whole number of elements reaches one. */
+static inline int64_t opgen_to_line(const void *pointer, size_t size)
+{
+    const uintptr_t past = (uintptr_t)pointer & 63u;
+    return past == 0 || past % size != 0 ? 0 : (int64_t)((64u - past) / size);
+}
+
 static inline int64_t opgen_range_first(int64_t channels, int64_t ranges, int64_t range)
 {
     return channels / OPGEN_BLOCK * range / ranges * OPGEN_BLOCK;

@@ -381,6 +381,22 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
+                            /* one channel at a time up to src's next cache line, so that the
+                             * blocks' loads do not straddle two lines (NumPy's large arrays start 16
+                             * bytes past one); the sums come out the same either way */
+                            for (const int64_t lined = opgen_min(last, first + opgen_to_line(src + pair + first, sizeof *src)); channel < lined; ++channel) {
+                                const float slope_value = slope[channel];
+                                
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = src[base + channel];
+                                    const float diff_dst_value = diff_dst[base + channel];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_sums[channel] += diff_slope_term;
+                                }
+                            }
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
@@ -480,6 +496,22 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
+                        /* one channel at a time up to src's next cache line, so that the
+                         * blocks' loads do not straddle two lines (NumPy's large arrays start 16
+                         * bytes past one); the sums come out the same either way */
+                        for (const int64_t lined = opgen_min(last, first + opgen_to_line(src + pair + first, sizeof *src)); channel < lined; ++channel) {
+                            const float slope_value = slope[channel];
+                            
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_sums[channel] += diff_slope_term;
+                            }
+                        }
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {

@@ -168,8 +168,10 @@ def test_float_runs_that_overflow_are_summed_again(dtype, layout):
 def test_rows_of_many_channels(dtype):
     """Few rows of very many channels (a full-size PReLU slope) take the kernels' channel-range
     path: ranges cut per thread count, float runs of rows. Matches the oracle, gives the same
-    bits on 1 and 2 threads, and sums an overflowing bf16 block again in double."""
+    bits on 1 and 2 threads and for inputs on or past a cache line (f32 runs single channels up
+    to the line), and sums an overflowing bf16 block again in double."""
     generator = rng("many channels", dtype)
+    numpy_dtype = dtype_of(dtype)
     shape = (19, 2 * CHANNEL_SPLIT + 37)  # more rows than one float run, an odd number; a channel tail
     src = data(generator, shape, dtype)
     diff_dst = data(generator, shape, dtype)
@@ -187,6 +189,13 @@ def test_rows_of_many_channels(dtype):
         opgen.set_num_threads(threads)
     for got_one, got_two in zip(one, two):
         assert np.array_equal(got_one.view(np.uint8), got_two.view(np.uint8)), "threads changed bits"
+    for offset in (0, 16, 2 * numpy_dtype.itemsize):  # inputs on a cache line, or past one
+        moved = []
+        for array in (src, slope, diff_dst):
+            moved.append(misaligned_empty(array.shape, numpy_dtype, offset))
+            moved[-1][...] = array
+        for got, got_moved in zip(one, opgen.prelu_backward(*moved, data_format="NXC")):
+            assert np.array_equal(got.view(np.uint8), got_moved.view(np.uint8)), f"inputs {offset} bytes past a line"
     expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NXC")
     assert_ulps(one[0], expected[0], dtype, 1, f"{dtype} diff_src")
     arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
