@@ -289,9 +289,19 @@ static inline void opgen_stream_bytes(void *OPGEN_RESTRICT out, const void *OPGE
     memcpy(out, in, (size_t)bytes);
 }
 
+/* Keeps a loaded vector whole: GCC would otherwise fold the load into a masked load for a
+ * select (`c ? x : 0`), which measured 1.3-2.5x slower on data streamed from memory. */
+#define OPGEN_WHOLE(vector) __asm__("" : "+v"(vector))
+
 static inline void opgen_load_block_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in)
 {
+#if OPGEN_X86_DISPATCH && defined(__AVX512F__)
+    __m512 values = _mm512_loadu_ps(in);
+    OPGEN_WHOLE(values);
+    _mm512_storeu_ps(out, values);
+#else
     memcpy(out, in, OPGEN_BLOCK * sizeof(float));
+#endif
 }
 
 static inline void opgen_store_block_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int stream)
@@ -322,6 +332,7 @@ static inline void opgen_load_block_bf16(float *OPGEN_RESTRICT out, const opgen_
 {
 #if OPGEN_X86_DISPATCH && defined(__AVX512F__)
     __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)in));
+    OPGEN_WHOLE(wide);
     _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
 #else
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -372,7 +383,9 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
 static inline void opgen_load_block_f16(float *OPGEN_RESTRICT out, const opgen_f16 *OPGEN_RESTRICT in)
 {
 #if OPGEN_X86_DISPATCH && defined(__AVX512F__)
-    _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)in)));
+    __m512 values = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)in));
+    OPGEN_WHOLE(values);
+    _mm512_storeu_ps(out, values);
 #elif OPGEN_X86_DISPATCH && defined(__F16C__)
     _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)in)));
     _mm256_storeu_ps(out + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(in + 8))));
