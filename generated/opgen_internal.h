@@ -290,7 +290,7 @@ static inline void opgen_stream_bytes(void *OPGEN_RESTRICT out, const void *OPGE
 }
 
 /* Keeps a loaded vector whole: GCC would otherwise fold the load into a masked load for a
- * select (`c ? x : 0`), which measured 1.3-2.5x slower on data streamed from memory. */
+ * select (`c ? x : 0`), which measured 1.3-2x slower on data streamed from memory. */
 #define OPGEN_WHOLE(vector) __asm__("" : "+v"(vector))
 
 static inline void opgen_load_block_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in)
