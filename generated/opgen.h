@@ -232,11 +232,6 @@ const char *opgen_cpu_target(void);
 /* Threads for large tensors; 0 (the default) means OpenMP's choice (OMP_NUM_THREADS). */
 void opgen_set_num_threads(int threads);
 int opgen_get_num_threads(void);
-/* Sums (double) to a dtype, rounding as the kernels do (to f32, then to the dtype):
- * for the `*_sums` of the broadcast_reduce kernels. */
-void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
-void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
-void opgen_narrow_bf16(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
 
 /* ---- The kernel API ---- */
 
@@ -487,6 +482,18 @@ void opgen_probe_add(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTR
 /* opgen_probe_dot: memory bandwidth probe: *result = sum(first * second) (2 reads)
  * (f32; stream: non-temporal stores) */
 void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
+
+/* opgen_narrow_f32: sums (double) to f32, rounded as the kernels round (to f32, then to f32)
+ * (for the *_sums of the broadcast_reduce kernels) */
+void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+
+/* opgen_narrow_f16: sums (double) to f16, rounded as the kernels round (to f32, then to f16)
+ * (for the *_sums of the broadcast_reduce kernels) */
+void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+
+/* opgen_narrow_bf16: sums (double) to bf16, rounded as the kernels round (to f32, then to bf16)
+ * (for the *_sums of the broadcast_reduce kernels) */
+void opgen_narrow_bf16(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
 
 #ifdef __cplusplus
 }

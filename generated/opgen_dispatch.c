@@ -132,27 +132,6 @@ int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner)
     return tiles < 1 ? 1 : tiles;
 }
 
-void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count)
-{
-    for (int64_t index = 0; index < count; ++index) {
-        out[index] = (float)sums[index];
-    }
-}
-
-void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count)
-{
-    for (int64_t index = 0; index < count; ++index) {
-        out[index] = opgen_f32_to_f16((float)sums[index]);
-    }
-}
-
-void opgen_narrow_bf16(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count)
-{
-    for (int64_t index = 0; index < count; ++index) {
-        out[index] = opgen_f32_to_bf16((float)sums[index]);
-    }
-}
-
 void aclnn_prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
 void aclnn_prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -1543,4 +1522,82 @@ void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTR
     }
 #endif
     opgen_probe_dot__baseline(first, second, result, count);
+}
+
+void opgen_narrow_f32__baseline(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+#if OPGEN_X86_DISPATCH
+void opgen_narrow_f32__avx2(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+void opgen_narrow_f32__avx512(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+#endif
+
+void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        opgen_narrow_f32__avx512(sums, out, count);
+        return;
+    case 2:
+        opgen_narrow_f32__avx512(sums, out, count);
+        return;
+    case 1:
+        opgen_narrow_f32__avx2(sums, out, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    opgen_narrow_f32__baseline(sums, out, count);
+}
+
+void opgen_narrow_f16__baseline(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+#if OPGEN_X86_DISPATCH
+void opgen_narrow_f16__avx2(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+void opgen_narrow_f16__avx512(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+#endif
+
+void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        opgen_narrow_f16__avx512(sums, out, count);
+        return;
+    case 2:
+        opgen_narrow_f16__avx512(sums, out, count);
+        return;
+    case 1:
+        opgen_narrow_f16__avx2(sums, out, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    opgen_narrow_f16__baseline(sums, out, count);
+}
+
+void opgen_narrow_bf16__baseline(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
+#if OPGEN_X86_DISPATCH
+void opgen_narrow_bf16__avx2(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
+void opgen_narrow_bf16__avx512(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
+#endif
+
+void opgen_narrow_bf16(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        opgen_narrow_bf16__avx512(sums, out, count);
+        return;
+    case 2:
+        opgen_narrow_bf16__avx512(sums, out, count);
+        return;
+    case 1:
+        opgen_narrow_bf16__avx2(sums, out, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    opgen_narrow_bf16__baseline(sums, out, count);
 }

@@ -84,7 +84,7 @@ def render_library(
     kernels_by_op = {spec.name: [plan.kernel(v, table) for v in plan.variants(spec, table)] for spec in specs}
     kernels = [k for spec in specs for k in kernels_by_op[spec.name]]
     label = "specs/" if Path(spec_dir).resolve() == BUNDLED_SPECS else Path(spec_dir).name + "/"
-    probes = _probes()
+    probes = _probes() + _narrowers(table)
     settings = {
         "block": plan.BLOCK,
         "tile_elements": plan.TILE_ELEMENTS,
@@ -100,6 +100,7 @@ def render_library(
                 "name": d.name,
                 "c_type": d.c_type,
                 "store": d.store,
+                "store_block": d.store_block,
                 "code": c_api.dtype_code(d.name),
                 "acl_name": d.acl_name,
                 "acl_value": d.acl_value,
@@ -122,11 +123,13 @@ def render_library(
         "opgen_internal.h": _render(env, "opgen_internal.h.j2", compute_types=sorted(table.compute_types), **settings),
         "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + probes, **settings),
         "opgen_bandwidth.c": _render(env, "bandwidth.c.j2"),
+        "opgen_narrow.c": _render(env, "narrow.c.j2", **settings),
         "opgen_runtime.c": _render(env, "runtime.c.j2", **settings),
     }
     compiled_targets = [t for t in plan.TARGETS[1:] if "copy_of" not in t]
     for target in compiled_targets:
-        files[f"opgen_bandwidth__{target['name']}.c"] = _render(env, "target.c.j2", op="opgen_bandwidth", target=target)
+        for support in ("opgen_bandwidth", "opgen_narrow"):
+            files[f"{support}__{target['name']}.c"] = _render(env, "target.c.j2", op=support, target=target)
     for spec, api in zip(specs, apis):
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
@@ -199,6 +202,22 @@ def _probes() -> list[dict[str, Any]]:
             "form": None,
         }
         for name, summary, params in described
+    ]
+
+
+def _narrowers(table: DTypeTable) -> list[dict[str, Any]]:
+    """The sums-to-dtype conversions (opgen_narrow.c), described like kernels for the header and
+    dispatcher."""
+    return [
+        {
+            "name": f"opgen_narrow_{d.name}",
+            "summary": f"sums (double) to {d.name}, rounded as the kernels round (to f32, then to {d.name})",
+            "detail": "for the *_sums of the broadcast_reduce kernels",
+            "params": [("const double *", "sums"), (f"{d.c_type} *", "out"), ("int64_t ", "count")],
+            "pattern": "narrow",
+            "form": None,
+        }
+        for d in table.dtypes.values()
     ]
 
 

@@ -57,3 +57,53 @@ def test_hard_sigmoid_edges_give_zero(name):
         assert got[0] == 0 and got[1] == 0, (alpha, edges)
         expected = np.array([np.float32(alpha)] * 2).astype(dtype).astype(np.float64)
         assert np.array_equal(got[2:], expected)
+
+
+def narrow_sums(name: str, sums: np.ndarray) -> np.ndarray:
+    """opgen_narrow_<name> (the sums of broadcast_reduce to the output dtype) on float64 `sums`."""
+    module = opgen.bundled.module
+    dtype = np.float32 if name == "f32" else TYPES[name]
+    out = np.zeros(sums.size, dtype)
+    c_type = "float" if name == "f32" else f"opgen_{name}"
+    getattr(module.lib, f"opgen_narrow_{name}")(
+        module.ffi.from_buffer("double[]", sums), module.ffi.from_buffer(f"{c_type}[]", out), sums.size
+    )
+    return out
+
+
+def edge_sums(name: str) -> np.ndarray:
+    """Doubles around every rounding the narrowing makes: f32 and `name` ties (and one f64 ulp
+    either side), subnormals of both, overflow, zeros of both signs, infinities and NaN."""
+    dtype = np.float32 if name == "f32" else TYPES[name]
+    info = ml_dtypes.finfo(dtype)
+    bits = {"f32": 23, "f16": 10, "bf16": 7}[name]
+    ones = [1.0, 1.0 + 2.0**-bits, 1.5]
+    ties = [v * (1 + 2.0 ** -(bits + 1)) for v in ones] + [v * (1 + 2.0**-24) for v in ones]
+    scales = [1.0, 2.0**-20, 2.0**-126, 2.0**-140, float(info.tiny), float(info.smallest_subnormal), 2.0**100]
+    base = np.array([t * s for t in ties + ones for s in scales])
+    nudged = np.concatenate([base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf)])
+    largest = float(info.max)
+    edges = [0.0, largest, largest * (1 + 2.0 ** -(bits + 1)), 3.4028235e38, 3.5e38, 1e300, np.inf, np.nan]
+    values = np.concatenate([nudged, edges])
+    return np.concatenate([values, -values])
+
+
+@pytest.mark.parametrize("name", ["f32", *TYPES])
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 17, 33, 1000, 70001])
+def test_sums_narrow_as_stated(name, count):
+    """Sums round to f32, then to the dtype (round to nearest even, subnormals kept, NaN made
+    quiet), in the vector blocks, the tail and the threaded path alike."""
+    generator = np.random.default_rng(count)
+    edges = edge_sums(name)
+    sums = np.concatenate([edges, generator.standard_normal(count) * 2.0 ** generator.integers(-150, 130, count)])
+    sums = generator.permutation(sums)[:count].copy() if count < sums.size else sums[:count].copy()
+    got = narrow_sums(name, sums)
+    dtype = np.float32 if name == "f32" else TYPES[name]
+    with np.errstate(over="ignore"):
+        expected = sums.astype(np.float32).astype(dtype)
+    nan = np.isnan(expected.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    width = np.uint32 if name == "f32" else np.uint16
+    assert np.array_equal(got.view(width)[~nan], expected.view(width)[~nan]), (
+        f"first mismatch: {sums[~nan][got.view(width)[~nan] != expected.view(width)[~nan]][:3]}"
+    )

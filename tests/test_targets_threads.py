@@ -44,6 +44,9 @@ SCRIPT = textwrap.dedent("""
                 data(generator, (c,), stats), epsilon=1e-3, data_format=layout)
             results[f"bn_{dtype}_{layout}"] = np.concatenate([bn[0].astype(np.float64).ravel(),
                                                                bn[1].astype(np.float64).ravel()])
+    from tests.test_conversions import edge_sums, narrow_sums
+    for dtype in ("f32", "f16", "bf16"):
+        results[f"narrow_{dtype}"] = narrow_sums(dtype, np.tile(edge_sums(dtype), 3))
     arrays = {k: np.asarray(v).astype(np.float64) for k, v in results.items()}  # exact for every dtype
     np.savez(sys.argv[1], target=np.array(opgen.info()["cpu_target"]), **arrays)
 """)
