@@ -155,6 +155,24 @@ static inline int64_t opgen_to_line(const void *pointer, size_t size)
     return past == 0 || past % size != 0 ? 0 : (int64_t)((64u - past) / size);
 }
 
+/* Asks for the cache line OPGEN_PREFETCH_BYTES past `pointer`, once per line for blocks of
+ * elements of `size` bytes: the channel-split loop reads four streams at once (two rows of
+ * two inputs), more than the hardware prefetchers keep far enough ahead of. */
+#ifndef OPGEN_PREFETCH_BYTES
+#define OPGEN_PREFETCH_BYTES 2048
+#endif
+static inline void opgen_prefetch_ahead(const void *pointer, size_t size)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    if (OPGEN_PREFETCH_BYTES > 0 && ((uintptr_t)pointer & 63u) < OPGEN_BLOCK * size) {
+        __builtin_prefetch((const char *)pointer + OPGEN_PREFETCH_BYTES, 0, 3);
+    }
+#else
+    (void)pointer;
+    (void)size;
+#endif
+}
+
 static inline int64_t opgen_range_first(int64_t channels, int64_t ranges, int64_t range)
 {
     return channels / OPGEN_BLOCK * range / ranges * OPGEN_BLOCK;
