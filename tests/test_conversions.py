@@ -76,7 +76,7 @@ def edge_sums(name: str) -> np.ndarray:
     either side), subnormals of both, overflow, zeros of both signs, infinities and NaN."""
     dtype = np.float32 if name == "f32" else TYPES[name]
     info = ml_dtypes.finfo(dtype)
-    bits = {"f32": 23, "f16": 10, "bf16": 7}[name]
+    bits = int(info.nmant)
     ones = [1.0, 1.0 + 2.0**-bits, 1.5]
     ties = [v * (1 + 2.0 ** -(bits + 1)) for v in ones] + [v * (1 + 2.0**-24) for v in ones]
     scales = [1.0, 2.0**-20, 2.0**-126, 2.0**-140, float(info.tiny), float(info.smallest_subnormal), 2.0**100]
