@@ -165,7 +165,8 @@ static inline void opgen_prefetch_ahead(const void *pointer, size_t size)
 {
 #if defined(__GNUC__) || defined(__clang__)
     if (OPGEN_PREFETCH_BYTES > 0 && ((uintptr_t)pointer & 63u) < OPGEN_BLOCK * size) {
-        __builtin_prefetch((const char *)pointer + OPGEN_PREFETCH_BYTES, 0, 3);
+        /* an address, not a pointer into the array: it may lie past the array's end */
+        __builtin_prefetch((const void *)((uintptr_t)pointer + OPGEN_PREFETCH_BYTES), 0, 3);
     }
 #else
     (void)pointer;
