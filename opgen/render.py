@@ -84,7 +84,9 @@ def render_library(
     kernels_by_op = {spec.name: [plan.kernel(v, table) for v in plan.variants(spec, table)] for spec in specs}
     kernels = [k for spec in specs for k in kernels_by_op[spec.name]]
     label = "specs/" if Path(spec_dir).resolve() == BUNDLED_SPECS else Path(spec_dir).name + "/"
-    probes = _probes() + _narrowers(table)
+    # functions of opgen's own, compiled per target and dispatched like the kernels
+    support = {"opgen_bandwidth": ("bandwidth.c.j2", _probes()), "opgen_narrow": ("narrow.c.j2", _narrowers(table))}
+    support_kernels = [k for _, described in support.values() for k in described]
     settings = {
         "block": plan.BLOCK,
         "tile_elements": plan.TILE_ELEMENTS,
@@ -119,17 +121,16 @@ def render_library(
     except ValueError as error:
         raise RenderError(str(error)) from None
     files = {
-        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels + probes, apis=apis, **settings),
+        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels + support_kernels, apis=apis, **settings),
         "opgen_internal.h": _render(env, "opgen_internal.h.j2", compute_types=sorted(table.compute_types), **settings),
-        "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + probes, **settings),
-        "opgen_bandwidth.c": _render(env, "bandwidth.c.j2"),
-        "opgen_narrow.c": _render(env, "narrow.c.j2", **settings),
+        "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + support_kernels, **settings),
         "opgen_runtime.c": _render(env, "runtime.c.j2", **settings),
     }
     compiled_targets = [t for t in plan.TARGETS[1:] if "copy_of" not in t]
-    for target in compiled_targets:
-        for support in ("opgen_bandwidth", "opgen_narrow"):
-            files[f"{support}__{target['name']}.c"] = _render(env, "target.c.j2", op=support, target=target)
+    for name, (template, _) in support.items():
+        files[f"{name}.c"] = _render(env, template, **settings)
+        for target in compiled_targets:
+            files[f"{name}__{target['name']}.c"] = _render(env, "target.c.j2", op=name, target=target)
     for spec, api in zip(specs, apis):
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
@@ -146,7 +147,7 @@ def render_library(
         env, "CMakeLists.txt.j2", sources=sorted(n for n in files if n.endswith(".c")), headers=headers
     )
     files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
-    cdef = _render(env, "cdef.h.j2", kernels=kernels + probes, apis=apis, aclnn_apis=aclnn_apis, **settings)
+    cdef = _render(env, "cdef.h.j2", kernels=kernels + support_kernels, apis=apis, aclnn_apis=aclnn_apis, **settings)
     return Library(Path(spec_dir), table, specs, kernels, files, cdef)
 
 
