@@ -1299,10 +1299,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             int64_t channel = first;
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(grad_output + pair + channel, sizeof *grad_output);
-                                    opgen_prefetch_ahead(grad_output + pair + channels + channel, sizeof *grad_output);
-                                    opgen_prefetch_ahead(self + pair + channel, sizeof *self);
-                                    opgen_prefetch_ahead(self + pair + channels + channel, sizeof *self);
+                                    opgen_prefetch_ahead(grad_output + pair + channel);
+                                    opgen_prefetch_ahead(grad_output + pair + channels + channel);
+                                    opgen_prefetch_ahead(self + pair + channel);
+                                    opgen_prefetch_ahead(self + pair + channels + channel);
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
@@ -1414,10 +1414,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         int64_t channel = first;
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(grad_output + pair + channel, sizeof *grad_output);
-                                opgen_prefetch_ahead(grad_output + pair + channels + channel, sizeof *grad_output);
-                                opgen_prefetch_ahead(self + pair + channel, sizeof *self);
-                                opgen_prefetch_ahead(self + pair + channels + channel, sizeof *self);
+                                opgen_prefetch_ahead(grad_output + pair + channel);
+                                opgen_prefetch_ahead(grad_output + pair + channels + channel);
+                                opgen_prefetch_ahead(self + pair + channel);
+                                opgen_prefetch_ahead(self + pair + channels + channel);
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
@@ -2242,10 +2242,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             int64_t channel = first;
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(grad_output + pair + channel, sizeof *grad_output);
-                                    opgen_prefetch_ahead(grad_output + pair + channels + channel, sizeof *grad_output);
-                                    opgen_prefetch_ahead(self + pair + channel, sizeof *self);
-                                    opgen_prefetch_ahead(self + pair + channels + channel, sizeof *self);
+                                    opgen_prefetch_ahead(grad_output + pair + channel);
+                                    opgen_prefetch_ahead(grad_output + pair + channels + channel);
+                                    opgen_prefetch_ahead(self + pair + channel);
+                                    opgen_prefetch_ahead(self + pair + channels + channel);
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
@@ -2375,10 +2375,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         int64_t channel = first;
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(grad_output + pair + channel, sizeof *grad_output);
-                                opgen_prefetch_ahead(grad_output + pair + channels + channel, sizeof *grad_output);
-                                opgen_prefetch_ahead(self + pair + channel, sizeof *self);
-                                opgen_prefetch_ahead(self + pair + channels + channel, sizeof *self);
+                                opgen_prefetch_ahead(grad_output + pair + channel);
+                                opgen_prefetch_ahead(grad_output + pair + channels + channel);
+                                opgen_prefetch_ahead(self + pair + channel);
+                                opgen_prefetch_ahead(self + pair + channels + channel);
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);

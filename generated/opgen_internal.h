@@ -155,22 +155,23 @@ static inline int64_t opgen_to_line(const void *pointer, size_t size)
     return past == 0 || past % size != 0 ? 0 : (int64_t)((64u - past) / size);
 }
 
-/* Asks for the cache line OPGEN_PREFETCH_BYTES past `pointer`, once per line for blocks of
- * elements of `size` bytes: the channel-split loop reads four streams at once (two rows of
- * two inputs), more than the hardware prefetchers keep far enough ahead of. */
+/* Asks for the cache line OPGEN_PREFETCH_BYTES past `pointer`: the channel-split loop reads
+ * four streams at once (two rows of two inputs), more than the hardware prefetchers keep far
+ * enough ahead of. Called for every block, even where two blocks share a line: asking twice
+ * costs less than testing whether a block starts a line (bf16 and f16, measured: +5-15 % on
+ * 4 KiB pages, within noise to +9 % on the 2 MiB pages NumPy asks for large arrays). */
 #ifndef OPGEN_PREFETCH_BYTES
 #define OPGEN_PREFETCH_BYTES 2048
 #endif
-static inline void opgen_prefetch_ahead(const void *pointer, size_t size)
+static inline void opgen_prefetch_ahead(const void *pointer)
 {
 #if defined(__GNUC__) || defined(__clang__)
-    if (OPGEN_PREFETCH_BYTES > 0 && ((uintptr_t)pointer & 63u) < OPGEN_BLOCK * size) {
+    if (OPGEN_PREFETCH_BYTES > 0) {
         /* an address, not a pointer into the array: it may lie past the array's end */
         __builtin_prefetch((const void *)((uintptr_t)pointer + OPGEN_PREFETCH_BYTES), 0, 3);
     }
 #else
     (void)pointer;
-    (void)size;
 #endif
 }
 

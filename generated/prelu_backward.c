@@ -1335,10 +1335,10 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             int64_t channel = first;
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(src + pair + channel, sizeof *src);
-                                    opgen_prefetch_ahead(src + pair + channels + channel, sizeof *src);
-                                    opgen_prefetch_ahead(diff_dst + pair + channel, sizeof *diff_dst);
-                                    opgen_prefetch_ahead(diff_dst + pair + channels + channel, sizeof *diff_dst);
+                                    opgen_prefetch_ahead(src + pair + channel);
+                                    opgen_prefetch_ahead(src + pair + channels + channel);
+                                    opgen_prefetch_ahead(diff_dst + pair + channel);
+                                    opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                     {
                                         float src_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(src_block, src + pair + channel);
@@ -1468,10 +1468,10 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         int64_t channel = first;
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(src + pair + channel, sizeof *src);
-                                opgen_prefetch_ahead(src + pair + channels + channel, sizeof *src);
-                                opgen_prefetch_ahead(diff_dst + pair + channel, sizeof *diff_dst);
-                                opgen_prefetch_ahead(diff_dst + pair + channels + channel, sizeof *diff_dst);
+                                opgen_prefetch_ahead(src + pair + channel);
+                                opgen_prefetch_ahead(src + pair + channels + channel);
+                                opgen_prefetch_ahead(diff_dst + pair + channel);
+                                opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                 {
                                     float src_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(src_block, src + pair + channel);
@@ -2366,10 +2366,10 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             int64_t channel = first;
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(src + pair + channel, sizeof *src);
-                                    opgen_prefetch_ahead(src + pair + channels + channel, sizeof *src);
-                                    opgen_prefetch_ahead(diff_dst + pair + channel, sizeof *diff_dst);
-                                    opgen_prefetch_ahead(diff_dst + pair + channels + channel, sizeof *diff_dst);
+                                    opgen_prefetch_ahead(src + pair + channel);
+                                    opgen_prefetch_ahead(src + pair + channels + channel);
+                                    opgen_prefetch_ahead(diff_dst + pair + channel);
+                                    opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                     {
                                         float src_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(src_block, src + pair + channel);
@@ -2481,10 +2481,10 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         int64_t channel = first;
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(src + pair + channel, sizeof *src);
-                                opgen_prefetch_ahead(src + pair + channels + channel, sizeof *src);
-                                opgen_prefetch_ahead(diff_dst + pair + channel, sizeof *diff_dst);
-                                opgen_prefetch_ahead(diff_dst + pair + channels + channel, sizeof *diff_dst);
+                                opgen_prefetch_ahead(src + pair + channel);
+                                opgen_prefetch_ahead(src + pair + channels + channel);
+                                opgen_prefetch_ahead(diff_dst + pair + channel);
+                                opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                 {
                                     float src_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(src_block, src + pair + channel);
