@@ -378,7 +378,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured; f32 with its double sums lost 7-10 % on one thread) */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -495,7 +496,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured; f32 with its double sums lost 7-10 % on one thread) */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -1292,7 +1294,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured; f32 with its double sums lost 7-10 % on one thread) */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -1407,7 +1410,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured; f32 with its double sums lost 7-10 % on one thread) */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -2235,7 +2239,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured; f32 with its double sums lost 7-10 % on one thread) */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -2368,7 +2373,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured; f32 with its double sums lost 7-10 % on one thread) */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
