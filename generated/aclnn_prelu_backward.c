@@ -6,16 +6,15 @@
  * Pattern: an elementwise pass with one broadcast (per-channel) operand, and sums of
  * per-element terms into that operand's shape. The tensor is seen as [outer][channels][inner]
  * (form ncx) or [outer][channels] (form nxc), the operand indexed by the channel.
- * The sums run in double (terms computed in float go there in float runs first) over tiles
- * fixed by the shape (opgen_tile_count), each tile into its own partial sums in `workspace`;
- * the partials are then ADDED in tile order to the caller's zeroed `*_sums` arrays. So the
- * result is the same for any number of threads.
+ * The sums run in double over tiles fixed by the shape (opgen_tile_count), each tile into its
+ * own partial sums in `workspace`; the partials are then ADDED in tile order to the caller's
+ * zeroed `*_sums` arrays. So the result is the same for any number of threads.
  */
 #include "opgen.h"
 #include "opgen_internal.h"
 
 /* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
@@ -51,12 +50,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
                         int64_t index = inner_first;
-                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                        /* whole blocks: lane l of every block adds to partial sum l */
                         while (index + OPGEN_BLOCK <= inner_last) {
-                            const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                             /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                              * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                             for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -72,8 +68,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                         const float self_value = (float)self_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
@@ -89,8 +85,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                         const float self_value = (float)self_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
@@ -106,8 +102,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                         const float self_value = (float)self_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
@@ -123,8 +119,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                         const float self_value = (float)self_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
@@ -141,30 +137,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const float self_value = (float)self_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
-                            }
-                            if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + again);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + again);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                }
-                                continue;
-                            }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_run[lane];
                             }
                         }
                         for (; index < inner_last; ++index) {
@@ -230,12 +206,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    /* whole blocks: lane l of every block adds to partial sum l */
                     while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                          * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -251,8 +224,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const float self_value = (float)self_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f32(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                             }
@@ -268,8 +241,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const float self_value = (float)self_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f32(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                             }
@@ -285,8 +258,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const float self_value = (float)self_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f32(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                             }
@@ -302,8 +275,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const float self_value = (float)self_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f32(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                             }
@@ -320,30 +293,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
                             opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
-                        }
-                        if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + again);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + again);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_run[lane];
                         }
                     }
                     for (; index < inner_last; ++index) {
@@ -395,7 +348,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
 }
 
 /* aclnn_prelu_backward_f32_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in float runs, then double; channel innermost) */
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel innermost) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
@@ -410,7 +363,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
          * ranges, so they are cut for the thread count, at least one per thread. */
         const int64_t ranges = opgen_channel_ranges(channels, threads);
-        float *const grad_weight_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
@@ -421,26 +373,35 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                     const int64_t last = opgen_range_last(channels, ranges, range);
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            grad_weight_run[channel] = 0;
-                        }
                         /* two rows at a time, block by block (written out: a loop over one or two
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                         * terms lost 7-10 % by it on one thread */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
+                            /* one channel at a time up to grad_output's next cache line, so that the
+                             * blocks' loads do not straddle two lines (NumPy's large arrays start 16
+                             * bytes past one); the sums come out the same either way */
+                            for (const int64_t lined = opgen_min(last, first + opgen_to_line(grad_output + pair + first, sizeof *grad_output)); channel < lined; ++channel) {
+                                const float weight_value = weight[channel];
+                                
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = grad_output[base + channel];
+                                    const float self_value = self[base + channel];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_sums[channel] += grad_weight_term;
+                                }
+                            }
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(grad_output + pair + channel);
-                                    opgen_prefetch_ahead(grad_output + pair + channels + channel);
-                                    opgen_prefetch_ahead(self + pair + channel);
-                                    opgen_prefetch_ahead(self + pair + channels + channel);
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
@@ -456,8 +417,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                             const float weight_value = (float)weight_block[lane];
                                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                             grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[channel + lane] += grad_weight_term;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_sums[channel + lane] += grad_weight_term;
                                         }
                                         opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
                                     }
@@ -476,8 +437,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                             const float weight_value = (float)weight_block[lane];
                                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                             grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[channel + lane] += grad_weight_term;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_sums[channel + lane] += grad_weight_term;
                                         }
                                         opgen_store_block_f32(grad_input + pair + channels + channel, grad_input_block, stream);
                                     }
@@ -498,8 +459,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         const float weight_value = (float)weight_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_sums[channel + lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
                                 }
@@ -518,31 +479,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 }
                             }
                         }
-                        /* the runs join the sums block by block; a block whose float sums
-                         * overflowed, or met an infinity or NaN, is summed again in double */
-                        for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            if (!(opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK))) {
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + channel);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_sums[channel + lane] += grad_weight_term;
-                                    }
-                                }
-                                continue;
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
-                            }
-                        }
                     }
                 }
                 opgen_fence();
@@ -555,26 +491,35 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                 const int64_t last = opgen_range_last(channels, ranges, range);
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        grad_weight_run[channel] = 0;
-                    }
                     /* two rows at a time, block by block (written out: a loop over one or two
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                     * terms lost 7-10 % by it on one thread */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
+                        /* one channel at a time up to grad_output's next cache line, so that the
+                         * blocks' loads do not straddle two lines (NumPy's large arrays start 16
+                         * bytes past one); the sums come out the same either way */
+                        for (const int64_t lined = opgen_min(last, first + opgen_to_line(grad_output + pair + first, sizeof *grad_output)); channel < lined; ++channel) {
+                            const float weight_value = weight[channel];
+                            
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = grad_output[base + channel];
+                                const float self_value = self[base + channel];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_sums[channel] += grad_weight_term;
+                            }
+                        }
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(grad_output + pair + channel);
-                                opgen_prefetch_ahead(grad_output + pair + channels + channel);
-                                opgen_prefetch_ahead(self + pair + channel);
-                                opgen_prefetch_ahead(self + pair + channels + channel);
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
@@ -590,8 +535,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         const float weight_value = (float)weight_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_sums[channel + lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
                                 }
@@ -610,8 +555,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         const float weight_value = (float)weight_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel + lane] += grad_weight_term;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_sums[channel + lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + pair + channels + channel, grad_input_block, stream);
                                 }
@@ -632,8 +577,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     const float weight_value = (float)weight_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel + lane] += grad_weight_term;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_sums[channel + lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
                             }
@@ -650,31 +595,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_sums[channel] += grad_weight_term;
                             }
-                        }
-                    }
-                    /* the runs join the sums block by block; a block whose float sums
-                     * overflowed, or met an infinity or NaN, is summed again in double */
-                    for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        if (!(opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK))) {
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_sums[channel + lane] += grad_weight_term;
-                                }
-                            }
-                            continue;
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
                         }
                     }
                 }
@@ -699,7 +619,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                             for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
                                 const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                                float grad_weight_group[OPGEN_SEGMENT];
+                                double grad_weight_group[OPGEN_SEGMENT];
                                 for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                     grad_weight_group[slot] = 0;
                                 }
@@ -720,7 +640,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                             const float weight_value = (float)weight_block[lane];
                                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                             grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                             grad_weight_group[channel - segment + lane] += grad_weight_term;
                                         }
                                         opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
@@ -738,28 +658,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     }
                                 }
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    if (!(opgen_all_finite(grad_weight_group + (channel - segment), OPGEN_BLOCK))) {
-                                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                        double grad_weight_again[OPGEN_BLOCK] = {0};
-                                        for (int64_t row = group; row < group_end; ++row) {
-                                            const int64_t base = row * channels;
-                                            float grad_output_block[OPGEN_BLOCK];
-                                            opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                                            float self_block[OPGEN_BLOCK];
-                                            opgen_load_block_f32(self_block, self + base + channel);
-                                            OPGEN_SIMD
-                                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                                const float grad_output_value = (float)grad_output_block[lane];
-                                                const float self_value = (float)self_block[lane];
-                                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                                grad_weight_again[lane] += grad_weight_term;
-                                            }
-                                        }
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                            grad_weight_group[channel - segment + lane] = 0;
-                                        }
-                                    }
                                     OPGEN_SIMD
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
@@ -772,7 +670,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                             int64_t channel = 0;
                             for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                                float grad_weight_group[OPGEN_BLOCK] = {0};
+                                double grad_weight_group[OPGEN_BLOCK] = {0};
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float grad_output_block[OPGEN_BLOCK];
@@ -789,32 +687,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         const float weight_value = (float)weight_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                         grad_weight_group[lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
-                                }
-                                if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double grad_weight_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + base + channel);
-                                        OPGEN_SIMD
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_again[lane] += grad_weight_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                        grad_weight_group[lane] = 0;
-                                    }
                                 }
                                 OPGEN_SIMD
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -853,7 +729,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
                             const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float grad_weight_group[OPGEN_SEGMENT];
+                            double grad_weight_group[OPGEN_SEGMENT];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 grad_weight_group[slot] = 0;
                             }
@@ -874,7 +750,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         const float weight_value = (float)weight_block[lane];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                         grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                         grad_weight_group[channel - segment + lane] += grad_weight_term;
                                     }
                                     opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
@@ -892,28 +768,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                if (!(opgen_all_finite(grad_weight_group + (channel - segment), OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double grad_weight_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + base + channel);
-                                        OPGEN_SIMD
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_again[lane] += grad_weight_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                        grad_weight_group[channel - segment + lane] = 0;
-                                    }
-                                }
                                 OPGEN_SIMD
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
@@ -926,7 +780,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
                         for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            float grad_weight_group[OPGEN_BLOCK] = {0};
+                            double grad_weight_group[OPGEN_BLOCK] = {0};
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float grad_output_block[OPGEN_BLOCK];
@@ -943,32 +797,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     const float weight_value = (float)weight_block[lane];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_group[lane] += grad_weight_term;
                                 }
                                 opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
-                            }
-                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double grad_weight_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + channel);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_again[lane] += grad_weight_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                    grad_weight_group[lane] = 0;
-                                }
                             }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1462,8 +1294,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                         * terms lost 7-10 % by it on one thread */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -1578,8 +1410,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                     * terms lost 7-10 % by it on one thread */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -2407,8 +2239,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                         * terms lost 7-10 % by it on one thread */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -2541,8 +2373,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                     * terms lost 7-10 % by it on one thread */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */

@@ -236,13 +236,13 @@ int opgen_get_num_threads(void);
 /* ---- The kernel API ---- */
 
 /* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
 void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` aclnn_prelu_backward_f32_ncx needs */
 int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_f32_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in float runs, then double; channel innermost) */
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel innermost) */
 void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` aclnn_prelu_backward_f32_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
@@ -358,13 +358,13 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
 void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+ * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */
 void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* doubles of `workspace` prelu_backward_f32_ncx needs */
 int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_f32_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in float runs, then double; channel innermost) */
+ * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel innermost) */
 void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* doubles of `workspace` prelu_backward_f32_nxc needs (pass inner = 1) */
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);

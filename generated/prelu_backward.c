@@ -6,16 +6,15 @@
  * Pattern: an elementwise pass with one broadcast (per-channel) operand, and sums of
  * per-element terms into that operand's shape. The tensor is seen as [outer][channels][inner]
  * (form ncx) or [outer][channels] (form nxc), the operand indexed by the channel.
- * The sums run in double (terms computed in float go there in float runs first) over tiles
- * fixed by the shape (opgen_tile_count), each tile into its own partial sums in `workspace`;
- * the partials are then ADDED in tile order to the caller's zeroed `*_sums` arrays. So the
- * result is the same for any number of threads.
+ * The sums run in double over tiles fixed by the shape (opgen_tile_count), each tile into its
+ * own partial sums in `workspace`; the partials are then ADDED in tile order to the caller's
+ * zeroed `*_sums` arrays. So the result is the same for any number of threads.
  */
 #include "opgen.h"
 #include "opgen_internal.h"
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+ * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */
 void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
@@ -51,12 +50,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
                         int64_t index = inner_first;
-                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                        /* whole blocks: lane l of every block adds to partial sum l */
                         while (index + OPGEN_BLOCK <= inner_last) {
-                            const int64_t run_first = index;
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                             /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                              * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                             for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -72,8 +68,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                         const float diff_dst_value = (float)diff_dst_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                        diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[0 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
@@ -89,8 +85,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                         const float diff_dst_value = (float)diff_dst_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                        diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[1 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
@@ -106,8 +102,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                         const float diff_dst_value = (float)diff_dst_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                        diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[2 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
@@ -123,8 +119,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                         const float diff_dst_value = (float)diff_dst_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                        diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[3 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
@@ -141,30 +137,10 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
                                 opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
-                            }
-                            if (!(opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + again);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + again);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                                    }
-                                }
-                                continue;
-                            }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                diff_slope_lanes[lane] += diff_slope_run[lane];
                             }
                         }
                         for (; index < inner_last; ++index) {
@@ -230,12 +206,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
                     int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    /* whole blocks: lane l of every block adds to partial sum l */
                     while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_first = index;
                         const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                          * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -251,8 +224,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[0 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
                                 opgen_store_block_f32(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
                             }
@@ -268,8 +241,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[1 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
                                 opgen_store_block_f32(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
                             }
@@ -285,8 +258,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[2 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
                                 opgen_store_block_f32(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
                             }
@@ -302,8 +275,8 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_lanes[3 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
                                 opgen_store_block_f32(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
                             }
@@ -320,30 +293,10 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 const float diff_dst_value = (float)diff_dst_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                             }
                             opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
-                        }
-                        if (!(opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + again);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + again);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            diff_slope_lanes[lane] += diff_slope_run[lane];
                         }
                     }
                     for (; index < inner_last; ++index) {
@@ -395,7 +348,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
 }
 
 /* prelu_backward_f32_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in float runs, then double; channel innermost) */
+ * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel innermost) */
 void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
@@ -410,7 +363,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
          * ranges, so they are cut for the thread count, at least one per thread. */
         const int64_t ranges = opgen_channel_ranges(channels, threads);
-        float *const diff_slope_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
@@ -421,26 +373,35 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                     const int64_t last = opgen_range_last(channels, ranges, range);
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            diff_slope_run[channel] = 0;
-                        }
                         /* two rows at a time, block by block (written out: a loop over one or two
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                         * terms lost 7-10 % by it on one thread */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
+                            /* one channel at a time up to src's next cache line, so that the
+                             * blocks' loads do not straddle two lines (NumPy's large arrays start 16
+                             * bytes past one); the sums come out the same either way */
+                            for (const int64_t lined = opgen_min(last, first + opgen_to_line(src + pair + first, sizeof *src)); channel < lined; ++channel) {
+                                const float slope_value = slope[channel];
+                                
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = src[base + channel];
+                                    const float diff_dst_value = diff_dst[base + channel];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_sums[channel] += diff_slope_term;
+                                }
+                            }
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(src + pair + channel);
-                                    opgen_prefetch_ahead(src + pair + channels + channel);
-                                    opgen_prefetch_ahead(diff_dst + pair + channel);
-                                    opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                     {
                                         float src_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(src_block, src + pair + channel);
@@ -456,8 +417,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                             const float slope_value = (float)slope_block[lane];
                                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                             diff_src_block[lane] = (float)diff_src_value;
-                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                            diff_slope_run[channel + lane] += diff_slope_term;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_sums[channel + lane] += diff_slope_term;
                                         }
                                         opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
                                     }
@@ -476,8 +437,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                             const float slope_value = (float)slope_block[lane];
                                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                             diff_src_block[lane] = (float)diff_src_value;
-                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                            diff_slope_run[channel + lane] += diff_slope_term;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_sums[channel + lane] += diff_slope_term;
                                         }
                                         opgen_store_block_f32(diff_src + pair + channels + channel, diff_src_block, stream);
                                     }
@@ -498,8 +459,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         const float slope_value = (float)slope_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_sums[channel + lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
                                 }
@@ -518,31 +479,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 }
                             }
                         }
-                        /* the runs join the sums block by block; a block whose float sums
-                         * overflowed, or met an infinity or NaN, is summed again in double */
-                        for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            if (!(opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK))) {
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                        diff_slope_sums[channel + lane] += diff_slope_term;
-                                    }
-                                }
-                                continue;
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
-                            }
-                        }
                     }
                 }
                 opgen_fence();
@@ -555,26 +491,35 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 const int64_t last = opgen_range_last(channels, ranges, range);
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        diff_slope_run[channel] = 0;
-                    }
                     /* two rows at a time, block by block (written out: a loop over one or two
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                     * terms lost 7-10 % by it on one thread */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
+                        /* one channel at a time up to src's next cache line, so that the
+                         * blocks' loads do not straddle two lines (NumPy's large arrays start 16
+                         * bytes past one); the sums come out the same either way */
+                        for (const int64_t lined = opgen_min(last, first + opgen_to_line(src + pair + first, sizeof *src)); channel < lined; ++channel) {
+                            const float slope_value = slope[channel];
+                            
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_sums[channel] += diff_slope_term;
+                            }
+                        }
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(src + pair + channel);
-                                opgen_prefetch_ahead(src + pair + channels + channel);
-                                opgen_prefetch_ahead(diff_dst + pair + channel);
-                                opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                 {
                                     float src_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(src_block, src + pair + channel);
@@ -590,8 +535,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         const float slope_value = (float)slope_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_sums[channel + lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
                                 }
@@ -610,8 +555,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         const float slope_value = (float)slope_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                        diff_slope_run[channel + lane] += diff_slope_term;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_sums[channel + lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + pair + channels + channel, diff_src_block, stream);
                                 }
@@ -632,8 +577,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     const float slope_value = (float)slope_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[channel + lane] += diff_slope_term;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_sums[channel + lane] += diff_slope_term;
                                 }
                                 opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
                             }
@@ -650,31 +595,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 diff_slope_sums[channel] += diff_slope_term;
                             }
-                        }
-                    }
-                    /* the runs join the sums block by block; a block whose float sums
-                     * overflowed, or met an infinity or NaN, is summed again in double */
-                    for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        if (!(opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK))) {
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_sums[channel + lane] += diff_slope_term;
-                                }
-                            }
-                            continue;
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
                         }
                     }
                 }
@@ -699,7 +619,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                             for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
                                 const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                                float diff_slope_group[OPGEN_SEGMENT];
+                                double diff_slope_group[OPGEN_SEGMENT];
                                 for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                     diff_slope_group[slot] = 0;
                                 }
@@ -720,7 +640,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                             const float slope_value = (float)slope_block[lane];
                                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                             diff_src_block[lane] = (float)diff_src_value;
-                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                             diff_slope_group[channel - segment + lane] += diff_slope_term;
                                         }
                                         opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
@@ -738,28 +658,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     }
                                 }
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    if (!(opgen_all_finite(diff_slope_group + (channel - segment), OPGEN_BLOCK))) {
-                                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                        double diff_slope_again[OPGEN_BLOCK] = {0};
-                                        for (int64_t row = group; row < group_end; ++row) {
-                                            const int64_t base = row * channels;
-                                            float src_block[OPGEN_BLOCK];
-                                            opgen_load_block_f32(src_block, src + base + channel);
-                                            float diff_dst_block[OPGEN_BLOCK];
-                                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                                            OPGEN_SIMD
-                                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                                const float src_value = (float)src_block[lane];
-                                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                                diff_slope_again[lane] += diff_slope_term;
-                                            }
-                                        }
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            partial[0 * channels + channel + lane] += diff_slope_again[lane];
-                                            diff_slope_group[channel - segment + lane] = 0;
-                                        }
-                                    }
                                     OPGEN_SIMD
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         partial[0 * channels + channel + lane] += diff_slope_group[channel - segment + lane];
@@ -772,7 +670,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                             int64_t channel = 0;
                             for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                                float diff_slope_group[OPGEN_BLOCK] = {0};
+                                double diff_slope_group[OPGEN_BLOCK] = {0};
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
@@ -789,32 +687,10 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         const float slope_value = (float)slope_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                         diff_slope_group[lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                                }
-                                if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double diff_slope_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + channel);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                                        OPGEN_SIMD
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                            diff_slope_again[lane] += diff_slope_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += diff_slope_again[lane];
-                                        diff_slope_group[lane] = 0;
-                                    }
                                 }
                                 OPGEN_SIMD
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -853,7 +729,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
                             const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float diff_slope_group[OPGEN_SEGMENT];
+                            double diff_slope_group[OPGEN_SEGMENT];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 diff_slope_group[slot] = 0;
                             }
@@ -874,7 +750,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         const float slope_value = (float)slope_block[lane];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                         diff_src_block[lane] = (float)diff_src_value;
-                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                         diff_slope_group[channel - segment + lane] += diff_slope_term;
                                     }
                                     opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
@@ -892,28 +768,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                if (!(opgen_all_finite(diff_slope_group + (channel - segment), OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double diff_slope_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + channel);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                                        OPGEN_SIMD
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                            diff_slope_again[lane] += diff_slope_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += diff_slope_again[lane];
-                                        diff_slope_group[channel - segment + lane] = 0;
-                                    }
-                                }
                                 OPGEN_SIMD
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     partial[0 * channels + channel + lane] += diff_slope_group[channel - segment + lane];
@@ -926,7 +780,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
                         int64_t channel = 0;
                         for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            float diff_slope_group[OPGEN_BLOCK] = {0};
+                            double diff_slope_group[OPGEN_BLOCK] = {0};
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
@@ -943,32 +797,10 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     const float slope_value = (float)slope_block[lane];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                     diff_slope_group[lane] += diff_slope_term;
                                 }
                                 opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                            }
-                            if (!(opgen_all_finite(diff_slope_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double diff_slope_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                        diff_slope_again[lane] += diff_slope_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += diff_slope_again[lane];
-                                    diff_slope_group[lane] = 0;
-                                }
                             }
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1498,8 +1330,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                         * terms lost 7-10 % by it on one thread */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -1632,8 +1464,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                     * terms lost 7-10 % by it on one thread */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -2531,8 +2363,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
                          * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                         * terms lost 7-10 % by it on one thread */
+                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                         * sums lost 7-10 % on one thread) */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -2647,8 +2479,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
                      * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones); with double sums, f32
-                     * terms lost 7-10 % by it on one thread */
+                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
+                     * sums lost 7-10 % on one thread) */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */

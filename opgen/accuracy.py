@@ -4,10 +4,9 @@ The test suite and `opgen check` both judge results with these (README, "Accurac
 - elementwise outputs: at most 1 ulp of the output dtype from the float64 oracle rounded to
   that dtype;
 - sums: 1 ulp of the output dtype + 2 n 2^-53 sum|terms| (n - 1 double additions in the
-  kernel, as many in the oracle), + (r + 1) 2^-24 sum|terms| + n 2^-150 where the kernel
-  computes the terms in float and adds them in float partial sums of at most r terms first
-  (plan.float_runs: PReLU; an f32 product is rounded once, a product below f32's normal
-  range to its subnormal grid, 2^-149);
+  kernel, as many in the oracle), + r 2^-24 sum|terms| + n 2^-150 where the kernel adds
+  float terms in float partial sums of at most r terms first (plan.float_runs: f16 and bf16
+  PReLU; a bf16 product below 2^-134 is rounded to f32's subnormal grid, 2^-149);
 - BatchNorm: the bounds of batch_norm_bounds, from counting its roundings (its NXC kernels
   add their terms, computed in float, in float runs too).
 """
@@ -78,13 +77,11 @@ def ulp(values: np.ndarray, row: DType) -> np.ndarray:
 
 def sum_bound(terms_abs_sum: np.ndarray, count: int, float_run: int = 0) -> np.ndarray:
     """Accumulation error of a double sum of `count` terms, in the kernel and in the oracle;
-    with `float_run` = r > 0, the kernel computes each term in float, its exact value rounded
-    at most once (u32 |term|; exact for f16 and bf16 products in f32's normal range; 2^-150
-    absolute below it), then adds them in float, at most r per float partial sum:
-    gamma(r - 1) (1 + u32) sum|terms| more. u32 + gamma(r - 1) (1 + u32) stays below
-    (r + 1) u32 for any r up to 4096, the bound used."""
-    assert float_run <= 4096, "the bound below holds for runs of at most 4096 terms"
-    rounding = (2.0 * max(count, 1) * U64 + (float_run + 1 if float_run else 0) * U32) * terms_abs_sum
+    with `float_run` > 0, the kernel first adds the terms in float, at most that many per
+    float partial sum: (float_run - 1) u32 sum|terms| more, rounded up to float_run u32; and a
+    term computed in float is exact except below f32's normal range (products of two bf16
+    below 2^-134), where rounding to the subnormal grid loses at most 2^-150 per term."""
+    rounding = (2.0 * max(count, 1) * U64 + float_run * U32) * terms_abs_sum
     return rounding + (max(count, 1) * 2.0**-150 if float_run else 0.0)
 
 

@@ -25,12 +25,11 @@ FORMS = ("ncx", "nxc")
 TILE_ELEMENTS = 65536
 MAX_TILES = 64
 CHANNEL_SPLIT = 262144  # rows of at least this many channels are split by channel instead
-# Sum terms computed in float (exactly, as products of two f16 or bf16 values, or rounded
-# once, as f32 products) are added in float, at most FLOAT_RUN of them per float partial sum,
-# before the double sums: converting every term to double, or keeping a double sum in memory
-# per channel, costs more than the rest of a PReLU. Where terms can leave f32's range (bf16,
-# f32), a run whose float sums come out infinite or NaN is summed again in double. The error
-# this adds is stated in accuracy.py.
+# Sum terms exact in float (products of two f16 or bf16 values, say) are added in float, at
+# most FLOAT_RUN of them per float partial sum, before the double sums: converting every term
+# to double costs more than the rest of a PReLU. Where terms can leave f32's range (bf16), a
+# run whose float sums come out infinite or NaN is summed again in double. The error this
+# adds is stated in accuracy.py.
 FLOAT_RUN = 16
 PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
@@ -146,17 +145,16 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         return section == "sums" and compute == "float" and _exact_in_float(tree, variant.dtypes)
 
     def in_float_runs(section: str, tree: Any) -> bool:
-        # broadcast_reduce: terms float computes as their exact value rounded once (exact for
-        # f16 and bf16 products), even out of f32's range: a run whose float sums overflow is
-        # summed again in double, and terms below f32's normal range lose at most 2^-150 each
-        # (accuracy.sum_bound); f32 PReLU ran 1.1-1.9x faster on one thread than with its
-        # terms in double. reduce_then_apply: every term, computed in float (its roundings are in
-        # the op's stated bounds, accuracy.batch_norm_bounds), each run checked the same way
+        # broadcast_reduce: terms exact in float, even out of f32's range: a run whose float
+        # sums overflow is summed again in double, and terms below 2^-134 lose at most 2^-150
+        # each (accuracy.sum_bound). reduce_then_apply: every term, computed in float (its
+        # roundings are in the op's stated bounds, accuracy.batch_norm_bounds), each run
+        # checked the same way; a term in double costs more than the rest of the op
         if section != "sums" or compute != "float":
             return False
         if spec.pattern == "reduce_then_apply":
             return True
-        return spec.pattern == "broadcast_reduce" and _rounded_once_in_float(tree, variant.dtypes)
+        return spec.pattern == "broadcast_reduce" and _exact_in_float(tree, variant.dtypes, in_range=False)
 
     def c_text(section: str, tree: Any, runs: bool = True) -> str:
         if runs and in_float_runs(section, tree):

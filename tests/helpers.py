@@ -4,9 +4,7 @@ Tolerances (README, "Accuracy"):
 - elementwise outputs: at most `ulps` units in the last place of the output dtype from the
   float64 oracle rounded to that dtype (ReLU, a pure selection: 0; everything else: 1);
 - sums: |got - exact| <= 1 ulp of the output dtype (the final double -> f32 -> dtype rounding)
-  + 2 * n * 2^-53 * sum(|terms|) (n - 1 double additions in the kernel, as many in the oracle),
-  + (r + 1) * 2^-24 * sum(|terms|) + n * 2^-150 where the kernel adds float terms in float runs
-  of at most r first (accuracy.sum_bound).
+  + 2 * n * 2^-53 * sum(|terms|) (n - 1 double additions in the kernel, as many in the oracle).
 """
 
 from __future__ import annotations
