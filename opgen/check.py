@@ -10,6 +10,7 @@ stated tolerances of opgen.accuracy.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,9 @@ def load_oracle(path: Path | None) -> Any:
 
 def _attribute_values(spec: OpSpec) -> dict[str, Any]:
     values = {}
+    for attribute in spec.attributes:  # strings the math cannot read: the default, else the first allowed
+        if attribute.type == "string" and attribute.role != "layout":
+            values[attribute.name] = attribute.allowed[0] if attribute.default is None else attribute.default
     for position, attribute in enumerate(a for a in spec.attributes if a.type == "f32"):
         if attribute.default is not None:
             values[attribute.name] = attribute.default
@@ -73,6 +77,20 @@ def _attribute_values(spec: OpSpec) -> dict[str, Any]:
         else:  # HardSigmoid-like slopes and offsets
             values[attribute.name] = float(np.float32(1 / 6)) if position == 0 else 0.5
     return values
+
+
+def _switch_rows(spec: OpSpec) -> list[dict[str, bool]]:
+    """The bool attributes and flags of each run: every combination of the bool attributes the
+    math reads (each is a kernel of its own), and every value of each other bool attribute and
+    of each flag at least once (the flags request optional outputs; check gives every input, so a
+    flag defaults to True)."""
+    fixed = list(spec.specialized)
+    others = {a.name: (True if a.default is None else a.default) for a in spec.attributes if a.type == "bool"}
+    others = {name: value for name, value in others.items() if name not in fixed}
+    others |= {flag.name: True for flag in spec.flags}
+    rows = [{**dict(zip(fixed, values)), **others} for values in itertools.product((True, False), repeat=len(fixed))]
+    rows += [{**rows[0], name: not value} for name, value in others.items()]
+    return rows
 
 
 def _cases(spec: OpSpec, layout: str):
@@ -145,7 +163,7 @@ def check_op(library: OpLibrary, spec: OpSpec, oracles: Any, seed: int) -> list[
     function, reference_function = library.ops[spec.name], getattr(oracles, spec.name, None)
     results = []
     layouts = spec.layouts or ("NCX",)
-    flag_sets = [{}] + ([{n: False} for n in spec.specialized] if spec.specialized else [])
+    flag_sets = _switch_rows(spec)
     for row in spec.dtypes:
         tag = "_".join(dict.fromkeys(row.values()))
         runs = plan.float_runs(spec, row, library.table)
@@ -199,10 +217,11 @@ def run(spec_dir: Path, shared_library: Path | None, oracle_path: Path | None, s
 
 
 def report(results: list[Result]) -> str:
-    lines = [f"{'op':32} {'dtypes':10} {'layout':6} {'flags':16} {'cases':>5}  result"]
+    width = max([16, *(len(r.flags) for r in results)])
+    lines = [f"{'op':32} {'dtypes':10} {'layout':6} {'flags':{width}} {'cases':>5}  result"]
     for r in results:
         verdict = "pass" if r.failure is None else f"FAIL: {r.failure}"
-        lines.append(f"{r.op:32} {r.dtypes:10} {r.layout:6} {r.flags:16} {r.cases:5}  {verdict}")
+        lines.append(f"{r.op:32} {r.dtypes:10} {r.layout:6} {r.flags:{width}} {r.cases:5}  {verdict}")
     failed = sum(r.failure is not None for r in results)
     cases = sum(r.cases for r in results)
     lines.append(f"{len(results) - failed} passed, {failed} failed ({len(results)} variants, {cases} cases)")

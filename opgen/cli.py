@@ -1,4 +1,4 @@
-"""Command line: `opgen build` and `opgen list`."""
+"""Command line: `opgen build`, `list`, `info`, `bench` and `check`."""
 
 from __future__ import annotations
 
@@ -48,7 +48,16 @@ def _build(args: argparse.Namespace) -> int:
         print(f"{'wrote    ' if name in written else 'unchanged'} {out_dir / name}")
     kernels = len(library.kernels)
     print(f"built {len(library.specs)} ops, {kernels} kernels from {spec_dir} in {time.perf_counter() - started:.1f} s")
-    print(f"module {target} (import it by name with {out_dir} on sys.path; or opgen.load({str(spec_dir)!r}))")
+    importable = f"import it by name with {out_dir} on sys.path"
+    if args.ops or args.dtypes:
+        # opgen.load builds every op and dtype of a spec directory: it cannot give this subset
+        print(
+            f"module {target} holds this subset's kernels and C API ({importable}); "
+            f"opgen.load({str(spec_dir)!r}) gives Python functions for every op and dtype of "
+            f"{spec_dir}, built separately"
+        )
+    else:
+        print(f"module {target} ({importable}; or opgen.load({str(spec_dir)!r}) for its Python functions)")
     return 0
 
 
@@ -78,12 +87,26 @@ def _bench(args: argparse.Namespace) -> int:
         threads = [int(t) for t in args.threads.split(",")] if args.threads else sorted({1, os.cpu_count() or 1})
     except ValueError:
         raise SystemExit("opgen bench: --threads: a comma-separated list of thread counts") from None
-    print(bench.HEADER)
-    report = bench.run(sizes, threads, ops, dtypes, args.min_time, baselines=not args.no_baselines)
-    print()
+    total, done = len(bench.cases(ops, dtypes)) * len(sizes) * len(threads), 0
+    live = sys.stderr.isatty()
+
+    def progress(line: str) -> None:  # the table comes once, at the end; a terminal sees a count
+        nonlocal done
+        done += 1
+        if live:
+            print(f"\r\033[Kmeasured {done}/{total} cases", end="", file=sys.stderr, flush=True)
+
+    try:
+        report = bench.run(
+            sizes, threads, ops, dtypes, args.min_time, baselines=not args.no_baselines, progress=progress
+        )
+    finally:
+        if live:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
     print(bench.table(report))
-    bench.save(report, args.json)
-    print(f"wrote {args.json}")
+    if args.json:
+        bench.save(report, args.json)
+        print(f"wrote {args.json}")
     if args.plot:
         print(f"wrote {args.plot}" if bench.plot(report, args.plot) else "no plot: matplotlib is not installed")
     return 0
@@ -137,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--dtypes", default="f32,bf16,f16")
     bench.add_argument("--min-time", type=float, default=0.2, help="seconds of calls per case (default 0.2)")
     bench.add_argument("--no-baselines", action="store_true", help="skip NumPy and PyTorch")
-    bench.add_argument("--json", default="opgen-bench.json", help="where to write the results")
+    bench.add_argument("--json", help="write the results as JSON here (default: not written)")
     bench.add_argument("--plot", help="write a PNG chart here (needs matplotlib)")
     bench.set_defaults(run=_bench)
     checking = commands.add_parser(
@@ -150,10 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     checking.set_defaults(run=_check)
     args = parser.parse_args(argv)
     try:
-        return args.run(args)
+        status = args.run(args)
+        sys.stdout.flush()  # here, so a closed pipe shows up below rather than at exit
+        return status
     except (SpecError, RenderError) as error:
         print(f"opgen {args.command}: error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # the reader went away (`opgen check | head`): stop quietly, as a tool killed by
+        # SIGPIPE would; stdout goes to devnull so the flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for such a tool
 
 
 if __name__ == "__main__":

@@ -3,13 +3,18 @@
 Allowed: numbers, names, + - * /, unary -, comparisons (chains too), and/or/not,
 `a if cond else b`, and the functions in FUNCTIONS. Everything else is an error,
 so a spec can never place arbitrary text in the generated C.
+
+Every subexpression is a number or a condition, and each place takes one of them: a number
+never stands where C takes an int condition (the test of `a if c else b`, an and/or/not
+operand), and a condition never stands where a number is needed. Number literals must be 0
+or within f32's range, as kernels computed in float compile them as float constants.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 # name -> (arity, C name without the float/double suffix)
 FUNCTIONS: dict[str, tuple[int, str]] = {
@@ -25,28 +30,58 @@ FUNCTIONS: dict[str, tuple[int, str]] = {
 MAX_LENGTH = 4000  # characters in one expression
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+# The smallest magnitude that rounds to infinity in f32: max + half an ulp.
+F32_OVERFLOW = (2.0 - 2.0**-24) * 2.0**127
+# Half the smallest f32 subnormal: magnitudes up to this one round to zero in f32.
+F32_UNDERFLOW = 2.0**-150
+LITERAL_RULE = (
+    "a number literal must be 0 or within f32's range (magnitude about 1.4e-45 to 3.4e38), "
+    "as kernels computed in float compile it as a float constant"
+)
 
 
 class ExprError(ValueError):
     """An expression that is not in the allowed subset, or uses an unknown name."""
 
 
-def parse(text: str) -> ast.expr:
-    """Parse and check one expression; the result is numeric (not a bare condition)."""
+def parse(text: str, conditions: Collection[str] | None = None) -> ast.expr:
+    """Parse and check one expression; the result is numeric (not a bare condition).
+
+    `conditions`: the names that are conditions (boolean attributes); every other name is a
+    number. None leaves names untyped (either kind), for text already checked with them.
+    """
     if not isinstance(text, str) or not text.strip():
         raise ExprError("expected a non-empty expression string")
     if len(text) > MAX_LENGTH:
         raise ExprError(f"longer than {MAX_LENGTH} characters")
+    source = text.strip()
     try:
-        tree = ast.parse(text.strip(), mode="eval").body
-        kind = _kind(tree)
+        tree = ast.parse(source, mode="eval").body
+        kind = _kind(tree, None if conditions is None else frozenset(conditions))
     except SyntaxError as error:
         raise ExprError(f"syntax error at column {error.offset}: {error.msg}") from None
     except RecursionError:
         raise ExprError("nested too deeply") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, float) and node.value == 0:
+            # a literal such as 1e-400 that is 0 already as a Python float
+            literal = ast.get_source_segment(source, node) or ""
+            if any(digit in "123456789" for digit in literal.lower().partition("e")[0]):
+                raise ExprError(f"the literal {literal} rounds to zero in f32; {LITERAL_RULE}")
     if kind == "condition":
         raise ExprError("the expression is a condition; it must give a number")
     return tree
+
+
+def literal_problem(value: float) -> str | None:
+    """Why the number `value` cannot be a literal of the generated C (see LITERAL_RULE), or None."""
+    if not math.isfinite(value):
+        return f"{value!r} is not finite; {LITERAL_RULE}"
+    if abs(value) >= F32_OVERFLOW:
+        return f"{value!r} is outside the f32 range (it would round to infinity); {LITERAL_RULE}"
+    if 0 < abs(value) <= F32_UNDERFLOW:
+        return f"{value!r} rounds to zero in f32; {LITERAL_RULE}"
+    return None
 
 
 def names(tree: ast.expr) -> set[str]:
@@ -142,47 +177,52 @@ def _literal(value: float, suffix: str) -> str:
     return text + suffix
 
 
-def _kind(node: ast.expr) -> str:
-    """'number' or 'condition'; raises ExprError for anything outside the subset."""
+def _kind(node: ast.expr, conditions: frozenset[str] | None) -> str:
+    """'number' or 'condition' ('name': an untyped name); raises ExprError for anything outside the subset."""
     if isinstance(node, ast.Constant):
         value = node.value
         if isinstance(value, bool):
             return "condition"
         if isinstance(value, float) and math.isfinite(value):
+            problem = literal_problem(value)
+            if problem:
+                raise ExprError(problem)
             return "number"
         if isinstance(value, int) and abs(value) <= 2**53:
             return "number"
         raise ExprError(f"unsupported constant {value!r} (finite numbers only)")
     if isinstance(node, ast.Name):
-        return "name"
+        if conditions is None:
+            return "name"
+        return "condition" if node.id in conditions else "number"
     if isinstance(node, ast.BinOp):
         if type(node.op) not in _BINARY:
             raise ExprError(f"unsupported operator in '{ast.unparse(node)}' (use + - * /)")
-        _expect(node.left, "number")
-        _expect(node.right, "number")
+        _expect(node.left, "number", conditions)
+        _expect(node.right, "number", conditions)
         return "number"
     if isinstance(node, ast.UnaryOp):
         if isinstance(node.op, ast.Not):
-            _expect(node.operand, "condition")
+            _expect(node.operand, "condition", conditions)
             return "condition"
         if isinstance(node.op, (ast.USub, ast.UAdd)):
-            _expect(node.operand, "number")
+            _expect(node.operand, "number", conditions)
             return "number"
         raise ExprError(f"unsupported operator in '{ast.unparse(node)}'")
     if isinstance(node, ast.BoolOp):
         for value in node.values:
-            _expect(value, "condition")
+            _expect(value, "condition", conditions)
         return "condition"
     if isinstance(node, ast.Compare):
         if any(type(op) not in _COMPARE for op in node.ops):
             raise ExprError(f"unsupported comparison in '{ast.unparse(node)}'")
         for operand in [node.left, *node.comparators]:
-            _expect(operand, "number")
+            _expect(operand, "number", conditions)
         return "condition"
     if isinstance(node, ast.IfExp):
-        _expect(node.test, "condition")
-        _expect(node.body, "number")
-        _expect(node.orelse, "number")
+        _expect(node.test, "condition", conditions)
+        _expect(node.body, "number", conditions)
+        _expect(node.orelse, "number", conditions)
         return "number"
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
@@ -192,13 +232,17 @@ def _kind(node: ast.expr) -> str:
         if node.keywords or len(node.args) != arity:
             raise ExprError(f"{node.func.id}() takes {arity} positional argument(s)")
         for arg in node.args:
-            _expect(arg, "number")
+            _expect(arg, "number", conditions)
         return "number"
     raise ExprError(f"unsupported syntax: '{ast.unparse(node)}'")
 
 
-def _expect(node: ast.expr, wanted: str) -> None:
-    kind = _kind(node)
-    # A bare name may be a number or a (specialized boolean) condition; the name check decides.
+def _expect(node: ast.expr, wanted: str, conditions: frozenset[str] | None) -> None:
+    kind = _kind(node, conditions)
+    # An untyped name (conditions is None) may be either kind.
     if kind != "name" and kind != wanted:
-        raise ExprError(f"'{ast.unparse(node)}' is a {kind} where a {wanted} is needed")
+        hint = ""
+        if wanted == "condition":
+            # C would take the number as an int condition, truncating it (0.5 is false)
+            hint = " (write a comparison such as 'x > 0', and/or/not of conditions, or a bool attribute)"
+        raise ExprError(f"'{ast.unparse(node)}' is a {kind} where a {wanted} is needed{hint}")

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import keyword
 import math
+import numbers
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from opgen import expr
 
@@ -87,7 +90,7 @@ _RESERVED = {
     "uint32_t",
 }
 # The smallest magnitude that rounds to infinity in f32: max + half an ulp.
-_F32_OVERFLOW = (2.0 - 2.0**-24) * 2.0**127
+_F32_OVERFLOW = expr.F32_OVERFLOW
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -528,6 +531,10 @@ class _SpecReader:
                 self.fail(f"{key}.default", "an optional input must be a channel input with a numeric default")
             if default is not None and not optional:
                 self.fail(f"{key}.default", "only optional inputs take a default")
+            if default is not None:
+                problem = expr.literal_problem(float(default))  # the kernels' C holds it as a literal
+                if problem:
+                    self.fail(f"{key}.default", problem)
             requested_by = table.get("requested_by")
             result.append(
                 Tensor(
@@ -681,14 +688,16 @@ class _SpecReader:
                 for used in expr.names(tree):
                     if used not in allowed:
                         self.fail(key, f"unknown name '{used}' (this section may read: {', '.join(sorted(allowed))})")
+                # the names known, check their kinds: bool attributes are conditions, the rest numbers
+                self._parse(key, text, booleans)
                 used_booleans |= expr.names(tree) & set(booleans)
                 local.append(name)
         self._check_outputs_defined(spec, defined)
         return tuple(a for a in booleans if a in used_booleans)
 
-    def _parse(self, key: str, text: str) -> Any:
+    def _parse(self, key: str, text: str, conditions: list[str] | None = None) -> Any:
         try:
-            return expr.parse(text)
+            return expr.parse(text, conditions)
         except expr.ExprError as error:
             problem = str(error)
         self.fail(key, problem)
@@ -707,17 +716,25 @@ class _SpecReader:
 
 
 def check_attribute_value(attribute: Attribute, value: Any) -> str | None:
-    """Why `value` is not valid for `attribute`, or None."""
+    """Why `value` is not valid for `attribute`, or None. NumPy scalars count as their kind."""
     if attribute.type == "bool":
-        return None if isinstance(value, bool) else f"must be True or False, not {value!r}"
+        return None if isinstance(value, (bool, np.bool_)) else f"must be True or False, not {value!r}"
     if attribute.type == "string":
-        if value not in attribute.allowed:
+        if not isinstance(value, str) or value not in attribute.allowed:
             return f"must be one of {', '.join(repr(v) for v in attribute.allowed)}, not {value!r}"
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         return f"must be a number (f32), not {type(value).__name__}"
-    if math.isfinite(value) and abs(float(value)) >= _F32_OVERFLOW:
-        return f"{value!r} is outside the f32 range (it would round to infinity)"
-    if attribute.minimum_exclusive is not None and not float(value) > attribute.minimum_exclusive:
-        return f"must be greater than {attribute.minimum_exclusive}, not {value!r}"
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond double's range
+        number = None
+    if number is None or (math.isfinite(number) and abs(number) >= _F32_OVERFLOW):
+        shown = repr(value) if len(repr(value)) <= 40 else f"an int of {len(str(abs(int(value))))} digits"
+        return f"{shown} is outside the f32 range (it would round to infinity)"
+    if attribute.minimum_exclusive is not None:
+        as_f32 = float(np.float32(number))  # what the kernels get
+        if not as_f32 > attribute.minimum_exclusive:
+            rounded = f" ({as_f32!r} in f32)" if as_f32 != number and not math.isnan(number) else ""
+            return f"must be greater than {attribute.minimum_exclusive} as an f32, not {value!r}{rounded}"
     return None

@@ -60,6 +60,22 @@ def test_cli_writes_json_and_table(tmp_path):
     assert report["cases"][0]["dtype"] == "bf16" and report["machine"]["opgen_target"]
 
 
+def test_cli_prints_the_table_once_and_writes_no_file_unasked(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "opgen.cli", "bench", "--sizes", "S", "--threads", "1", "--ops", "relu_backward"]
+        + ["--dtypes", "f32", "--min-time", "0.001", "--no-baselines"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith("op ") for line in lines) == 1, result.stdout
+    assert sum(line.startswith("relu_backward ") for line in lines) == 1, result.stdout
+    assert "wrote" not in result.stdout and not any(tmp_path.iterdir()), result.stdout
+
+
 def test_cli_rejects_unknown_names(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "opgen.cli", "bench", "--sizes", "XL"], capture_output=True, text=True, check=False

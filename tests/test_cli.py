@@ -190,6 +190,9 @@ def test_subset_build(tmp_path):
     assert "batch_norm_training_backward_bf16_f32_nxc" in functions
     assert not any("f16" in name.replace("bf16", "") for name in functions)
     assert (out / "CMakeLists.txt").exists() and not (out / "prelu_backward.c").exists()
+    # opgen.load cannot give the subset: the hint says so instead of offering it as this module
+    hint = result.stdout.splitlines()[-1]
+    assert "holds this subset's kernels" in hint and "every op and dtype of" in hint, hint
     bad = run_cli("build", "--ops", "relu_backward", "--dtypes", "f64", "--out", str(tmp_path / "bad"))
     assert bad.returncode == 1 and "--dtypes: no dtype named f64" in bad.stderr
 
@@ -198,9 +201,26 @@ def test_check_passes_on_the_bundled_library():
     result = run_cli("check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1].startswith("35 passed, 0 failed"), lines[-1]
-    # one line per op, dtype combination, layout and fixed attribute
+    assert lines[-1].startswith("46 passed, 0 failed"), lines[-1]
+    # one line per op, dtype combination, layout and fixed attribute; each value of every bool
     assert sum(line.startswith("prelu_backward ") for line in lines) == 6
+    assert sum(line.startswith("relu_backward ") and "use_dst=True" in line for line in lines) == 3
+    assert sum(line.startswith("relu_backward ") and "use_dst=False" in line for line in lines) == 3
+    assert sum("with_diff_gamma_beta=False" in line for line in lines) == 8
+
+
+def test_closed_stdout_ends_quietly():
+    """`opgen check | head`: the reader is gone; the command stops without a traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "opgen.cli", "check"], stdout=write_end, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr  # 128 + SIGPIPE
+    assert result.stderr == "", result.stderr
 
 
 def test_check_reports_a_wrong_result(tmp_path):
@@ -215,4 +235,59 @@ def test_check_reports_a_wrong_result(tmp_path):
     result = run_cli("check", "--oracle", str(oracle))
     assert result.returncode == 1
     failing = [line.split()[0] for line in result.stdout.splitlines() if "FAIL" in line]
-    assert failing == ["relu_backward"] * 3, result.stdout
+    assert failing == ["relu_backward"] * 6, result.stdout
+
+
+NEGATE = textwrap.dedent("""
+    [op]
+    name = "negated_relu_backward"
+    summary = "ReLU's gradient, negated on request."
+    source = "a user's own op"
+    pattern = "elementwise"
+
+    [[attributes]]
+    name = "negate"
+    type = "bool"
+    default = false
+    doc = "Negate the gradient."
+
+    [[inputs]]
+    name = "src"
+    doc = "Input."
+
+    [[inputs]]
+    name = "diff_dst"
+    doc = "Output gradient."
+
+    [[outputs]]
+    name = "diff_src"
+    doc = "Input gradient."
+
+    [[dtypes]]
+    src = "f32"
+    diff_dst = "f32"
+    diff_src = "f32"
+
+    [math.elements]
+    diff_src = "-diff_dst if negate else (diff_dst if src > 0 else 0)"
+""")
+
+
+def test_check_runs_the_true_value_of_a_bool_whose_default_is_false(tmp_path):
+    """A bool attribute defaulting to False: its True kernel runs too, so an oracle wrong on
+    the True path only fails there."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    shutil.copy(BUNDLED_SPECS / "dtypes.toml", specs)
+    (specs / "negated_relu_backward.toml").write_text(NEGATE)
+    oracle = tmp_path / "oracle.py"
+    oracle.write_text(
+        "import numpy as np\n\n\n"
+        "def negated_relu_backward(src, diff_dst, *, negate=False):  # ignores negate: wrong when True\n"
+        "    return np.where(np.asarray(src, np.float64) > 0, np.asarray(diff_dst, np.float64), 0.0)\n"
+    )
+    result = run_cli("check", "--specs", str(specs), "--oracle", str(oracle))
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {line.split()[3]: line for line in result.stdout.splitlines() if line.startswith("negated_relu_backward")}
+    assert set(rows) == {"negate=True", "negate=False"}, result.stdout
+    assert "FAIL" in rows["negate=True"] and rows["negate=False"].endswith("pass"), result.stdout

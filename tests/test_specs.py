@@ -138,6 +138,74 @@ def test_pathological_expressions(tmp_path, expression, fragment):
     rejected(tmp_path, text, "math.elements.diff_src", fragment)
 
 
+RELU_MATH = 'diff_src = "diff_dst if src_or_dst > 0 else 0"'
+HARD_SIGMOID = (BUNDLED_SPECS / "hard_sigmoid_backward.toml").read_text()
+HARD_SIGMOID_MATH = 'diff_src = "diff_dst * alpha if 0 < linear and linear < 1 else 0"'
+NUMBER_AS_CONDITION = "is a number where a condition is needed"
+
+
+@pytest.mark.parametrize(
+    "expression,fragment",
+    [
+        # a number where C takes an int condition (opgen_select_*'s first argument, & | !)
+        ("diff_dst if src_or_dst else 0", f"'src_or_dst' {NUMBER_AS_CONDITION}"),
+        ("diff_dst if not diff_dst else 0", f"'diff_dst' {NUMBER_AS_CONDITION}"),
+        ("diff_dst if src_or_dst > 0 and diff_dst else 0", f"'diff_dst' {NUMBER_AS_CONDITION}"),
+        ("diff_dst if use_dst or src_or_dst else 0", f"'src_or_dst' {NUMBER_AS_CONDITION}"),
+        ("diff_dst if 0.5 else 0", f"'0.5' {NUMBER_AS_CONDITION}"),
+        # and a bool attribute (a condition) where a number is needed
+        ("diff_dst * use_dst", "'use_dst' is a condition where a number is needed"),
+        ("use_dst", "is a condition; it must give a number"),
+        ("diff_dst if src_or_dst > use_dst else 0", "'use_dst' is a condition where a number is needed"),
+    ],
+)
+def test_conditions_and_numbers_do_not_mix(tmp_path, expression, fragment):
+    rejected(tmp_path, RELU.replace(RELU_MATH, f'diff_src = "{expression}"'), "math.elements.diff_src", fragment)
+
+
+@pytest.mark.parametrize("condition", ["alpha", "src", "linear", "alpha * src"])
+def test_a_number_attribute_or_input_is_not_a_condition(tmp_path, condition):
+    text = HARD_SIGMOID.replace(HARD_SIGMOID_MATH, f'diff_src = "diff_dst if {condition} else alpha * diff_dst"')
+    rejected(tmp_path, text, "math.elements.diff_src", NUMBER_AS_CONDITION, name="hard_sigmoid_backward")
+
+
+@pytest.mark.parametrize(
+    "expression,fragment",
+    [
+        ("1e300 * diff_dst", "outside the f32 range"),
+        ("diff_dst if src_or_dst > 0 else -3.5e38", "outside the f32 range"),
+        ("1e-50 * diff_dst", "rounds to zero in f32"),
+        ("diff_dst if src_or_dst > 7e-46 else 0", "rounds to zero in f32"),
+        ("1e-400 * diff_dst", "rounds to zero in f32"),  # already 0 as a double
+    ],
+)
+def test_literals_outside_f32_are_rejected(tmp_path, expression, fragment):
+    message = rejected(
+        tmp_path, RELU.replace(RELU_MATH, f'diff_src = "{expression}"'), "math.elements.diff_src", fragment
+    )
+    assert "within f32's range" in message, message
+
+
+def test_literals_that_only_lose_precision_in_f32_are_accepted(tmp_path):
+    expression = "0.1 * diff_dst if src_or_dst > 1e-45 else 3.4e38 * diff_dst + 0.0"
+    directory = spec_dir(tmp_path, RELU.replace(RELU_MATH, f'diff_src = "{expression}"'))
+    c_text = render_library(directory).files["relu_backward.c"]
+    assert "0.1f" in c_text and "1e-45f" in c_text and "3.4e+38f" in c_text
+
+
+def test_an_optional_input_default_outside_f32_is_rejected(tmp_path):
+    text = (BUNDLED_SPECS / "batch_norm_training_backward.toml").read_text()
+    assert "default = 1.0" in text
+    for value, fragment in [("1e300", "outside the f32 range"), ("1e-50", "rounds to zero"), ("inf", "not finite")]:
+        rejected(
+            tmp_path,
+            text.replace("default = 1.0", f"default = {value}"),
+            "inputs.gamma.default",
+            fragment,
+            name="batch_norm_training_backward",
+        )
+
+
 def test_file_name_must_match_op_name(tmp_path):
     rejected(tmp_path, RELU, "op.name", "must match the file name", name="other_op")
 
