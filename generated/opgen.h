@@ -227,9 +227,13 @@ opgen_status opgen_tanh_backward_with_arrays(const opgen_tensor *operands, void 
 /* ---- Settings ---- */
 
 /* The compiled copy the kernels run: baseline, avx2, avx512, avx512_bf16 (best the CPU supports;
- * the environment variable OPGEN_CPU_TARGET caps it). */
+ * the environment variable OPGEN_CPU_TARGET, one of those names, caps it; other values are
+ * ignored). */
 const char *opgen_cpu_target(void);
-/* Threads for large tensors; 0 (the default) means OpenMP's choice (OMP_NUM_THREADS). */
+/* Threads for large tensors; 0 (the default) or less means OpenMP's choice (OMP_NUM_THREADS).
+ * Counts above OPGEN_MAX_THREADS are taken as OPGEN_MAX_THREADS: a thread team far larger
+ * than the machine exhausts memory inside OpenMP before any kernel runs. */
+#define OPGEN_MAX_THREADS 1024
 void opgen_set_num_threads(int threads);
 int opgen_get_num_threads(void);
 

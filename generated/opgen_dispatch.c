@@ -90,13 +90,17 @@ static int opgen_thread_setting = 0;
 
 void opgen_set_num_threads(int threads)
 {
-    opgen_thread_setting = threads > 0 ? threads : 0;
+    opgen_thread_setting = threads > OPGEN_MAX_THREADS ? OPGEN_MAX_THREADS : threads > 0 ? threads : 0;
 }
 
 int opgen_get_num_threads(void)
 {
 #if defined(_OPENMP)
-    return opgen_thread_setting > 0 ? opgen_thread_setting : omp_get_max_threads();
+    if (opgen_thread_setting > 0) {
+        return opgen_thread_setting;
+    }
+    const int openmp_threads = omp_get_max_threads(); /* OMP_NUM_THREADS is capped alike */
+    return openmp_threads > OPGEN_MAX_THREADS ? OPGEN_MAX_THREADS : openmp_threads;
 #else
     return 1;
 #endif

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 __version__ = "0.1.0"
 
+from opgen.plan import MAX_THREADS  # noqa: E402
 from opgen.render import BUNDLED_SPECS  # noqa: E402
 from opgen.runtime import OpLibrary  # noqa: E402
 
@@ -26,10 +29,11 @@ def load(spec_dir: str | Path) -> OpLibrary:
 
 def set_num_threads(threads: int) -> None:
     """Threads the kernels use on large tensors; 0 restores the default (OMP_NUM_THREADS, else all cores)."""
-    if isinstance(threads, bool) or not isinstance(threads, int):
+    if isinstance(threads, (bool, np.bool_)) or not isinstance(threads, (int, np.integer)):
         raise TypeError(f"set_num_threads(): threads must be an int, not {type(threads).__name__}")
-    if threads < 0:
-        raise ValueError(f"set_num_threads(): threads must be >= 0, not {threads}")
+    if not 0 <= threads <= MAX_THREADS:
+        raise ValueError(f"set_num_threads(): threads must be in 0..{MAX_THREADS} (0: the default), not {threads}")
+    threads = int(threads)
     for library in {bundled, *_libraries.values()}:
         library.module.lib.opgen_set_num_threads(threads)
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-from opgen import __version__
+from opgen import __version__, c_api, specs
 from opgen.render import Library, write_files
 
 # IEEE semantics: no -ffast-math, and no contraction into FMA, so every target rounds alike.
@@ -171,11 +171,12 @@ def build_fastcall() -> Path:
     import numpy
 
     include = [sysconfig.get_paths()["include"], numpy.get_include()]
-    key = "fastcall-" + _digest(numpy.__version__, *include, FASTCALL_SOURCE.read_text())
+    limits = [f"-DMAX_OPERANDS={c_api.MAX_OPERANDS}", f"-DMAX_RANK={specs.MAX_RANK}"]
+    key = "fastcall-" + _digest(numpy.__version__, *include, *limits, FASTCALL_SOURCE.read_text())
 
     def build(work: Path, name: str) -> None:
         target = work / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-        command = [*compiler(), "-O2", "-shared", "-fPIC", *WARNING_FLAGS[:2], *(f"-I{d}" for d in include)]
+        command = [*compiler(), "-O2", "-shared", "-fPIC", *WARNING_FLAGS[:2], *limits, *(f"-I{d}" for d in include)]
         command += [str(FASTCALL_SOURCE), "-o", str(target)]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:

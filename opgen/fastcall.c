@@ -12,8 +12,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* the build passes the C API's limits (c_api.MAX_OPERANDS, specs.MAX_RANK); a plan beyond
+ * these tables gets no fast path (make_plan returns None) */
+#ifndef MAX_OPERANDS
 #define MAX_OPERANDS 16
-#define MAX_RANK 8
+#endif
+#ifndef MAX_RANK
+#define MAX_RANK 12
+#endif
 #define MAX_ATTRIBUTES 16
 
 /* opgen_<op>_with_arrays: operands' descriptors, data pointers, attribute values */
@@ -34,6 +40,7 @@ typedef struct {
     PyObject *allocate[MAX_OPERANDS]; /* outputs: a callable giving a new array */
     double values[MAX_ATTRIBUTES];
     size_t workspace_bytes;
+    void *spare;                   /* a workspace kept between calls (taken and returned under the GIL) */
     PyTypeObject *result;          /* a tuple subclass for several outputs; NULL for one */
 } plan;
 
@@ -49,6 +56,7 @@ static void plan_free(PyObject *capsule)
     }
     Py_XDECREF(p->keep);
     Py_XDECREF((PyObject *)p->result);
+    free(p->spare);
     free(p);
 }
 
@@ -68,8 +76,16 @@ static PyObject *make_plan(PyObject *self, PyObject *args)
     }
     const Py_ssize_t n_in = PyTuple_GET_SIZE(inputs), n_out = PyTuple_GET_SIZE(outputs);
     if (n_in + n_out > MAX_OPERANDS || PyTuple_GET_SIZE(attributes) > MAX_ATTRIBUTES) {
-        PyErr_SetString(PyExc_ValueError, "make_plan: too many operands or attributes");
-        return NULL;
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < n_in + n_out; ++i) {
+        PyObject *entry_tuple = PyTuple_GET_ITEM(i < n_in ? inputs : outputs, i < n_in ? i : i - n_in);
+        PyObject *shape = PyTuple_Check(entry_tuple) && PyTuple_GET_SIZE(entry_tuple) == 3
+                              ? PyTuple_GET_ITEM(entry_tuple, i < n_in ? 2 : 1)
+                              : NULL;
+        if (shape != NULL && PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > MAX_RANK) {
+            Py_RETURN_NONE;
+        }
     }
     plan *p = (plan *)calloc(1, sizeof(plan));
     if (p == NULL) {
@@ -113,7 +129,7 @@ static PyObject *make_plan(PyObject *self, PyObject *args)
             goto fail;
         }
         if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > MAX_RANK) {
-            PyErr_SetString(PyExc_ValueError, "make_plan: a shape must be a tuple of at most 8 dims");
+            PyErr_SetString(PyExc_ValueError, "make_plan: a shape must be a tuple");
             goto fail;
         }
         p->rank[i] = (int)PyTuple_GET_SIZE(shape);
@@ -160,11 +176,11 @@ static int fits(const plan *p, int i, PyObject *array, int flags)
 
 /* the plan among `plans` whose inputs `arrays` fit, with their data pointers and (borrowed)
  * its capsule; NULL if none */
-static const plan *match(PyObject *plans, PyObject *const *arrays, int count, void **data, PyObject **capsule)
+static plan *match(PyObject *plans, PyObject *const *arrays, int count, void **data, PyObject **capsule)
 {
     const Py_ssize_t n = PyList_GET_SIZE(plans);
     for (Py_ssize_t k = 0; k < n; ++k) {
-        const plan *p = (const plan *)PyCapsule_GetPointer(PyList_GET_ITEM(plans, k), "opgen.plan");
+        plan *p = (plan *)PyCapsule_GetPointer(PyList_GET_ITEM(plans, k), "opgen.plan");
         if (p == NULL) {
             PyErr_Clear();
             continue;
@@ -248,12 +264,15 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     const int count = (int)(nargs - 2);
     PyObject *capsule = NULL;
-    const plan *p = match(args[0], args + 1, count, data, &capsule);
+    plan *p = match(args[0], args + 1, count, data, &capsule);
     if (p == NULL || !outputs_for(p, args[nargs - 1], arrays, data + count)) {
         Py_RETURN_NONE;
     }
-    void *workspace = NULL;
-    if (p->workspace_bytes > 0 && (workspace = malloc(p->workspace_bytes)) == NULL) {
+    /* the plan's spare workspace, else a new one (a thread that finds it taken); large ones
+     * would otherwise be mapped and faulted in again on every call */
+    void *workspace = p->spare;
+    p->spare = NULL;
+    if (p->workspace_bytes > 0 && workspace == NULL && (workspace = malloc(p->workspace_bytes)) == NULL) {
         for (int o = 0; o < p->outputs; ++o) {
             Py_DECREF(arrays[o]);
         }
@@ -264,7 +283,11 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_BEGIN_ALLOW_THREADS
     status = p->entry(p->operands, data, p->values, workspace, p->workspace_bytes);
     Py_END_ALLOW_THREADS
-    free(workspace);
+    if (p->spare == NULL) {
+        p->spare = workspace;
+    } else {
+        free(workspace);
+    }
     PyObject *result = NULL;
     if (status != 0) { /* the checked path runs the call again and reports */
         result = Py_NewRef(Py_None);

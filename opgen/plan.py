@@ -32,6 +32,7 @@ CHANNEL_SPLIT = 262144  # rows of at least this many channels are split by chann
 # adds is stated in accuracy.py.
 FLOAT_RUN = 16
 PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
+MAX_THREADS = 1024  # a thread count above this is refused (Python) or capped (C): OpenMP exhausts memory
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
 # Compiled copies of every kernel, best last; chosen at run time by what the CPU supports.
 TARGETS = (

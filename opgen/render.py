@@ -94,6 +94,7 @@ def render_library(
         "channel_split": plan.CHANNEL_SPLIT,
         "float_run": plan.FLOAT_RUN,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
+        "max_threads": plan.MAX_THREADS,
         "stream_bytes": plan.STREAM_BYTES,
         "targets": plan.TARGETS,
         "spec_dir": label,

@@ -13,6 +13,7 @@ import functools
 import inspect
 import itertools
 import math
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -76,7 +77,24 @@ class OpLibrary:
             from opgen.render import render_library
 
             self._module = load_module(build_module(render_library(self.spec_dir)))
+            _check_target_setting()
         return self._module
+
+
+def _check_target_setting() -> None:
+    """The C dispatcher ignores an OPGEN_CPU_TARGET it does not know: say so, once."""
+    value = os.environ.get("OPGEN_CPU_TARGET")
+    names = [target["name"] for target in plan.TARGETS]
+    if value is not None and value not in names and value not in _warned_targets:
+        _warned_targets.add(value)
+        warnings.warn(
+            f"opgen: OPGEN_CPU_TARGET={value!r} is not one of {', '.join(names)}; it is ignored",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+_warned_targets: set[str] = set()
 
 
 class _Op:
@@ -171,6 +189,8 @@ def _call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, settings: tup
         found = op.plans.get(key)
     except (AttributeError, TypeError):  # not arrays, or an unhashable value: the checks report
         found = key = None
+    if key is not None and any(_is_float_zero(value) for value in settings):
+        found = key = None  # 0.0 == -0.0: a cached plan would give the other zero's sign
     if found is None:
         found = _make_plan(op, inputs, attributes, flags)
         if key is not None:
@@ -240,6 +260,7 @@ class Plan:
         self.function = getattr(self.lib, f"opgen_{spec.name}_with_arrays")
         # per input: used? (ignored and absent inputs are not)
         self.used = [checked.inputs[t.name] is not None for t in spec.inputs]
+        self.input_names = [t.name for t in spec.inputs]
         # per output: (name, shape, dtype, requested?)
         self.outputs = []
         for tensor in spec.outputs:
@@ -371,12 +392,25 @@ class Plan:
     def arguments(self, inputs: tuple, out: Any) -> tuple[list[np.ndarray | None], tuple, list]:
         """The outputs of a call, the arguments of its C entry point, and the buffer views the
         data pointers point into (keep them alive until the call returns)."""
-        arrays = [*self._prepare(inputs), *self._outputs(out)]
+        prepared, outputs = self._prepare(inputs), self._outputs(out)
+        if out is not None:
+            self._check_copied_overlap(inputs, prepared, outputs)
+        arrays = [*prepared, *outputs]
         from_buffer, null = self.ffi.from_buffer, self.ffi.NULL
         views = [null if array is None else from_buffer(array) for array in arrays]
         pointers = self.ffi.new("void *[]", views)
         arguments = (self.operands, pointers, self.numbers, self.workspace(), self.workspace_bytes)
         return arrays[len(self.used) :], arguments, views
+
+    def _check_copied_overlap(self, inputs: tuple, prepared: list, outputs: list) -> None:
+        """The C API rejects an output that overlaps an input, but sees the copies of inputs
+        that were not dense: the caller's own arrays are checked here, by the same rule."""
+        for original, array, input_name in zip(inputs, prepared, self.input_names):
+            if array is None or array is original:
+                continue
+            for output, (name, *_) in zip(outputs, self.outputs):
+                if output is not None and output.size and original.size and np.may_share_memory(output, original):
+                    raise ValueError(f"{self.name}(): {name}: shares memory with {input_name}")
 
     def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
         outputs, arguments, _views = self.arguments(inputs, out)
@@ -394,6 +428,10 @@ def _fastcall() -> Any:
     except (BuildError, OSError, ImportError) as error:
         warnings.warn(f"opgen: repeated calls take the checked path: {error}", RuntimeWarning, stacklevel=3)
         return None
+
+
+def _is_float_zero(value: Any) -> bool:
+    return isinstance(value, (float, np.floating)) and value == 0
 
 
 def _c_attribute(library: OpLibrary, attribute: Any, value: Any) -> Any:

@@ -6,6 +6,7 @@ run-time caches it (see runtime.py) and checks each new combination once.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,10 @@ class Checked:
             value = arguments[attribute.name]
             problem = check_attribute_value(attribute, value)
             if problem:
+                is_bool = isinstance(value, (bool, np.bool_))
                 wrong_type = (
-                    not isinstance(value, (bool, int, float, str))
-                    or (attribute.type == "bool") != isinstance(value, bool)
+                    not isinstance(value, (numbers.Real, np.bool_, str))
+                    or (attribute.type == "bool") != is_bool
                     or (attribute.type == "string") != isinstance(value, str)
                 )
                 self.fail(TypeError if wrong_type else ValueError, attribute.name, problem)
@@ -53,9 +55,9 @@ class Checked:
             value = arguments[flag.name]
             if value is None:
                 value = arguments[flag.default_if_given] is not None
-            elif not isinstance(value, bool):
+            elif not isinstance(value, (bool, np.bool_)):
                 self.fail(TypeError, flag.name, f"must be True or False, not {value!r}")
-            values[flag.name] = value
+            values[flag.name] = bool(value)
         return values
 
     def _inputs(self, arguments: dict[str, Any]) -> dict[str, np.ndarray | None]:
@@ -69,14 +71,18 @@ class Checked:
                 continue
             if not isinstance(value, np.ndarray):
                 self.fail(TypeError, tensor.name, f"must be a NumPy array, not {type(value).__name__}")
-            if tensor.ignored_unless and not self.flags[tensor.ignored_unless]:
-                value = None  # the spec says: ignored (taken as its default) without that flag
             arrays[tensor.name] = value
+        # every given array obeys the rules (self.given); an input the spec ignores without its
+        # flag is then left out (taken as its default)
+        self.given = dict(arrays)
+        for tensor in self.spec.inputs:
+            if tensor.ignored_unless and not self.flags[tensor.ignored_unless]:
+                arrays[tensor.name] = None
         return arrays
 
     def _dtype_row(self, dtype_names: dict[np.dtype, str]) -> dict[str, str]:
         names: dict[str, str] = {}
-        for name, array in self.inputs.items():
+        for name, array in self.given.items():
             if array is None:
                 continue
             if array.dtype not in dtype_names:
@@ -88,8 +94,14 @@ class Checked:
                 return row
         given = ", ".join(f"{name} {dtype}" for name, dtype in names.items())
         allowed = "; ".join(", ".join(f"{n} {row[n]}" for n in names) for row in self.spec.dtypes)
-        first = next(iter(names))
-        self.fail(TypeError, first, f"the dtype combination ({given}) is not supported; supported: {allowed}")
+
+        # blame the one input whose dtype alone breaks every row, if there is one
+        def fits_without(name: str) -> bool:
+            return any(all(row[o] == d for o, d in names.items() if o != name) for row in self.spec.dtypes)
+
+        culprits = [name for name in names if fits_without(name)]
+        blamed = culprits[0] if len(culprits) == 1 else next(iter(names))
+        self.fail(TypeError, blamed, f"the dtype combination ({given}) is not supported; supported: {allowed}")
         raise AssertionError  # unreachable: fail raises
 
     def _check_ranks(self) -> None:
@@ -100,7 +112,7 @@ class Checked:
                 ValueError, spec.reference, f"must have at least {spec.min_rank} dims, got shape {self.reference.shape}"
             )
         max_rank = MAX_RANK if spec.max_rank is None else spec.max_rank  # the C descriptors hold MAX_RANK dims
-        for name, array in self.inputs.items():
+        for name, array in self.given.items():
             if array is not None and array.ndim > max_rank:
                 self.fail(ValueError, name, f"must have at most {max_rank} dims, got {array.ndim}")
 
@@ -109,7 +121,7 @@ class Checked:
         spec, reference = self.spec, self.reference.shape
         forms = {}
         for tensor in spec.inputs:
-            array = self.inputs[tensor.name]
+            array = self.given[tensor.name]
             if array is None or tensor.name == spec.reference:
                 continue
             if tensor.kind == "tensor":
@@ -132,7 +144,8 @@ class Checked:
             for form in tensor.broadcast:
                 expanded = shapes.expand(form, array.shape, reference, self.layout or "NCX")
                 if expanded is not None:
-                    forms[tensor.name] = (form, expanded)
+                    if self.inputs[tensor.name] is not None:
+                        forms[tensor.name] = (form, expanded)
                     break
             else:
                 rules = "; or ".join(shapes.FORM_RULES[f].format(reference=spec.reference) for f in tensor.broadcast)

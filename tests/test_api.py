@@ -222,6 +222,46 @@ BAD_CALLS = [
         ["grad_output", "does not broadcast"],
     ),
     (lambda: opgen.aclnn_prelu_backward(*arrays((1,) * 9, (1,) * 9, (1,))), ValueError, ["at most 8 dims"]),
+    (lambda: opgen.relu_backward(*arrays((1,) * 13, (1,) * 13)), ValueError, ["src_or_dst", "at most 12 dims"]),
+    (
+        lambda: opgen.hard_sigmoid_backward(np.ones(2, F32), np.ones(2, F32), alpha=10**400, beta=0.5),
+        ValueError,
+        ["hard_sigmoid_backward(): alpha", "an int of 401 digits", "f32 range"],
+    ),
+    (
+        lambda: opgen.hard_sigmoid_backward(np.ones(2, F32), np.ones(2, F32), alpha=np.bool_(True), beta=0.5),
+        TypeError,
+        ["alpha", "number"],
+    ),
+    (
+        lambda: opgen.batch_norm_training_backward(*arrays((2, 4), (2, 4), (4,), (4,)), epsilon=1e-46),
+        ValueError,
+        ["epsilon", "greater than 0.0 as an f32", "1e-46 (0.0 in f32)"],
+    ),
+    (
+        lambda: opgen.prelu_backward(np.ones((2, 3), F32), np.ones(3, np.float16), np.ones((2, 3), F32)),
+        TypeError,
+        ["prelu_backward(): slope: the dtype combination"],
+    ),
+    (
+        lambda: opgen.prelu_backward(np.ones((2, 3), F32), np.ones(3, F32), np.ones((2, 3), np.float16)),
+        TypeError,
+        ["prelu_backward(): diff_dst: the dtype combination"],
+    ),
+    (  # an ignored gamma is still checked
+        lambda: opgen.batch_norm_training_backward(
+            *arrays((2, 4), (2, 4), (4,), (4,)), np.ones(4), epsilon=1e-5, with_diff_gamma_beta=False
+        ),
+        TypeError,
+        ["gamma", "float64"],
+    ),
+    (
+        lambda: opgen.batch_norm_training_backward(
+            *arrays((2, 4), (2, 4), (4,), (4,), (7,)), epsilon=1e-5, with_diff_gamma_beta=False
+        ),
+        ValueError,
+        ["gamma", "(7,)"],
+    ),
     (lambda: opgen.aclnn_prelu_backward(*arrays((), (), (3,))), ValueError, ["weight"]),
 ]
 
@@ -272,6 +312,11 @@ BAD_OUT = [
     (lambda s, d: opgen.relu_backward(s, d, out=np.empty((2, 3, 8), F32)[:, :, ::2]), ValueError, ["C-contiguous"]),
     (lambda s, d: opgen.relu_backward(s, d, out=[1]), TypeError, ["out"]),
     (lambda s, d: opgen.relu_backward(s, d, out=s), ValueError, ["relu_backward(): diff_src: shares memory"]),
+    (  # an input that is copied first (not dense) overlaps `out` all the same
+        lambda s, d: opgen.relu_backward(s.reshape(-1)[::2], d.reshape(-1)[:12], out=s.reshape(-1)[12:]),
+        ValueError,
+        ["relu_backward(): diff_src: shares memory with src_or_dst"],
+    ),
     (lambda s, d: opgen.prelu_backward(s, np.ones(4, F32), d, out=np.empty((2, 3, 4), F32)), TypeError, ["tuple"]),
     (
         lambda s, d: opgen.batch_norm_training_backward(
@@ -309,6 +354,43 @@ def test_cached_plans_still_check_argument_types():
     opgen.relu_backward(src, dd, use_dst=True)
     with pytest.raises(TypeError, match="use_dst"):
         opgen.relu_backward(src, dd, use_dst=1)
+
+
+def test_numpy_scalars_are_taken_as_their_python_kind():
+    src, dd = arrays((3, 8), (3, 8))
+    mean, var = np.zeros(8, F32), np.ones(8, F32)
+    for value in (np.float32(0.2), np.float64(0.2), np.int64(1), np.float16(0.5)):
+        got = opgen.hard_sigmoid_backward(src, dd, alpha=value, beta=np.float32(0.5))
+        assert np.array_equal(got, opgen.hard_sigmoid_backward(src, dd, alpha=float(value), beta=0.5))
+    got = opgen.batch_norm_training_backward(src, dd, mean, var, epsilon=np.float32(1e-3))
+    assert np.array_equal(got.diff_src, opgen.batch_norm_training_backward(src, dd, mean, var, epsilon=1e-3).diff_src)
+    for flag in (np.bool_(False), np.bool_(True)):
+        assert np.array_equal(
+            opgen.relu_backward(src, dd, use_dst=flag), opgen.relu_backward(src, dd, use_dst=bool(flag))
+        )
+
+
+def test_signed_zero_attributes_keep_their_sign():
+    """0.0 == -0.0, so a plan cached for one must not serve the other: alpha's sign is the
+    sign of the zero results inside the band."""
+    src = np.array([1.0, 2.0, 0.25], F32)
+    dd = np.array([3.0, -4.0, 0.0], F32)
+    for alpha in (0.0, -0.0, -0.0, 0.0, np.float32(-0.0), np.float32(0.0)):
+        for _ in range(2):  # the second call would take a cached plan
+            got = opgen.hard_sigmoid_backward(src, dd, alpha=alpha, beta=0.5)
+            expected = oracle.hard_sigmoid_backward(src, dd, alpha=alpha, beta=0.5).astype(F32)
+            assert np.array_equal(np.signbit(got), np.signbit(expected)), (alpha, got)
+
+
+def test_tensors_of_up_to_twelve_dims():
+    for rank in (9, 12):
+        shape = (2, 1, 3) + (1,) * (rank - 4) + (5,)
+        src, dd, slope = arrays(shape, shape, (5,))
+        for _ in range(2):  # the first call is checked in full, the second takes the fast path
+            assert_ulps(opgen.relu_backward(src, dd), oracle.relu_backward(src, dd), "f32", 0, f"relu {rank}-D")
+            got = opgen.prelu_backward(src, slope, dd)
+            expected = oracle.prelu_backward(src, slope, dd)
+            assert_ulps(got.diff_src, expected[0], "f32", 0, f"prelu {rank}-D")
 
 
 def test_misaligned_and_reversed_inputs_are_computed_correctly():

@@ -89,7 +89,7 @@ def test_targets_agree_bit_for_bit(tmp_path):
         pytest.skip("this CPU has only the baseline target")
 
 
-def test_forcing_an_unknown_target_keeps_the_best():
+def test_forcing_an_unknown_target_keeps_the_best_and_says_so():
     env = {**os.environ, "OPGEN_CPU_TARGET": "no-such-target"}
     result = subprocess.run(
         [sys.executable, "-c", "import opgen; print(opgen.info()['cpu_target'])"],
@@ -99,6 +99,7 @@ def test_forcing_an_unknown_target_keeps_the_best():
         check=True,
     )
     assert result.stdout.strip() == opgen.info()["cpu_target"]
+    assert "RuntimeWarning" in result.stderr and "OPGEN_CPU_TARGET='no-such-target'" in result.stderr
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
@@ -151,9 +152,24 @@ def test_thread_count_does_not_change_results(dtype):
 def test_set_num_threads_checks_its_argument():
     with pytest.raises(TypeError, match="threads must be an int"):
         opgen.set_num_threads(1.5)
-    with pytest.raises(ValueError, match=">= 0"):
-        opgen.set_num_threads(-1)
-    opgen.set_num_threads(1)
+    for wrong in (-1, 1025, 2**31 - 1, 2**31, 2**70):
+        with pytest.raises(ValueError, match=r"threads must be in 0\.\.1024"):
+            opgen.set_num_threads(wrong)
+    opgen.set_num_threads(np.int64(1))
     assert opgen.get_num_threads() == 1
     opgen.set_num_threads(0)
     assert opgen.get_num_threads() >= 1
+
+
+def test_c_caps_the_thread_count():
+    """From C there is no error to return: a count beyond OPGEN_MAX_THREADS is taken as that
+    (an OpenMP team of millions exhausts memory before a kernel runs)."""
+    lib = opgen.bundled.module.lib
+    default = opgen.get_num_threads()
+    try:
+        lib.opgen_set_num_threads(2**31 - 1)
+        assert opgen.get_num_threads() == 1024
+        lib.opgen_set_num_threads(-5)  # as 0: the default
+        assert opgen.get_num_threads() == default
+    finally:
+        opgen.set_num_threads(0)
