@@ -17,39 +17,48 @@ import opgen
 from opgen.compile import BuildError, build_module
 from opgen.render import BUNDLED_SPECS, render_library
 
-LEAKY = textwrap.dedent("""
-    [op]
-    name = "leaky_relu_backward"
-    summary = "Gradient of leaky ReLU: diff_dst where src > 0, else negative_slope * diff_dst."
-    source = "a user's own op"
-    pattern = "elementwise"
 
-    [[attributes]]
-    name = "negative_slope"
-    type = "f32"
-    default = 0.01
-    doc = "Slope for src <= 0."
+def elementwise_spec(name: str, summary: str, attribute: str, math: str) -> str:
+    """A user's own elementwise op of src and diff_dst (f32), with one attribute."""
+    body = textwrap.dedent("""
+        [op]
+        name = "{name}"
+        summary = "{summary}"
+        source = "a user's own op"
+        pattern = "elementwise"
 
-    [[inputs]]
-    name = "src"
-    doc = "Input."
+        [[attributes]]
+        {attribute}
 
-    [[inputs]]
-    name = "diff_dst"
-    doc = "Output gradient."
+        [[inputs]]
+        name = "src"
+        doc = "Input."
 
-    [[outputs]]
-    name = "diff_src"
-    doc = "Input gradient."
+        [[inputs]]
+        name = "diff_dst"
+        doc = "Output gradient."
 
-    [[dtypes]]
-    src = "f32"
-    diff_dst = "f32"
-    diff_src = "f32"
+        [[outputs]]
+        name = "diff_src"
+        doc = "Input gradient."
 
-    [math.elements]
-    diff_src = "diff_dst if src > 0 else negative_slope * diff_dst"
-""")
+        [[dtypes]]
+        src = "f32"
+        diff_dst = "f32"
+        diff_src = "f32"
+
+        [math.elements]
+        diff_src = "{math}"
+    """)
+    return body.format(name=name, summary=summary, attribute=attribute, math=math)
+
+
+LEAKY = elementwise_spec(
+    "leaky_relu_backward",
+    "Gradient of leaky ReLU: diff_dst where src > 0, else negative_slope * diff_dst.",
+    'name = "negative_slope"\ntype = "f32"\ndefault = 0.01\ndoc = "Slope for src <= 0."',
+    "diff_dst if src > 0 else negative_slope * diff_dst",
+)
 
 
 def run_cli(*args, cwd=None):
@@ -238,39 +247,12 @@ def test_check_reports_a_wrong_result(tmp_path):
     assert failing == ["relu_backward"] * 6, result.stdout
 
 
-NEGATE = textwrap.dedent("""
-    [op]
-    name = "negated_relu_backward"
-    summary = "ReLU's gradient, negated on request."
-    source = "a user's own op"
-    pattern = "elementwise"
-
-    [[attributes]]
-    name = "negate"
-    type = "bool"
-    default = false
-    doc = "Negate the gradient."
-
-    [[inputs]]
-    name = "src"
-    doc = "Input."
-
-    [[inputs]]
-    name = "diff_dst"
-    doc = "Output gradient."
-
-    [[outputs]]
-    name = "diff_src"
-    doc = "Input gradient."
-
-    [[dtypes]]
-    src = "f32"
-    diff_dst = "f32"
-    diff_src = "f32"
-
-    [math.elements]
-    diff_src = "-diff_dst if negate else (diff_dst if src > 0 else 0)"
-""")
+NEGATE = elementwise_spec(
+    "negated_relu_backward",
+    "ReLU's gradient, negated on request.",
+    'name = "negate"\ntype = "bool"\ndefault = false\ndoc = "Negate the gradient."',
+    "-diff_dst if negate else (diff_dst if src > 0 else 0)",
+)
 
 
 def test_check_runs_the_true_value_of_a_bool_whose_default_is_false(tmp_path):
