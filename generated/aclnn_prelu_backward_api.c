@@ -7,6 +7,7 @@
  * dtype combinations) as data for the checker in opgen_runtime.c, its attributes checked here,
  * and one adapter per specialized kernel.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "opgen.h"
@@ -198,6 +199,8 @@ opgen_status opgen_aclnn_prelu_backward_with_workspace(const opgen_tensor *grad_
 opgen_status opgen_aclnn_prelu_backward_with_data(const opgen_tensor *operands, void *grad_output_data, void *self_data, void *weight_data, void *grad_input_data, void *grad_weight_data, void *workspace, size_t workspace_size)
 {
     void *const data[] = { grad_output_data, self_data, weight_data, grad_input_data, grad_weight_data };
+    static const char *const names[] = { "grad_output", "self", "weight", "grad_input", "grad_weight" };
+    static const int required[] = { 1, 1, 1, 1, 1 };
     opgen_tensor described[5];
     const opgen_tensor *present[5];
     int index;
@@ -205,6 +208,10 @@ opgen_status opgen_aclnn_prelu_backward_with_data(const opgen_tensor *operands, 
         return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 5; index++) {
+        if (operands[index].rank < 0 && required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_with_data", names[index],
+                               "is required (its rank is %d: absent)", operands[index].rank);
+        }
         described[index] = operands[index];
         described[index].data = data[index];
         present[index] = operands[index].rank < 0 ? NULL : &described[index];

@@ -7,6 +7,7 @@
  * dtype combinations) as data for the checker in opgen_runtime.c, its attributes checked here,
  * and one adapter per specialized kernel.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "opgen.h"
@@ -164,6 +165,9 @@ static opgen_status batch_norm_training_backward_check(const opgen_tensor *src, 
     const opgen_tensor *tensors[] = { src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta };
     int channel_axis = 0;
     int flags = 0;
+    if (!isfinite(epsilon)) {
+        return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_batch_norm_training_backward", "epsilon", "must be a finite number, not %g", (double)epsilon);
+    }
     if (!(epsilon > 0.0f)) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_batch_norm_training_backward", "epsilon", "must be greater than 0.0, not %g",
                            (double)epsilon);
@@ -213,6 +217,8 @@ opgen_status opgen_batch_norm_training_backward_with_workspace(const opgen_tenso
 opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size)
 {
     void *const data[] = { src_data, diff_dst_data, mean_data, variance_data, gamma_data, diff_src_data, diff_gamma_data, diff_beta_data };
+    static const char *const names[] = { "src", "diff_dst", "mean", "variance", "gamma", "diff_src", "diff_gamma", "diff_beta" };
+    static const int required[] = { 1, 1, 1, 1, 0, 1, 0, 0 };
     opgen_tensor described[8];
     const opgen_tensor *present[8];
     int index;
@@ -220,6 +226,10 @@ opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *op
         return opgen_error(OPGEN_NULL_POINTER, "opgen_batch_norm_training_backward_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 8; index++) {
+        if (operands[index].rank < 0 && required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_batch_norm_training_backward_with_data", names[index],
+                               "is required (its rank is %d: absent)", operands[index].rank);
+        }
         described[index] = operands[index];
         described[index].data = data[index];
         present[index] = operands[index].rank < 0 ? NULL : &described[index];
@@ -229,11 +239,19 @@ opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *op
 
 opgen_status opgen_batch_norm_training_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
 {
+    float epsilon;
+    int data_format;
     if (data == NULL || attributes == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_batch_norm_training_backward_with_arrays", "data or attributes", "is NULL");
     }
+    if (opgen_attribute_f32("opgen_batch_norm_training_backward_with_arrays", "epsilon", attributes[0], &epsilon) != OPGEN_SUCCESS) {
+        return OPGEN_INVALID_ATTRIBUTE;
+    }
+    if (opgen_attribute_int("opgen_batch_norm_training_backward_with_arrays", "data_format", attributes[1], &data_format) != OPGEN_SUCCESS) {
+        return OPGEN_INVALID_ATTRIBUTE;
+    }
     (void)attributes;
-    return opgen_batch_norm_training_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], data[5], data[6], data[7], (float)attributes[0], (opgen_data_format)attributes[1], workspace, workspace_size);
+    return opgen_batch_norm_training_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], data[5], data[6], data[7], epsilon, (opgen_data_format)data_format, workspace, workspace_size);
 }
 
 opgen_status opgen_batch_norm_training_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format)

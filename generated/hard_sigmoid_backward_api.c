@@ -7,6 +7,7 @@
  * dtype combinations) as data for the checker in opgen_runtime.c, its attributes checked here,
  * and one adapter per specialized kernel.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "opgen.h"
@@ -87,7 +88,13 @@ static opgen_status hard_sigmoid_backward_check(const opgen_tensor *src, const o
     const opgen_tensor *tensors[] = { src, diff_dst, diff_src };
     int channel_axis = 0;
     int flags = 0;
+    if (!isfinite(alpha)) {
+        return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_hard_sigmoid_backward", "alpha", "must be a finite number, not %g", (double)alpha);
+    }
     numbers[0] = alpha;
+    if (!isfinite(beta)) {
+        return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_hard_sigmoid_backward", "beta", "must be a finite number, not %g", (double)beta);
+    }
     numbers[1] = beta;
     (void)numbers;
     return opgen_check_call(call, &hard_sigmoid_backward_info, tensors, channel_axis, flags, with_data);
@@ -122,6 +129,8 @@ opgen_status opgen_hard_sigmoid_backward_with_workspace(const opgen_tensor *src,
 opgen_status opgen_hard_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *diff_src_data, float alpha, float beta, void *workspace, size_t workspace_size)
 {
     void *const data[] = { src_data, diff_dst_data, diff_src_data };
+    static const char *const names[] = { "src", "diff_dst", "diff_src" };
+    static const int required[] = { 1, 1, 1 };
     opgen_tensor described[3];
     const opgen_tensor *present[3];
     int index;
@@ -129,6 +138,10 @@ opgen_status opgen_hard_sigmoid_backward_with_data(const opgen_tensor *operands,
         return opgen_error(OPGEN_NULL_POINTER, "opgen_hard_sigmoid_backward_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 3; index++) {
+        if (operands[index].rank < 0 && required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_hard_sigmoid_backward_with_data", names[index],
+                               "is required (its rank is %d: absent)", operands[index].rank);
+        }
         described[index] = operands[index];
         described[index].data = data[index];
         present[index] = operands[index].rank < 0 ? NULL : &described[index];
@@ -138,11 +151,19 @@ opgen_status opgen_hard_sigmoid_backward_with_data(const opgen_tensor *operands,
 
 opgen_status opgen_hard_sigmoid_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
 {
+    float alpha;
+    float beta;
     if (data == NULL || attributes == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_hard_sigmoid_backward_with_arrays", "data or attributes", "is NULL");
     }
+    if (opgen_attribute_f32("opgen_hard_sigmoid_backward_with_arrays", "alpha", attributes[0], &alpha) != OPGEN_SUCCESS) {
+        return OPGEN_INVALID_ATTRIBUTE;
+    }
+    if (opgen_attribute_f32("opgen_hard_sigmoid_backward_with_arrays", "beta", attributes[1], &beta) != OPGEN_SUCCESS) {
+        return OPGEN_INVALID_ATTRIBUTE;
+    }
     (void)attributes;
-    return opgen_hard_sigmoid_backward_with_data(operands, data[0], data[1], data[2], (float)attributes[0], (float)attributes[1], workspace, workspace_size);
+    return opgen_hard_sigmoid_backward_with_data(operands, data[0], data[1], data[2], alpha, beta, workspace, workspace_size);
 }
 
 opgen_status opgen_hard_sigmoid_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, float alpha, float beta)

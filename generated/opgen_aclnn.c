@@ -26,8 +26,10 @@ struct aclTensor {
 
 /* One operand of a prepared call: its dense view, and where a strided one is staged. */
 typedef struct opgen_aclnn_operand {
+    const char *name;
     int present;
     int staged;
+    size_t span_bytes;          /* from origin to the end of the last element; 0 when empty */
     size_t staged_at;
     opgen_tensor view;          /* dims, dtype; data set when run */
     char *origin;               /* the tensor's element (0, 0, ...) */
@@ -117,7 +119,17 @@ aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDat
         }
         tensor->dims[d] = viewDims[d];
         tensor->strides[d] = stride != NULL ? stride[d] : expected;
-        expected *= viewDims[d] > 0 ? viewDims[d] : 1;
+        if (viewDims[d] > 1 && expected > INT64_MAX / viewDims[d]) {
+            if (stride == NULL) {
+                free(tensor);
+                opgen_error(OPGEN_SIZE_OVERFLOW, "aclCreateTensor", "viewDims",
+                            "the view holds more elements than 64 bits count");
+                return NULL;
+            }
+            expected = INT64_MAX; /* unused: the strides are given */
+        } else {
+            expected *= viewDims[d] > 0 ? viewDims[d] : 1;
+        }
     }
     tensor->offset = offset;
     tensor->dtype = dataType;
@@ -151,6 +163,7 @@ static aclnnStatus opgen_aclnn_operand_of(const char *function, const char *name
     int empty = 0;
     size_t size;
     memset(operand, 0, sizeof *operand);
+    operand->name = name;
     if (tensor == NULL) {
         return ACLNN_SUCCESS;
     }
@@ -175,14 +188,23 @@ static aclnnStatus opgen_aclnn_operand_of(const char *function, const char *name
         last = tensor->offset;
         for (int d = tensor->rank - 1; d >= 0; --d) {
             const int64_t step = tensor->strides[d];
-            if (step < 0 || (tensor->dims[d] > 1 && step > (INT64_MAX - last) / (tensor->dims[d] - 1))) {
-                opgen_error(OPGEN_INVALID_SHAPE, function, name, "stride %d (%lld) is negative or too large", d,
-                            (long long)step);
+            if (step < 0) {
+                opgen_error(OPGEN_INVALID_SHAPE, function, name, "stride %d (%lld) is negative", d, (long long)step);
+                return ACLNN_ERR_PARAM_INVALID;
+            }
+            if (tensor->dims[d] > 1 && step > (INT64_MAX - last) / (tensor->dims[d] - 1)) {
+                opgen_error(OPGEN_SIZE_OVERFLOW, function, name,
+                            "offset %lld and the strides reach beyond a 64-bit element index (at stride %d: %lld)",
+                            (long long)tensor->offset, d, (long long)step);
                 return ACLNN_ERR_PARAM_INVALID;
             }
             last += (tensor->dims[d] - 1) * step;
             if (tensor->dims[d] > 1 && step != dense) {
                 operand->staged = 1;
+            }
+            if (tensor->dims[d] > INT64_MAX / dense) {
+                opgen_error(OPGEN_SIZE_OVERFLOW, function, name, "the view holds more elements than 64 bits count");
+                return ACLNN_ERR_PARAM_INVALID;
             }
             dense *= tensor->dims[d];
         }
@@ -201,6 +223,72 @@ static aclnnStatus opgen_aclnn_operand_of(const char *function, const char *name
             return ACLNN_ERR_PARAM_NULLPTR;
         }
         operand->origin = (char *)tensor->data + (size_t)tensor->offset * size;
+        operand->span_bytes = (size_t)(last - tensor->offset + 1) * size;
+        if ((uintptr_t)operand->origin % size != 0) {
+            opgen_error(OPGEN_MISALIGNED_DATA, function, name,
+                        "tensorData + offset is not aligned to the element size (%u bytes)", (unsigned)size);
+            return ACLNN_ERR_PARAM_INVALID;
+        }
+    }
+    return ACLNN_SUCCESS;
+}
+
+/* Whether a strided view reaches one element twice: with its dims sorted by stride, each
+ * stride must pass the farthest element the smaller ones reach. (A few exotic views that do
+ * not overlap fail this test too.) */
+static int opgen_aclnn_overlaps_itself(const opgen_aclnn_operand *operand)
+{
+    int64_t strides[OPGEN_MAX_RANK], dims[OPGEN_MAX_RANK];
+    int count = 0;
+    int64_t reach = 0;
+    for (int d = 0; d < operand->view.rank; ++d) {
+        if (operand->view.dims[d] > 1) {
+            int at = count++;
+            while (at > 0 && strides[at - 1] > operand->strides[d]) { /* insertion sort, ascending */
+                strides[at] = strides[at - 1];
+                dims[at] = dims[at - 1];
+                --at;
+            }
+            strides[at] = operand->strides[d];
+            dims[at] = operand->view.dims[d];
+        }
+    }
+    for (int k = 0; k < count; ++k) {
+        if (strides[k] <= reach) {
+            return 1;
+        }
+        reach += (dims[k] - 1) * strides[k]; /* within the view's span: checked when described */
+    }
+    return 0;
+}
+
+/* Outputs are written in the caller's memory: an output must not reach one element twice, nor
+ * share memory with another output, nor (when used in place) with an input used in place. A
+ * staged output is written after the op, so inputs may share its memory. */
+static aclnnStatus opgen_aclnn_check_outputs(const char *function, const aclOpExecutor *executor)
+{
+    for (int i = executor->input_count; i < executor->count; ++i) {
+        const opgen_aclnn_operand *output = &executor->operands[i];
+        if (output->span_bytes == 0) {
+            continue;
+        }
+        if (output->staged && opgen_aclnn_overlaps_itself(output)) {
+            opgen_error(OPGEN_OVERLAPPING_TENSORS, function, output->name,
+                        "its strides reach some element more than once (an output needs every element once)");
+            return ACLNN_ERR_PARAM_INVALID;
+        }
+        for (int j = 0; j < executor->count; ++j) {
+            const opgen_aclnn_operand *other = &executor->operands[j];
+            const uintptr_t first = (uintptr_t)output->origin, other_first = (uintptr_t)other->origin;
+            if (j == i || other->span_bytes == 0 || (j < executor->input_count && (output->staged || other->staged))) {
+                continue;
+            }
+            if (first < other_first + other->span_bytes && other_first < first + output->span_bytes) {
+                opgen_error(OPGEN_OVERLAPPING_TENSORS, function, output->name,
+                            "the memory its view spans overlaps %s's", other->name);
+                return ACLNN_ERR_PARAM_INVALID;
+            }
+        }
     }
     return ACLNN_SUCCESS;
 }
@@ -236,6 +324,11 @@ static aclnnStatus opgen_aclnn_prepare(const char *function, const aclTensor *co
             return status;
         }
     }
+    status = opgen_aclnn_check_outputs(function, created);
+    if (status != ACLNN_SUCCESS) {
+        free(created);
+        return status;
+    }
     *prepared = created;
     return ACLNN_SUCCESS;
 }
@@ -260,13 +353,25 @@ static aclnnStatus opgen_aclnn_finish(aclOpExecutor *executor, const char *funct
         if (operand->present && operand->staged) {
             size_t bytes = opgen_dtype_size(operand->view.dtype);
             for (int d = 0; d < operand->view.rank; ++d) {
-                bytes *= (size_t)operand->view.dims[d]; /* fits: the op checked its byte count */
+                bytes *= (size_t)operand->view.dims[d]; /* fits: the op checked each tensor's byte count */
             }
             operand->staged_at = (total + 63) / 64 * 64;
             total = operand->staged_at + bytes;
+            if (total < operand->staged_at || total > SIZE_MAX - 128) {
+                free(executor);
+                opgen_error(OPGEN_SIZE_OVERFLOW, function, "workspaceSize",
+                            "the staged copies of the strided views need more bytes than size_t counts");
+                return ACLNN_ERR_PARAM_INVALID;
+            }
         }
     }
     executor->op_at = (total + 63) / 64 * 64;
+    if (op_bytes > SIZE_MAX - 64 - executor->op_at) {
+        free(executor);
+        opgen_error(OPGEN_SIZE_OVERFLOW, function, "workspaceSize",
+                    "the staged copies and the op's workspace need more bytes than size_t counts");
+        return ACLNN_ERR_PARAM_INVALID;
+    }
     executor->op_bytes = op_bytes;
     executor->total_bytes = op_bytes > 0 || total > 0 ? executor->op_at + op_bytes + 64 : 0;
     opgen_lock();
@@ -309,6 +414,23 @@ static aclnnStatus opgen_aclnn_execute(const char *function, void *workspace, ui
         opgen_error(OPGEN_WORKSPACE_TOO_SMALL, function, "workspaceSize", "the call needs %llu bytes, got %llu",
                     (unsigned long long)executor->total_bytes, (unsigned long long)workspace_size);
         return ACLNN_ERR_PARAM_INVALID;
+    }
+    if (executor->total_bytes > 0) {
+        const char *names[OPGEN_MAX_OPERANDS];
+        const void *data[OPGEN_MAX_OPERANDS];
+        size_t bytes[OPGEN_MAX_OPERANDS];
+        for (int i = 0; i < executor->count; ++i) {
+            names[i] = executor->operands[i].name;
+            data[i] = executor->operands[i].origin;
+            bytes[i] = executor->operands[i].span_bytes;
+        }
+        status = opgen_check_workspace(function, names, data, bytes, executor->count,
+                                       (char *)workspace + (64 - (uintptr_t)workspace % 64) % 64,
+                                       executor->total_bytes - 64);
+        if (status != OPGEN_SUCCESS) {
+            opgen_unlock(); /* still pending: it may run with another workspace */
+            return opgen_aclnn_status(status);
+        }
     }
     *link = executor->next;
     opgen_unlock();

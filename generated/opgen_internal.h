@@ -527,6 +527,13 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
 opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *workspace, size_t workspace_size);
 opgen_status opgen_call_once(const opgen_call *call, const float *numbers);
 size_t opgen_dtype_size(opgen_dtype dtype);
+/* An attribute passed as a double (the _with_arrays calls): a whole number in int's range for
+ * bools and enums; a finite number that rounds into f32's range for the f32 ones. */
+opgen_status opgen_attribute_int(const char *function, const char *name, double value, int *out);
+opgen_status opgen_attribute_f32(const char *function, const char *name, double value, float *out);
+/* The used part of a caller's workspace must not share memory with a tensor. */
+opgen_status opgen_check_workspace(const char *function, const char *const *names, const void *const *data,
+                                   const size_t *bytes, int count, const void *workspace, size_t used);
 /* dst (dense) = src viewed with `strides` (elements; 0 repeats an element); and the reverse. */
 void opgen_gather(void *dst, const void *src, size_t element_size, int rank, const int64_t *dims,
                   const int64_t *strides);

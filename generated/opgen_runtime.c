@@ -7,7 +7,10 @@
  * written per op in <op>_api.c), and one runner per pattern that turns a checked call into
  * kernel calls. Nothing here reads or writes tensor data before every rule has passed.
  */
+#include <float.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +82,40 @@ opgen_status opgen_error(opgen_status status, const char *function, const char *
     return status;
 }
 
+opgen_status opgen_attribute_int(const char *function, const char *name, double value, int *out)
+{
+    if (!(value >= INT_MIN && value <= INT_MAX && value == floor(value))) {
+        return opgen_error(OPGEN_INVALID_ATTRIBUTE, function, name, "must be a whole number, not %g", value);
+    }
+    *out = (int)value;
+    return OPGEN_SUCCESS;
+}
+
+opgen_status opgen_attribute_f32(const char *function, const char *name, double value, float *out)
+{
+    /* FLT_MAX and half an f32 ulp: below it a double rounds to a finite f32 */
+    const double overflow = 0x1.ffffffp+127;
+    if (!(fabs(value) < overflow)) {
+        return opgen_error(OPGEN_INVALID_ATTRIBUTE, function, name, "must be a finite number in f32's range, not %g",
+                           value);
+    }
+    *out = fabs(value) > FLT_MAX ? (float)copysign(FLT_MAX, value) : (float)value;
+    return OPGEN_SUCCESS;
+}
+
+opgen_status opgen_check_workspace(const char *function, const char *const *names, const void *const *data,
+                                   const size_t *bytes, int count, const void *workspace, size_t used)
+{
+    const uintptr_t first = (uintptr_t)workspace, last = first + used;
+    for (int i = 0; i < count && used > 0; ++i) {
+        const uintptr_t other = (uintptr_t)data[i];
+        if (bytes[i] > 0 && first < other + bytes[i] && other < last) {
+            return opgen_error(OPGEN_OVERLAPPING_TENSORS, function, "workspace", "shares memory with %s", names[i]);
+        }
+    }
+    return OPGEN_SUCCESS;
+}
+
 static const char *opgen_dtype_name(opgen_dtype dtype)
 {
     switch (dtype) {
@@ -113,7 +150,7 @@ static const char *opgen_shape_text(char *text, size_t size, int rank, const int
     for (int d = 0; d <= rank && used + 1 < size; ++d) {
         const char *before = d == 0 ? "[" : ", ";
         int written = d < rank ? snprintf(text + used, size - used, "%s%" PRId64, before, dims[d])
-                               : snprintf(text + used, size - used, "]");
+                               : snprintf(text + used, size - used, "%s]", rank == 0 ? "[" : "");
         if (written < 0) {
             break;
         }
@@ -887,6 +924,22 @@ opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *
                                "this call needs %zu bytes, got %zu", call->workspace_bytes, workspace_size);
         }
         base = (char *)workspace + (64 - (uintptr_t)workspace % 64) % 64;
+        {
+            const char *names[OPGEN_MAX_OPERANDS];
+            const void *data[OPGEN_MAX_OPERANDS];
+            size_t bytes[OPGEN_MAX_OPERANDS];
+            for (int i = 0; i < operands; ++i) {
+                const opgen_tensor *tensor = call->tensors[i];
+                names[i] = op->operands[i].name;
+                data[i] = tensor != NULL ? tensor->data : NULL;
+                bytes[i] = tensor != NULL ? (size_t)call->counts[i] * opgen_dtype_size(tensor->dtype) : 0;
+            }
+            const opgen_status status = opgen_check_workspace(op->function, names, data, bytes, operands, base,
+                                                              call->workspace_bytes - 64);
+            if (status != OPGEN_SUCCESS) {
+                return status;
+            }
+        }
     }
     for (int i = 0; i < operands; ++i) {
         const opgen_tensor *tensor = call->tensors[i];

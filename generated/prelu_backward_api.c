@@ -7,6 +7,7 @@
  * dtype combinations) as data for the checker in opgen_runtime.c, its attributes checked here,
  * and one adapter per specialized kernel.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "opgen.h"
@@ -209,6 +210,8 @@ opgen_status opgen_prelu_backward_with_workspace(const opgen_tensor *src, const 
 opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *src_data, void *slope_data, void *diff_dst_data, void *diff_src_data, void *diff_slope_data, opgen_data_format data_format, void *workspace, size_t workspace_size)
 {
     void *const data[] = { src_data, slope_data, diff_dst_data, diff_src_data, diff_slope_data };
+    static const char *const names[] = { "src", "slope", "diff_dst", "diff_src", "diff_slope" };
+    static const int required[] = { 1, 1, 1, 1, 1 };
     opgen_tensor described[5];
     const opgen_tensor *present[5];
     int index;
@@ -216,6 +219,10 @@ opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *
         return opgen_error(OPGEN_NULL_POINTER, "opgen_prelu_backward_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 5; index++) {
+        if (operands[index].rank < 0 && required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_prelu_backward_with_data", names[index],
+                               "is required (its rank is %d: absent)", operands[index].rank);
+        }
         described[index] = operands[index];
         described[index].data = data[index];
         present[index] = operands[index].rank < 0 ? NULL : &described[index];
@@ -225,11 +232,15 @@ opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *
 
 opgen_status opgen_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
 {
+    int data_format;
     if (data == NULL || attributes == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_prelu_backward_with_arrays", "data or attributes", "is NULL");
     }
+    if (opgen_attribute_int("opgen_prelu_backward_with_arrays", "data_format", attributes[0], &data_format) != OPGEN_SUCCESS) {
+        return OPGEN_INVALID_ATTRIBUTE;
+    }
     (void)attributes;
-    return opgen_prelu_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], (opgen_data_format)attributes[0], workspace, workspace_size);
+    return opgen_prelu_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], (opgen_data_format)data_format, workspace, workspace_size);
 }
 
 opgen_status opgen_prelu_backward(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format)

@@ -7,6 +7,7 @@
  * dtype combinations) as data for the checker in opgen_runtime.c, its attributes checked here,
  * and one adapter per specialized kernel.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "opgen.h"
@@ -123,6 +124,8 @@ opgen_status opgen_relu_backward_with_workspace(const opgen_tensor *src_or_dst, 
 opgen_status opgen_relu_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size)
 {
     void *const data[] = { src_or_dst_data, diff_dst_data, diff_src_data };
+    static const char *const names[] = { "src_or_dst", "diff_dst", "diff_src" };
+    static const int required[] = { 1, 1, 1 };
     opgen_tensor described[3];
     const opgen_tensor *present[3];
     int index;
@@ -130,6 +133,10 @@ opgen_status opgen_relu_backward_with_data(const opgen_tensor *operands, void *s
         return opgen_error(OPGEN_NULL_POINTER, "opgen_relu_backward_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 3; index++) {
+        if (operands[index].rank < 0 && required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_relu_backward_with_data", names[index],
+                               "is required (its rank is %d: absent)", operands[index].rank);
+        }
         described[index] = operands[index];
         described[index].data = data[index];
         present[index] = operands[index].rank < 0 ? NULL : &described[index];
@@ -139,11 +146,15 @@ opgen_status opgen_relu_backward_with_data(const opgen_tensor *operands, void *s
 
 opgen_status opgen_relu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
 {
+    int use_dst;
     if (data == NULL || attributes == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_relu_backward_with_arrays", "data or attributes", "is NULL");
     }
+    if (opgen_attribute_int("opgen_relu_backward_with_arrays", "use_dst", attributes[0], &use_dst) != OPGEN_SUCCESS) {
+        return OPGEN_INVALID_ATTRIBUTE;
+    }
     (void)attributes;
-    return opgen_relu_backward_with_data(operands, data[0], data[1], data[2], (int)attributes[0], workspace, workspace_size);
+    return opgen_relu_backward_with_data(operands, data[0], data[1], data[2], use_dst, workspace, workspace_size);
 }
 
 opgen_status opgen_relu_backward(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst)

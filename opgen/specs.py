@@ -729,12 +729,14 @@ def check_attribute_value(attribute: Attribute, value: Any) -> str | None:
         number = float(value)
     except OverflowError:  # an int beyond double's range
         number = None
-    if number is None or (math.isfinite(number) and abs(number) >= _F32_OVERFLOW):
+    if number is not None and not math.isfinite(number):
+        return f"must be a finite number, not {value!r}"
+    if number is None or abs(number) >= _F32_OVERFLOW:
         shown = repr(value) if len(repr(value)) <= 40 else f"an int of {len(str(abs(int(value))))} digits"
         return f"{shown} is outside the f32 range (it would round to infinity)"
     if attribute.minimum_exclusive is not None:
         as_f32 = float(np.float32(number))  # what the kernels get
         if not as_f32 > attribute.minimum_exclusive:
-            rounded = f" ({as_f32!r} in f32)" if as_f32 != number and not math.isnan(number) else ""
+            rounded = f" ({as_f32!r} in f32)" if as_f32 != number else ""
             return f"must be greater than {attribute.minimum_exclusive} as an f32, not {value!r}{rounded}"
     return None

@@ -189,7 +189,17 @@ BAD_CALLS = [
     (
         lambda: opgen.batch_norm_training_backward(*arrays((2, 4), (2, 4), (4,), (4,)), epsilon=float("nan")),
         ValueError,
-        ["epsilon"],
+        ["epsilon", "finite", "nan"],
+    ),
+    (
+        lambda: opgen.batch_norm_training_backward(*arrays((2, 4), (2, 4), (4,), (4,)), epsilon=float("inf")),
+        ValueError,
+        ["epsilon", "finite", "inf"],
+    ),
+    (
+        lambda: opgen.hard_sigmoid_backward(np.ones(2, F32), np.ones(2, F32), alpha=0.2, beta=float("-inf")),
+        ValueError,
+        ["beta", "finite", "-inf"],
     ),
     (lambda: opgen.batch_norm_training_backward(*arrays((2, 4), (2, 4), (4,), (4,))), TypeError, ["epsilon"]),
     (

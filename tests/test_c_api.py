@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import subprocess
+from types import SimpleNamespace
 
 import ml_dtypes
 import numpy as np
@@ -261,7 +262,7 @@ def test_optional_outputs_go_together_and_gamma_is_ignored_without_them():
     assert np.allclose(diff_src, expected[0], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("epsilon", [0.0, -1.0, float("nan")])
+@pytest.mark.parametrize("epsilon", [0.0, -1.0, float("nan"), float("inf")])
 def test_attribute_ranges(epsilon):
     tensors = [Tensor(np.ones(s, np.float32)) for s in ((2, 3), (2, 3), (3,), (3,))]
     out = Tensor(np.empty((2, 3), np.float32))
@@ -298,17 +299,17 @@ def test_every_status_is_reached():
 class AclTensor:
     """An aclTensor over `storage` (kept alive): view dims, strides and offset in elements."""
 
-    def __init__(self, storage: np.ndarray, dims, strides=None, offset=0, dtype=None) -> None:
+    def __init__(self, storage: np.ndarray, dims, strides=None, offset=0, dtype=None, sized=True) -> None:
         self.storage = storage
         acl = {np.dtype(np.float32): lib.ACL_FLOAT, np.dtype(np.float16): lib.ACL_FLOAT16}
         acl[np.dtype(ml_dtypes.bfloat16)] = lib.ACL_BF16
         self.dims = ffi.new("int64_t[]", list(dims) or [0])
         self.strides = ffi.new("int64_t[]", list(strides) or [0]) if strides is not None else ffi.NULL
-        storage_dims = ffi.new("int64_t[]", [storage.size])
+        storage_dims = ffi.new("int64_t[]", [storage.size]) if sized else ffi.NULL  # NULL: not checked
         data = ffi.from_buffer(storage) if storage.size else ffi.NULL
         code = acl[storage.dtype] if dtype is None else dtype
         self.pointer = lib.aclCreateTensor(
-            self.dims, len(dims), code, self.strides, offset, lib.ACL_FORMAT_ND, storage_dims, 1, data
+            self.dims, len(dims), code, self.strides, offset, lib.ACL_FORMAT_ND, storage_dims, int(sized), data
         )
         assert self.pointer != ffi.NULL, last_error()
 
@@ -429,6 +430,158 @@ def test_aclnn_single_weight_and_empty():
     assert (status, size) == (SUCCESS, 0), last_error()
     assert np.all(grad_weight == 0)
     assert math.isfinite(float(grad_weight.sum()))
+
+
+def test_aclnn_workspace_that_would_overflow_size_t():
+    # gradOutput and self repeat one element (strides 0) over [2, m]; gradInput is [2, m] in
+    # column order (never written: phase one fails). Staging each densely needs 6.1e18 bytes,
+    # the three together more than size_t counts.
+    half = 768614336404564651
+    repeated = [AclTensor(np.ones(1, np.float32), (2, half), strides=(0, 0)) for _ in range(2)]
+    dims, strides = ffi.new("int64_t[]", [2, half]), ffi.new("int64_t[]", [1, 2])
+    grad_input = SimpleNamespace(
+        pointer=lib.aclCreateTensor(
+            dims, 2, lib.ACL_FLOAT, strides, 0, lib.ACL_FORMAT_ND, ffi.NULL, 0, ffi.cast("void *", 3 << 61)
+        )
+    )
+    single = [dense(np.ones(1, np.float32)), dense(np.zeros(1, np.float32))]
+    status, size, _ = aclnn_run(*repeated, single[0], grad_input, single[1])
+    lib.aclDestroyTensor(grad_input.pointer)
+    assert (status, size) == (INVALID, 0)
+    assert "workspaceSize" in last_error() and "size_t" in last_error(), last_error()
+
+
+def test_aclnn_outputs_written_once_in_memory_no_other_output_uses():
+    generator = rng("aclnn", "overlap")
+    self_, grad_output = data(generator, (2, 3), "f32"), data(generator, (2, 3), "f32")
+    weight = np.full(3, 0.25, np.float32)
+    inputs = [dense(a) for a in (grad_output, self_, weight)]
+    storage = np.full(16, 7, np.float32)
+    cases = [
+        # gradInput's stride 0 writes its 3 columns to one element
+        (AclTensor(storage, (2, 3), strides=(3, 0)), dense(np.zeros(3, np.float32)), "more than once"),
+        # gradInput every other element of the storage, gradWeight inside the span it covers
+        (AclTensor(storage, (2, 3), strides=(6, 2)), AclTensor(storage, (3,), offset=1), "overlaps gradWeight"),
+        # both dense: gradWeight inside gradInput
+        (AclTensor(storage, (2, 3)), AclTensor(storage, (3,), offset=2), "overlaps gradWeight"),
+        # a dense output over a dense input
+        (AclTensor(self_.reshape(-1), (2, 3)), dense(np.zeros(3, np.float32)), "overlaps self"),
+    ]
+    for grad_input, grad_weight, fragment in cases:
+        status, size, _ = aclnn_run(*inputs, grad_input, grad_weight)
+        assert (status, size) == (INVALID, 0), fragment
+        assert fragment in last_error(), last_error()
+    assert np.all(storage == 7)
+    # a strided gradInput over a strided self is staged (read before, written after): allowed
+    expected = oracle.aclnn_prelu_backward(grad_output, self_, weight)
+    shared = np.zeros(8, np.float32)
+    shared[1:7] = self_.T.reshape(-1)  # self[i, j] at 1 + i + 2 j
+    view = AclTensor(shared, (2, 3), strides=(1, 2), offset=1)
+    grad_weight = np.zeros(3, np.float32)
+    status, _, _ = aclnn_run(inputs[0], view, inputs[2], view, dense(grad_weight))
+    assert status == SUCCESS, last_error()
+    assert_ulps(shared[1:7].reshape(3, 2).T, expected[0], "f32", 1, "in-place strided gradInput")
+    terms = np.abs(self_.astype(np.float64) * grad_output.astype(np.float64))
+    assert_within(grad_weight, expected[1], "f32", sum_bound(terms.sum(axis=0), 2), "in-place strided gradWeight")
+
+
+def test_aclnn_misaligned_and_overflowing_views_fail_in_phase_one():
+    raw = np.zeros(64, np.uint8)
+    dims = ffi.new("int64_t[]", [2, 3])
+    misaligned = SimpleNamespace(
+        pointer=lib.aclCreateTensor(
+            dims, 2, lib.ACL_FLOAT, ffi.NULL, 0, lib.ACL_FORMAT_ND, ffi.NULL, 0, ffi.from_buffer(raw) + 2
+        )
+    )
+    generator = rng("aclnn", "misaligned")
+    tensors = [dense(data(generator, (2, 3), "f32")) for _ in range(2)]
+    tensors += [dense(np.ones(3, np.float32)), dense(np.zeros((2, 3), np.float32)), dense(np.zeros(3, np.float32))]
+    trial = list(tensors)
+    trial[1] = misaligned
+    status, size, _ = aclnn_run(*trial)
+    assert (status, size) == (INVALID, 0) and "self: tensorData + offset is not aligned" in last_error(), last_error()
+    lib.aclDestroyTensor(misaligned.pointer)
+    # dims whose product passes int64, without strides: no tensor
+    huge = ffi.new("int64_t[]", [1 << 40, 1 << 40])
+    tensor = lib.aclCreateTensor(huge, 2, lib.ACL_FLOAT, ffi.NULL, 0, lib.ACL_FORMAT_ND, ffi.NULL, 0, ffi.NULL)
+    assert tensor == ffi.NULL and "more elements than 64 bits" in last_error()
+    # an offset beyond the reach of a 64-bit index is named as the offset
+    far = AclTensor(np.zeros(1, np.float32), (2,), strides=(1,), offset=(1 << 63) - 1, sized=False)
+    trial = list(tensors)
+    trial[1] = far
+    status, _, _ = aclnn_run(*trial)
+    assert status == INVALID and "offset 9223372036854775807" in last_error(), last_error()
+
+
+def test_workspace_sharing_memory_with_a_tensor_is_refused():
+    src, slope, diff_dst, diff_src, diff_slope = prelu_operands((2, 3, 40), seed="workspace")
+    tensors = [Tensor(a) for a in (src, slope, diff_dst, diff_src, diff_slope)]
+    size = ffi.new("size_t *")
+    assert lib.opgen_prelu_backward_workspace_size(*[t.pointer for t in tensors], lib.OPGEN_DATA_FORMAT_NCX, size) == 0
+    assert 0 < size[0] <= src.nbytes
+    status = lib.opgen_prelu_backward_with_workspace(
+        *[t.pointer for t in tensors], lib.OPGEN_DATA_FORMAT_NCX, ffi.from_buffer(src), src.nbytes
+    )
+    assert status == STATUS["OPGEN_OVERLAPPING_TENSORS"] and "workspace: shares memory with src" in last_error()
+    assert np.all(diff_src == 7) and np.all(diff_slope == 7)
+    # aclnn: the executor stays pending, and runs with a workspace of its own
+    generator = rng("aclnn", "workspace")
+    self_, grad_output = data(generator, (40, 3), "f32"), data(generator, (40, 3), "f32")
+    storage = np.zeros(1024, np.float32)
+    grad_input = AclTensor(storage, (40, 3), strides=(1, 40))  # staged: the call needs a workspace
+    acl = [dense(grad_output), dense(self_), dense(np.ones(3, np.float32)), grad_input, dense(np.zeros(3, np.float32))]
+    needed, executor = ffi.new("uint64_t *"), ffi.new("aclOpExecutor **")
+    assert lib.aclnnPreluBackwardGetWorkspaceSize(*[t.pointer for t in acl], needed, executor) == SUCCESS
+    assert 0 < needed[0] <= storage.nbytes
+    assert lib.aclnnPreluBackward(ffi.from_buffer(storage), needed[0], executor[0], ffi.NULL) == INVALID
+    assert "workspace: shares memory with gradInput" in last_error(), last_error()
+    workspace = np.zeros(needed[0], np.uint8)
+    assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), needed[0], executor[0], ffi.NULL) == SUCCESS
+    expected = oracle.aclnn_prelu_backward(grad_output, self_, np.ones(3, np.float32))
+    assert_ulps(storage[:120].reshape(3, 40).T, expected[0], "f32", 1, "gradInput after the refused run")
+
+
+@pytest.mark.parametrize(
+    "op, attributes, index, value",
+    [
+        ("relu_backward", [1.0], 0, 0.5),
+        ("relu_backward", [1.0], 0, float("nan")),
+        ("relu_backward", [1.0], 0, 2.0**32 + 1),
+        ("prelu_backward", [1.0], 0, 1.9),
+        ("hard_sigmoid_backward", [0.2, 0.5], 0, 1e300),
+        ("hard_sigmoid_backward", [0.2, 0.5], 1, float("inf")),
+        ("hard_sigmoid_backward", [0.2, 0.5], 1, float("nan")),
+    ],
+)
+def test_with_arrays_takes_only_attribute_values_the_c_types_hold(op, attributes, index, value):
+    """A double that is not a whole number in int's range (bools, enums) or that is not a finite
+    number in f32's range is refused, not converted (which C leaves undefined or truncates)."""
+    count = {"relu_backward": 3, "prelu_backward": 5, "hard_sigmoid_backward": 3}[op]
+    operands = ffi.new("opgen_tensor[]", count)
+    pointers = ffi.new("void *[]", count)
+    arrays = [np.zeros(3, np.float32) for _ in range(count)]
+    for operand, pointer_index in zip(operands, range(count)):
+        operand.dtype, operand.rank, operand.dims[0] = lib.OPGEN_F32, 1, 3
+        pointers[pointer_index] = ffi.from_buffer(arrays[pointer_index])
+    values = ffi.new("double[]", attributes)
+    values[index] = value
+    status = getattr(lib, f"opgen_{op}_with_arrays")(operands, pointers, values, ffi.NULL, 0)
+    assert status == STATUS["OPGEN_INVALID_ATTRIBUTE"], last_error()
+    assert f"opgen_{op}_with_arrays: " in last_error()
+
+
+def test_messages_show_rank_zero_and_absent_operands():
+    scalar = Tensor(np.zeros((), np.float32))
+    vector = Tensor(np.zeros(3, np.float32))
+    status = lib.opgen_relu_backward(vector.pointer, scalar.pointer, vector.pointer, 1)
+    assert status == STATUS["OPGEN_INVALID_SHAPE"] and "shape [] must equal" in last_error(), last_error()
+    operands = ffi.new("opgen_tensor[]", 3)
+    for operand in operands:
+        operand.dtype, operand.rank, operand.dims[0] = lib.OPGEN_F32, 1, 3
+    operands[1].rank = -1
+    status = lib.opgen_relu_backward_with_data(operands, ffi.NULL, ffi.NULL, ffi.NULL, 1, ffi.NULL, 0)
+    assert status == STATUS["OPGEN_NULL_POINTER"]
+    assert "diff_dst: is required (its rank is -1: absent)" in last_error(), last_error()
 
 
 FAULT_DRIVER = r"""
