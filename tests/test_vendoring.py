@@ -127,7 +127,7 @@ def test_plain_cc_build(vendored, cc, openmp):
 
 def test_cmake_build_and_install(vendored):
     if shutil.which("cmake") is None:
-        pytest.skip("cmake is not installed")
+        pytest.skip("cmake is not installed (the test extra installs it)")
     build, prefix = vendored / "build", vendored / "prefix"
     run(
         [
