@@ -6,7 +6,7 @@
  *
  * 1. The op API (start here): one function per op, opgen_<op>(...), taking tensor descriptors
  *    and the op's attributes, checking every rule of the op before touching memory, and
- *    returning an opgen_status. Each op has three entry points:
+ *    returning an opgen_status. Each op has five entry points:
  *      opgen_<op>(...)                       allocates its scratch memory itself;
  *      opgen_<op>_workspace_size(..., &bytes) the scratch bytes a call needs (data not read);
  *      opgen_<op>_with_workspace(..., workspace, bytes) runs in memory the caller provides;
@@ -16,8 +16,10 @@
  *        come per call, in the same order;
  *      opgen_<op>_with_arrays(operands, data, attributes, workspace, bytes) is _with_data for
  *        language bindings: the data pointers in one array (inputs, then outputs; NULL when
- *        absent) and the attributes as doubles, in order (enum values, 0 or 1, numbers).
- *    Optional inputs and outputs are NULL when absent.
+ *        absent) and the attributes as doubles, in order (enum values, 0 or 1, numbers;
+ *        a double the attribute's C type cannot hold is refused).
+ *    Optional inputs and outputs are NULL when absent. Numeric attributes are finite. Outputs
+ *    and a caller's workspace must not share memory with any tensor.
  * 2. The kernel API (below the op API): the specialized variants, one per dtype combination
  *    and loop form, on dense row-major buffers; no checks.
  */
