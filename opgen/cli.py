@@ -114,11 +114,15 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     import opgen
+    from opgen.plan import TARGETS
 
     details = opgen.info()
+    names = [target["name"] for target in TARGETS]
+    lower = names[: names.index(details["cpu_target"])] if details["cpu_target"] in names else []
+    choices = " or ".join([", ".join(lower[:-1]), lower[-1]] if len(lower) > 1 else lower)
+    hint = f" (set OPGEN_CPU_TARGET to {choices} to force a lower one)" if lower else ""
     print(
-        f"opgen {details['version']}: kernels run the {details['cpu_target']} copy "
-        f"(set OPGEN_CPU_TARGET to baseline/avx2 to force a lower one), {details['threads']} threads"
+        f"opgen {details['version']}: kernels run the {details['cpu_target']} copy{hint}, {details['threads']} threads"
     )
     for op, variants in details["ops"].items():
         print(f"  {op}: {len(variants)} variants, {details['cpu_target']}")

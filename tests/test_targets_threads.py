@@ -102,6 +102,21 @@ def test_forcing_an_unknown_target_keeps_the_best_and_says_so():
     assert "RuntimeWarning" in result.stderr and "OPGEN_CPU_TARGET='no-such-target'" in result.stderr
 
 
+@pytest.mark.parametrize("target", [t["name"] for t in TARGETS])
+def test_info_names_the_target_and_every_lower_one(target):
+    names = [t["name"] for t in TARGETS]
+    if names.index(target) > names.index(opgen.info()["cpu_target"]):
+        pytest.skip(f"this CPU cannot run {target}")
+    env = {**os.environ, "OPGEN_CPU_TARGET": target}
+    first = subprocess.run(
+        [sys.executable, "-m", "opgen.cli", "info"], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()[0]
+    assert f"kernels run the {target} copy" in first, first
+    lower = names[: names.index(target)]
+    assert all(name in first.split("copy", 1)[1] for name in lower), first
+    assert ("to force a lower one" in first) == bool(lower), first
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
 def test_thread_count_does_not_change_results(dtype):
     """Large enough for several threads and many reduction tiles, in every broadcast form."""

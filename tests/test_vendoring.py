@@ -1,6 +1,7 @@
 """The generated C builds and runs with no Python and no opgen: copied out of the repository, built
 with CMake and with a plain `cc *.c` line (gcc and clang, with and without OpenMP), warning-free,
-and every op, called through the op API and the aclnn API, checked against the oracle's outputs."""
+and every op, called through the op API and the aclnn API, checked against the oracle's outputs;
+and the headers used from C++."""
 
 from __future__ import annotations
 
@@ -101,6 +102,32 @@ def c_compiler(name: str) -> list[str]:
     if shutil.which(name) is None:
         pytest.skip(f"{name} is not installed (.ci/run installs it)")
     return [name]
+
+
+@pytest.mark.parametrize("cxx", ["g++", "clang++"])
+def test_called_from_cpp(vendored, cxx):
+    """The headers compile as C++ (C++11, warning-free) and the C library links into it."""
+    source = vendored / "opgen"
+    objects = vendored / f"objects_{cxx}"
+    objects.mkdir()
+    c_files = sorted(source.glob("*.c"))
+    run([*compiler(), *STRICT, f"-I{source}", "-c", *map(str, c_files)], cwd=objects)
+    binary = vendored / f"use_from_cpp_{cxx}"
+    cpp_flags = ["-std=c++11", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
+    program = Path(__file__).parent / "c" / "use_from_cpp.cpp"
+    run(
+        [
+            *c_compiler(cxx),
+            *cpp_flags,
+            f"-I{source}",
+            str(program),
+            *map(str, sorted(objects.glob("*.o"))),
+            "-o",
+            str(binary),
+            "-lm",
+        ]
+    )
+    assert "C++: all passed" in run([str(binary)]).stdout
 
 
 @pytest.mark.parametrize("cc", ["cc", "clang"])
