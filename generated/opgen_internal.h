@@ -319,6 +319,14 @@ static inline void opgen_load_block_f32(float *OPGEN_RESTRICT out, const float *
     __m512 values = _mm512_loadu_ps(in);
     OPGEN_WHOLE(values);
     _mm512_storeu_ps(out, values);
+#elif OPGEN_X86_DISPATCH && defined(__AVX2__)
+    /* whole 256-bit stores: GCC's generic tuning copies with 128-bit ones, and the 256-bit
+     * loads of the block that follow cannot be forwarded from them (measured 5x slower) */
+    __m256 low = _mm256_loadu_ps(in), high = _mm256_loadu_ps(in + 8);
+    OPGEN_WHOLE(low);
+    OPGEN_WHOLE(high);
+    _mm256_storeu_ps(out, low);
+    _mm256_storeu_ps(out + 8, high);
 #else
     memcpy(out, in, OPGEN_BLOCK * sizeof(float));
 #endif
@@ -354,6 +362,13 @@ static inline void opgen_load_block_bf16(float *OPGEN_RESTRICT out, const opgen_
     __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)in));
     OPGEN_WHOLE(wide);
     _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+#elif OPGEN_X86_DISPATCH && defined(__AVX2__)
+    __m256i low = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)in));
+    __m256i high = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(in + 8)));
+    OPGEN_WHOLE(low);
+    OPGEN_WHOLE(high);
+    _mm256_storeu_ps(out, _mm256_castsi256_ps(_mm256_slli_epi32(low, 16)));
+    _mm256_storeu_ps(out + 8, _mm256_castsi256_ps(_mm256_slli_epi32(high, 16)));
 #else
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         out[lane] = opgen_bf16_to_f32(in[lane]);
@@ -391,6 +406,22 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)),
                                                   _mm512_set1_epi32(0x7F800000));
     _mm256_storeu_si256((__m256i *)(void *)halves, _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+#elif OPGEN_X86_DISPATCH && defined(__AVX2__)
+    /* the same, 8 lanes at a time (the scalar loop ran at a seventh of the speed) */
+    __m256i chosen[2];
+    for (int half = 0; half < 2; ++half) {
+        const __m256i bits = _mm256_castps_si256(_mm256_loadu_ps(in + 8 * half));
+        const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+        const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+        const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x0040));
+        /* both sides are below 2^31: the signed comparison is the unsigned one */
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7FFFFFFF)),
+                                               _mm256_set1_epi32(0x7F800000));
+        chosen[half] = _mm256_blendv_epi8(rounded, quiet, nan);
+    }
+    /* every value fits 16 bits; packing works per 128-bit lane, so put the quarters in order */
+    _mm256_storeu_si256((__m256i *)(void *)halves,
+                        _mm256_permute4x64_epi64(_mm256_packus_epi32(chosen[0], chosen[1]), 0xD8));
 #else
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         halves[lane] = opgen_f32_to_bf16(in[lane]);

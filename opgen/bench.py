@@ -2,7 +2,8 @@
 
 For each size and thread count the run first measures bandwidth probes (generated kernels
 that only move memory: 2 reads + 1 write with ordinary and with streaming stores, and
-2 reads summed), then each case: median time of calls with preallocated outputs (`out=`),
+2 reads summed), then each case: median time of calls with preallocated outputs (`out=`)
+and, above the small sizes, of calls that allocate their outputs ("alloc" GB/s),
 GB/s over the minimal bytes (each input read once, each output written once; BatchNorm:
 two passes over src and diff_dst plus the diff_src write, 5 tensor transfers), and that
 speed as a share of the probe the op's access pattern matches. NumPy (f32) and PyTorch
@@ -65,6 +66,7 @@ class Case:
     numpy_seconds: float | None = None
     torch_seconds: float | None = None
     c_seconds: float | None = None  # the C entry point alone (small sizes): what the Python call adds is the rest
+    allocated_seconds: float | None = None  # the call without out= (large sizes): outputs allocated per call
     bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -294,6 +296,9 @@ def run(
                         case.seconds, case.c_seconds = _median_times(both, min_time, SHORT_CALL_RUNS)
                     else:
                         case.seconds = _median_time(python_call, min_time)
+                        # what a caller without out= sees: fresh outputs, their pages faulted in
+                        fresh = {name: value for name, value in kwargs.items() if name != "out"}
+                        case.allocated_seconds = _median_time(functools.partial(function, *args, **fresh), min_time / 2)
                     case.gbps = nbytes / case.seconds / 1e9
                     if baselines and numpy_call is not None and thread_count == 1:
                         case.numpy_seconds = _median_time(numpy_call, min_time / 4, max_runs=5)
@@ -336,7 +341,7 @@ def _share(case: Case, probe: dict[str, float]) -> float:
 
 HEADER = (
     f"{'op':30s} {'dtype':5s} {'layout':6s} {'form':11s} {'size':4s} {'thr':>3s} {'median':>10s} "
-    f"{'GB/s':>7s} {'NumPy x':>8s} {'torch x':>8s} {'C':>8s} {'Py +':>6s}"
+    f"{'GB/s':>7s} {'alloc':>7s} {'NumPy x':>8s} {'torch x':>8s} {'C':>8s} {'Py +':>6s}"
 )
 
 
@@ -344,12 +349,13 @@ def format_row(case: Case) -> str:
     numpy_ratio = f"{case.numpy_seconds / case.seconds:8.1f}" if case.numpy_seconds else f"{'-':>8s}"
     torch_ratio = f"{case.torch_seconds / case.seconds:8.1f}" if case.torch_seconds else f"{'-':>8s}"
     c_time, python_added = f"{'-':>8s}", f"{'-':>6s}"
+    allocated = f"{case.bytes / case.allocated_seconds / 1e9:7.1f}" if case.allocated_seconds else f"{'-':>7s}"
     if case.c_seconds:
         c_time = f"{case.c_seconds * 1e6:6.1f}us"
         python_added = f"{(case.seconds - case.c_seconds) * 1e6:6.1f}"
     return (
         f"{case.op:30s} {case.dtype:5s} {case.layout:6s} {case.form:11s} {case.size:4s} {case.threads:3d} "
-        f"{case.seconds * 1e6:8.1f}us {case.gbps:7.1f} {numpy_ratio} {torch_ratio} {c_time} {python_added}"
+        f"{case.seconds * 1e6:8.1f}us {case.gbps:7.1f} {allocated} {numpy_ratio} {torch_ratio} {c_time} {python_added}"
     )
 
 

@@ -29,6 +29,14 @@ def test_run_reports_every_case_with_its_baselines():
     assert "HW7" in bench.SIZES and "L" in bench.SIZES
 
 
+def test_large_sizes_time_calls_that_allocate_their_outputs_too():
+    report = bench.run(["HW14"], [1], ["prelu_backward"], ["bf16"], min_time=0.001, progress=lambda line: None)
+    assert len(report["cases"]) == len(bench.cases(["prelu_backward"], ["bf16"]))
+    for case in report["cases"]:
+        assert case["allocated_seconds"] > 0 and case["c_seconds"] is None
+        assert "-" not in bench.format_row(bench.Case(**case)).split()[8]  # the alloc GB/s column
+
+
 def test_cli_writes_json_and_table(tmp_path):
     target = tmp_path / "bench.json"
     result = subprocess.run(
