@@ -97,7 +97,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+                    const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
                     const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
@@ -119,7 +119,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const double src_or_dst_value = (double)src_or_dst_block[lane];
                 const double diff_dst_value = (double)diff_dst_block[lane];
-                const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+                const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
                 const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -131,7 +131,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const double src_or_dst_value = (double)(src_or_dst[index]);
         const double diff_dst_value = (double)(diff_dst[index]);
-        const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+        const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
         const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
         diff_src[index] = (float)(diff_src_value);
     }
@@ -228,7 +228,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float decay_value = expf(((-2.0f) * fabsf(src_or_dst_value)));
+                    const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
                     const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
@@ -250,7 +250,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_or_dst_value = (float)src_or_dst_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
-                const float decay_value = expf(((-2.0f) * fabsf(src_or_dst_value)));
+                const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
                 const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -262,7 +262,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
-        const float decay_value = expf(((-2.0f) * fabsf(src_or_dst_value)));
+        const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
         const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
         diff_src[index] = opgen_f32_to_f16(diff_src_value);
     }
@@ -359,7 +359,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+                    const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
                     const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
@@ -381,7 +381,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const double src_or_dst_value = (double)src_or_dst_block[lane];
                 const double diff_dst_value = (double)diff_dst_block[lane];
-                const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+                const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
                 const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -393,7 +393,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const double src_or_dst_value = (double)(opgen_bf16_to_f32(src_or_dst[index]));
         const double diff_dst_value = (double)(opgen_bf16_to_f32(diff_dst[index]));
-        const double decay_value = exp(((-2.0) * fabs(src_or_dst_value)));
+        const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
         const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
         diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
     }

@@ -50,6 +50,8 @@ OPS = (
     "batch_norm_training_backward",
 )
 PRELU_FORMS = ("per_channel", "per_tensor", "full")
+# sigmoid and tanh from their output (use_dst, a product) and from their input (exp per element)
+FROM_FORMS = ("from_dst", "from_src")
 
 
 @dataclass
@@ -128,12 +130,15 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
     x32, d32, out32 = (x, d, out) if dtype == "f32" else (None, None, None)
     if op in ("relu_backward", "hard_sigmoid_backward", "sigmoid_backward", "tanh_backward"):
         kwargs = {"alpha": 1 / 6, "beta": 0.5} if op == "hard_sigmoid_backward" else {}
+        if form == "from_src":
+            kwargs["use_dst"] = False
         function = getattr(opgen, op)
-        numpy_call = _numpy_elementwise(op, x32, d32, out32) if x32 is not None else None
+        from_src = form == "from_src"
+        numpy_call = _numpy_elementwise(op, x32, d32, out32, from_src) if x32 is not None else None
         return (
             (function, (x, d), {"out": out, **kwargs}),
             numpy_call,
-            _torch_call(op, x, d, None),
+            None if from_src else _torch_call(op, x, d, None),  # ATen's take the output
             3 * tensor_bytes,
             "2r1w",
         )
@@ -196,7 +201,11 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
     raise ValueError(f"no benchmark for {op}")
 
 
-def _numpy_elementwise(op: str, x: np.ndarray, d: np.ndarray, out: np.ndarray) -> Callable[[], Any]:
+def _numpy_elementwise(op: str, x: np.ndarray, d: np.ndarray, out: np.ndarray, from_src: bool) -> Callable[[], Any]:
+    if from_src and op == "sigmoid_backward":
+        return lambda: np.multiply(d, 1 / (1 + np.exp(-x)) * (1 - 1 / (1 + np.exp(-x))), out=out)
+    if from_src:
+        return lambda: np.multiply(d, 1 - np.tanh(x) ** 2, out=out)
     if op == "relu_backward":
         return lambda: np.multiply(d, x > 0, out=out)
     if op == "hard_sigmoid_backward":
@@ -248,7 +257,9 @@ def cases(ops: list[str], dtypes: list[str]) -> list[tuple[str, str, str, str]]:
     result = []
     for op in ops:
         layouts = ("NCX", "NXC") if op in ("prelu_backward", "batch_norm_training_backward") else ("NCX",)
-        forms = PRELU_FORMS if op == "prelu_backward" else ("-",)
+        forms = {"prelu_backward": PRELU_FORMS, "sigmoid_backward": FROM_FORMS, "tanh_backward": FROM_FORMS}.get(
+            op, ("-",)
+        )
         for dtype in dtypes:
             for layout in layouts:
                 for form in forms:

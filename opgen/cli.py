@@ -81,7 +81,7 @@ def _bench(args: argparse.Namespace) -> int:
         return chosen
 
     sizes = names(args.sizes, bench.SIZES, "sizes")
-    ops = names(args.ops, bench.OPS, "ops")
+    ops = names(args.ops or ",".join(bench.OPS), bench.OPS, "ops")
     dtypes = names(args.dtypes, bench.DTYPES, "dtypes")
     try:
         threads = [int(t) for t in args.threads.split(",")] if args.threads else sorted({1, os.cpu_count() or 1})
@@ -158,9 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = commands.add_parser("bench", help="measure every op variant against the machine's bandwidth")
     bench.add_argument("--sizes", default="S,M,L,HW1,HW7,HW14", help="S, M, L, HW1, HW7, HW14 (default: all)")
     bench.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
-    bench.add_argument(
-        "--ops", default="relu_backward,hard_sigmoid_backward,prelu_backward,batch_norm_training_backward"
-    )
+    bench.add_argument("--ops", help="comma-separated ops (default: every bundled op)")
     bench.add_argument("--dtypes", default="f32,bf16,f16")
     bench.add_argument("--min-time", type=float, default=0.2, help="seconds of calls per case (default 0.2)")
     bench.add_argument("--no-baselines", action="store_true", help="skip NumPy and PyTorch")

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 
 # name -> (arity, C name without the float/double suffix)
 FUNCTIONS: dict[str, tuple[int, str]] = {
-    "exp": (1, "exp"),
+    "exp": (1, "opgen_exp"),  # opgen_internal.h: vectorizable, unlike libm's
     "log": (1, "log"),
     "sqrt": (1, "sqrt"),
     "tanh": (1, "tanh"),

@@ -16,6 +16,7 @@ import pytest
 import opgen
 from opgen.compile import BuildError, build_module
 from opgen.render import BUNDLED_SPECS, render_library
+from tests.helpers import assert_ulps
 
 
 def elementwise_spec(name: str, summary: str, attribute: str, math: str) -> str:
@@ -273,3 +274,35 @@ def test_check_runs_the_true_value_of_a_bool_whose_default_is_false(tmp_path):
     rows = {line.split()[3]: line for line in result.stdout.splitlines() if line.startswith("negated_relu_backward")}
     assert set(rows) == {"negate=True", "negate=False"}, result.stdout
     assert "FAIL" in rows["negate=True"] and rows["negate=False"].endswith("pass"), result.stdout
+
+
+@pytest.mark.parametrize("compute", ["normal", "wide"])
+def test_exp_in_a_users_spec_matches_numpy(tmp_path, compute):
+    """The math's exp() is opgen's own vectorizable one (f32: opgen_expf; "wide": opgen_exp in
+    double): within 1 ulp of f32 everywhere, through overflow, underflow and subnormal results."""
+    directory = tmp_path / "specs"
+    directory.mkdir()
+    shutil.copy(BUNDLED_SPECS / "dtypes.toml", directory)
+    spec = elementwise_spec(
+        "exp_scaled",
+        "diff_dst * exp(src)",
+        'name = "unused"\ntype = "f32"\ndefault = 0.0\ndoc = "Unused."',
+        "diff_dst * exp(src)",
+    )
+    if compute == "wide":
+        spec = spec.replace('pattern = "elementwise"', 'pattern = "elementwise"\ncompute = "wide"')
+    (directory / "exp_scaled.toml").write_text(spec)
+    library = opgen.load(directory)
+    generator = np.random.default_rng(11)
+    src = np.concatenate(
+        [
+            np.linspace(-110.0, 95.0, 400_003),
+            generator.standard_normal(100_000) * 30,
+            [0.0, -0.0, np.inf, -np.inf, np.nan, 88.72, 88.73, -87.33, -103.97, -103.28, -104.0, 1e-30, -1e-30],
+        ]
+    ).astype(np.float32)
+    diff_dst = np.ones_like(src)
+    got = library.exp_scaled(src, diff_dst)
+    with np.errstate(over="ignore", under="ignore"):
+        expected = np.exp(src.astype(np.float64))
+    assert_ulps(got, expected, "f32", 1, f"exp ({compute})")
