@@ -186,36 +186,40 @@ static inline int64_t opgen_range_last(int64_t channels, int64_t ranges, int64_t
 }
 
 /* The math's exp(): libm's is a call the compiler cannot vectorize (a from-src tanh gradient
- * ran at 3 GB/s). x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts, so k ln 2 is exact),
- * e^r by its Taylor series (truncation below a unit in the last place), and 2^k applied as two
- * factors so that results near and below the smallest normal round once, as libm's do. Inputs
- * are clamped just beyond the range where e^x is finite and nonzero; NaN stays NaN. */
+ * ran at 3 GB/s). x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in parts with few bits, so each
+ * k * part is exact), e^r by its Taylor series (truncated below a unit in the last place), and
+ * 2^k applied as two factors so that results near and below the smallest normal round once,
+ * as libm's do. Inputs are clamped just beyond the range where e^x is finite and nonzero; NaN
+ * stays NaN. One version per compute type, from the constants below. */
 static inline double opgen_exp(double x)
 {
     const double clamped = x > 710.0 ? 710.0 : x < -746.0 ? -746.0 : x;
     const double shift = 0x1.8p52; /* adding it rounds to an integer, kept in the low bits */
     const double k = (clamped * 0x1.71547652b82fep0 + shift) - shift;
-    const double r = (clamped - k * 0x1.62e42feep-1) - k * 0x1.a39ef35793c76p-33;
-    double p = 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
+    double r = clamped;
+    r -= k * (0x1.62e42feep-1);
+    r -= k * (0x1.a39ef35793c76p-33);
+    /* Horner on 1/n!, from the last term */
+    double p = 1.6059043836821613e-10;
+    p = p * r + 2.08767569878681e-09;
+    p = p * r + 2.505210838544172e-08;
+    p = p * r + 2.755731922398589e-07;
+    p = p * r + 2.7557319223985893e-06;
+    p = p * r + 2.48015873015873e-05;
+    p = p * r + 0.0001984126984126984;
+    p = p * r + 0.001388888888888889;
+    p = p * r + 0.008333333333333333;
+    p = p * r + 0.041666666666666664;
+    p = p * r + 0.16666666666666666;
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
     {
-        const double half = (k * 0.5 + shift) - shift; /* k = half + rest, each within +-540 */
+        const double half = (k * 0.5 + shift) - shift; /* k = half + rest, both within the normal range */
         const double rest = k - half;
+        const double half_biased = half + (1023.0 + shift), rest_biased = rest + (1023.0 + shift);
         uint64_t half_bits, rest_bits;
         double half_scale, rest_scale;
-        const double half_biased = half + (1023.0 + shift), rest_biased = rest + (1023.0 + shift);
         memcpy(&half_bits, &half_biased, sizeof half_bits);
         memcpy(&rest_bits, &rest_biased, sizeof rest_bits);
         half_bits <<= 52; /* the biased exponent, from the low bits */
@@ -226,31 +230,34 @@ static inline double opgen_exp(double x)
     }
 }
 
-/* The same in f32: a degree-8 series and a three-part ln 2 (the first two with few bits). */
 static inline float opgen_expf(float x)
 {
     const float clamped = x > 90.0f ? 90.0f : x < -105.0f ? -105.0f : x;
-    const float shift = 0x1.8p23f;
+    const float shift = 0x1.8p23f; /* adding it rounds to an integer, kept in the low bits */
     const float k = (clamped * 0x1.715476p0f + shift) - shift;
-    const float r = ((clamped - k * 0x1.62ep-1f) - k * 0x1.0cp-15f) + k * 0x1.05c61p-29f;
-    float p = 1.0f / 40320.0f;
-    p = p * r + 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
+    float r = clamped;
+    r -= k * (0x1.62ep-1f);
+    r -= k * (0x1.0cp-15f);
+    r -= k * (-0x1.05c61p-29f);
+    /* Horner on 1/n!, from the last term */
+    float p = 2.48015873015873e-05f;
+    p = p * r + 0.0001984126984126984f;
+    p = p * r + 0.001388888888888889f;
+    p = p * r + 0.008333333333333333f;
+    p = p * r + 0.041666666666666664f;
+    p = p * r + 0.16666666666666666f;
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     {
-        const float half = (k * 0.5f + shift) - shift;
+        const float half = (k * 0.5f + shift) - shift; /* k = half + rest, both within the normal range */
         const float rest = k - half;
+        const float half_biased = half + (127.0f + shift), rest_biased = rest + (127.0f + shift);
         uint32_t half_bits, rest_bits;
         float half_scale, rest_scale;
-        const float half_biased = half + (127.0f + shift), rest_biased = rest + (127.0f + shift);
         memcpy(&half_bits, &half_biased, sizeof half_bits);
         memcpy(&rest_bits, &rest_biased, sizeof rest_bits);
-        half_bits <<= 23;
+        half_bits <<= 23; /* the biased exponent, from the low bits */
         rest_bits <<= 23;
         memcpy(&half_scale, &half_bits, sizeof half_scale);
         memcpy(&rest_scale, &rest_bits, sizeof rest_scale);

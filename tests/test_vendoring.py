@@ -96,6 +96,11 @@ def run(command: list[str], cwd: Path | None = None) -> subprocess.CompletedProc
     return result
 
 
+def link(command: list[str], source: Path, inputs: list[str], binary: Path) -> None:
+    """Compiles and links `inputs` against the vendored headers in `source` into `binary`."""
+    run([*command, f"-I{source}", *inputs, "-o", str(binary), "-lm"])
+
+
 def c_compiler(name: str) -> list[str]:
     if name == "cc":
         return compiler()
@@ -115,18 +120,7 @@ def test_called_from_cpp(vendored, cxx):
     binary = vendored / f"use_from_cpp_{cxx}"
     cpp_flags = ["-std=c++11", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
     program = Path(__file__).parent / "c" / "use_from_cpp.cpp"
-    run(
-        [
-            *c_compiler(cxx),
-            *cpp_flags,
-            f"-I{source}",
-            str(program),
-            *map(str, sorted(objects.glob("*.o"))),
-            "-o",
-            str(binary),
-            "-lm",
-        ]
-    )
+    link([*c_compiler(cxx), *cpp_flags], source, [str(program), *map(str, sorted(objects.glob("*.o")))], binary)
     assert "C++: all passed" in run([str(binary)]).stdout
 
 
@@ -136,18 +130,7 @@ def test_plain_cc_build(vendored, cc, openmp):
     source = vendored / "opgen"
     binary = vendored / f"use_kernels_{cc}_{openmp}"
     flags = [*STRICT, *(["-fopenmp"] if openmp else [])]
-    run(
-        [
-            *c_compiler(cc),
-            *flags,
-            f"-I{source}",
-            *sorted(map(str, source.glob("*.c"))),
-            str(PROGRAM),
-            "-o",
-            str(binary),
-            "-lm",
-        ]
-    )
+    link([*c_compiler(cc), *flags], source, [*sorted(map(str, source.glob("*.c"))), str(PROGRAM)], binary)
     result = run([str(binary), str(vendored / "golden")])
     assert CHECKS in result.stdout
 
@@ -197,17 +180,6 @@ def test_readme_example_compiles_and_runs(vendored):
     program.write_text(example)
     source = vendored / "opgen"
     binary = vendored / "readme_example"
-    run(
-        [
-            *compiler(),
-            *STRICT,
-            f"-I{source}",
-            *sorted(map(str, source.glob("*.c"))),
-            str(program),
-            "-o",
-            str(binary),
-            "-lm",
-        ]
-    )
+    link([*compiler(), *STRICT], source, [*sorted(map(str, source.glob("*.c"))), str(program)], binary)
     result = run([str(binary)])
     assert result.stdout.startswith("diff_beta[0] = "), result.stdout
