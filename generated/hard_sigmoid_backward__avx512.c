@@ -8,6 +8,16 @@
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(OPGEN_NO_DISPATCH)
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2"))), apply_to = function)
+/* clang's pragma does not define the feature macros that GCC's does: name the features here */
+#define OPGEN_ISA_AVX512F 1
+#define OPGEN_ISA_AVX512BW 1
+#define OPGEN_ISA_AVX512VL 1
+#define OPGEN_ISA_AVX512DQ 1
+#define OPGEN_ISA_AVX2 1
+#define OPGEN_ISA_FMA 1
+#define OPGEN_ISA_F16C 1
+#define OPGEN_ISA_BMI 1
+#define OPGEN_ISA_BMI2 1
 #else
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,prefer-vector-width=512")
 #endif

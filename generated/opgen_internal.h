@@ -37,6 +37,30 @@
 #include <immintrin.h>
 #endif
 
+/* The instructions the code being compiled may use: the compiler's feature macros (GCC's
+ * target pragma in a per-target copy sets them too), or the OPGEN_ISA_* names a per-target
+ * copy defines for clang, whose target pragma does not. */
+#if OPGEN_X86_DISPATCH && (defined(__AVX512F__) || defined(OPGEN_ISA_AVX512F))
+#define OPGEN_USE_AVX512F 1
+#else
+#define OPGEN_USE_AVX512F 0
+#endif
+#if OPGEN_X86_DISPATCH && (defined(__AVX512DQ__) || defined(OPGEN_ISA_AVX512DQ))
+#define OPGEN_USE_AVX512DQ 1
+#else
+#define OPGEN_USE_AVX512DQ 0
+#endif
+#if OPGEN_X86_DISPATCH && (defined(__AVX2__) || defined(OPGEN_ISA_AVX2))
+#define OPGEN_USE_AVX2 1
+#else
+#define OPGEN_USE_AVX2 0
+#endif
+#if OPGEN_X86_DISPATCH && (defined(__F16C__) || defined(OPGEN_ISA_F16C))
+#define OPGEN_USE_F16C 1
+#else
+#define OPGEN_USE_F16C 0
+#endif
+
 /* Each kernel is compiled once per target; this file's copy is named <kernel>__<target>. */
 #ifndef OPGEN_TARGET
 #define OPGEN_TARGET baseline
@@ -105,7 +129,7 @@ int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner);
  * maximum, so that the loop vectorizes.) */
 static inline int opgen_all_finite(const float *values, int count)
 {
-#if OPGEN_X86_DISPATCH && defined(__AVX512F__) && defined(__AVX512DQ__)
+#if OPGEN_USE_AVX512F && OPGEN_USE_AVX512DQ
     /* one class test per 16 floats (NaN or infinity) instead of a horizontal maximum */
     if (count % 16 == 0) {
         __mmask16 special = 0;
@@ -395,11 +419,11 @@ static inline void opgen_stream_bytes(void *OPGEN_RESTRICT out, const void *OPGE
 
 static inline void opgen_load_block_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in)
 {
-#if OPGEN_X86_DISPATCH && defined(__AVX512F__)
+#if OPGEN_USE_AVX512F
     __m512 values = _mm512_loadu_ps(in);
     OPGEN_WHOLE(values);
     _mm512_storeu_ps(out, values);
-#elif OPGEN_X86_DISPATCH && defined(__AVX2__)
+#elif OPGEN_USE_AVX2
     /* whole 256-bit stores: GCC's generic tuning copies with 128-bit ones, and the 256-bit
      * loads of the block that follow cannot be forwarded from them (measured 5x slower) */
     __m256 low = _mm256_loadu_ps(in), high = _mm256_loadu_ps(in + 8);
@@ -414,7 +438,7 @@ static inline void opgen_load_block_f32(float *OPGEN_RESTRICT out, const float *
 
 static inline void opgen_store_block_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int stream)
 {
-#if OPGEN_X86_DISPATCH && defined(__AVX512F__)
+#if OPGEN_USE_AVX512F
     if (stream && opgen_aligned(out, 64)) {
         _mm512_stream_ps(out, _mm512_loadu_ps(in));
         return;
@@ -438,11 +462,11 @@ static inline void opgen_store_halves(uint16_t *OPGEN_RESTRICT out, const uint16
 
 static inline void opgen_load_block_bf16(float *OPGEN_RESTRICT out, const opgen_bf16 *OPGEN_RESTRICT in)
 {
-#if OPGEN_X86_DISPATCH && defined(__AVX512F__)
+#if OPGEN_USE_AVX512F
     __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)in));
     OPGEN_WHOLE(wide);
     _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
-#elif OPGEN_X86_DISPATCH && defined(__AVX2__)
+#elif OPGEN_USE_AVX2
     __m256i low = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)in));
     __m256i high = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(in + 8)));
     OPGEN_WHOLE(low);
@@ -462,7 +486,7 @@ extern int opgen_bf16_instruction;
 static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int stream)
 {
     opgen_bf16 halves[OPGEN_BLOCK];
-#if OPGEN_X86_DISPATCH && defined(__AVX512F__) && defined(__AVX512DQ__)
+#if OPGEN_USE_AVX512F && OPGEN_USE_AVX512DQ
     /* AVX512-BF16's conversion rounds as opgen_f32_to_bf16 does (NaNs made quiet alike) but
      * flushes subnormals to zero: used for blocks with none. Written as assembly so this
      * copy needs no AVX512-BF16 compiler flag; it runs only where CPUID reported the feature. */
@@ -477,7 +501,7 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
         }
     }
 #endif
-#if OPGEN_X86_DISPATCH && defined(__AVX512F__)
+#if OPGEN_USE_AVX512F
     /* the same integer rounding as opgen_f32_to_bf16, 16 lanes at a time */
     const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(in));
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
@@ -486,7 +510,7 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)),
                                                   _mm512_set1_epi32(0x7F800000));
     _mm256_storeu_si256((__m256i *)(void *)halves, _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
-#elif OPGEN_X86_DISPATCH && defined(__AVX2__)
+#elif OPGEN_USE_AVX2
     /* the same, 8 lanes at a time (the scalar loop ran at a seventh of the speed) */
     __m256i chosen[2];
     for (int half = 0; half < 2; ++half) {
@@ -513,11 +537,11 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
 /* F16C and AVX-512 convert halves exactly (RNE, subnormals kept); elsewhere, the scalar code. */
 static inline void opgen_load_block_f16(float *OPGEN_RESTRICT out, const opgen_f16 *OPGEN_RESTRICT in)
 {
-#if OPGEN_X86_DISPATCH && defined(__AVX512F__)
+#if OPGEN_USE_AVX512F
     __m512 values = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)in));
     OPGEN_WHOLE(values);
     _mm512_storeu_ps(out, values);
-#elif OPGEN_X86_DISPATCH && defined(__F16C__)
+#elif OPGEN_USE_F16C
     _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)in)));
     _mm256_storeu_ps(out + 8, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(in + 8))));
 #else
@@ -530,10 +554,10 @@ static inline void opgen_load_block_f16(float *OPGEN_RESTRICT out, const opgen_f
 static inline void opgen_store_block_f16(opgen_f16 *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int stream)
 {
     opgen_f16 halves[OPGEN_BLOCK];
-#if OPGEN_X86_DISPATCH && defined(__AVX512F__)
+#if OPGEN_USE_AVX512F
     _mm256_storeu_si256((__m256i *)(void *)halves,
                         _mm512_cvtps_ph(_mm512_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-#elif OPGEN_X86_DISPATCH && defined(__F16C__)
+#elif OPGEN_USE_F16C
     _mm_storeu_si128((__m128i *)(void *)halves,
                      _mm256_cvtps_ph(_mm256_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     _mm_storeu_si128((__m128i *)(void *)(halves + 8),

@@ -8,6 +8,12 @@
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__)) && !defined(OPGEN_NO_DISPATCH)
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,bmi,bmi2"))), apply_to = function)
+/* clang's pragma does not define the feature macros that GCC's does: name the features here */
+#define OPGEN_ISA_AVX2 1
+#define OPGEN_ISA_FMA 1
+#define OPGEN_ISA_F16C 1
+#define OPGEN_ISA_BMI 1
+#define OPGEN_ISA_BMI2 1
 #else
 #pragma GCC target("avx2,fma,f16c,bmi,bmi2")
 #endif
