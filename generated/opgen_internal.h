@@ -60,6 +60,13 @@
 #else
 #define OPGEN_USE_F16C 0
 #endif
+/* Fused multiply-add as one instruction: fma() is exact by definition, so every copy that has
+ * it gives the same bits; without it (the x86-64 baseline) fma() would be a slow library call. */
+#if defined(__FMA__) || defined(OPGEN_ISA_FMA) || defined(__ARM_FEATURE_FMA)
+#define OPGEN_USE_FMA 1
+#else
+#define OPGEN_USE_FMA 0
+#endif
 
 /* Each kernel is compiled once per target; this file's copy is named <kernel>__<target>. */
 #ifndef OPGEN_TARGET
@@ -214,32 +221,44 @@ static inline int64_t opgen_range_last(int64_t channels, int64_t ranges, int64_t
  * k * part is exact), e^r by its Taylor series (truncated below a unit in the last place), and
  * 2^k applied as two factors so that results near and below the smallest normal round once,
  * as libm's do. Inputs are clamped just beyond the range where e^x is finite and nonzero; NaN
- * stays NaN. One version per compute type, from the constants below. */
+ * stays NaN. The series and the reduction fuse their multiply-adds where the target can
+ * (OPGEN_USE_FMA): the x86-64 baseline copy cannot, and its e^x may differ from the others' in
+ * the last bit of the compute type. One version per compute type, from the constants below. */
+/* a * b + c, rounded once where the target fuses it (half the operations of exp's series) */
+static inline double opgen_exp_mul_add(double a, double b, double c)
+{
+#if OPGEN_USE_FMA
+    return fma(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
 static inline double opgen_exp(double x)
 {
     const double clamped = x > 710.0 ? 710.0 : x < -746.0 ? -746.0 : x;
     const double shift = 0x1.8p52; /* adding it rounds to an integer, kept in the low bits */
-    const double k = (clamped * 0x1.71547652b82fep0 + shift) - shift;
+    const double k = opgen_exp_mul_add(clamped, 0x1.71547652b82fep0, shift) - shift;
     double r = clamped;
-    r -= k * (0x1.62e42feep-1);
-    r -= k * (0x1.a39ef35793c76p-33);
+    r = opgen_exp_mul_add(-k, 0x1.62e42feep-1, r);
+    r = opgen_exp_mul_add(-k, 0x1.a39ef35793c76p-33, r);
     /* Horner on 1/n!, from the last term */
     double p = 1.6059043836821613e-10;
-    p = p * r + 2.08767569878681e-09;
-    p = p * r + 2.505210838544172e-08;
-    p = p * r + 2.755731922398589e-07;
-    p = p * r + 2.7557319223985893e-06;
-    p = p * r + 2.48015873015873e-05;
-    p = p * r + 0.0001984126984126984;
-    p = p * r + 0.001388888888888889;
-    p = p * r + 0.008333333333333333;
-    p = p * r + 0.041666666666666664;
-    p = p * r + 0.16666666666666666;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    p = opgen_exp_mul_add(p, r, 2.08767569878681e-09);
+    p = opgen_exp_mul_add(p, r, 2.505210838544172e-08);
+    p = opgen_exp_mul_add(p, r, 2.755731922398589e-07);
+    p = opgen_exp_mul_add(p, r, 2.7557319223985893e-06);
+    p = opgen_exp_mul_add(p, r, 2.48015873015873e-05);
+    p = opgen_exp_mul_add(p, r, 0.0001984126984126984);
+    p = opgen_exp_mul_add(p, r, 0.001388888888888889);
+    p = opgen_exp_mul_add(p, r, 0.008333333333333333);
+    p = opgen_exp_mul_add(p, r, 0.041666666666666664);
+    p = opgen_exp_mul_add(p, r, 0.16666666666666666);
+    p = opgen_exp_mul_add(p, r, 0.5);
+    p = opgen_exp_mul_add(p, r, 1.0);
+    p = opgen_exp_mul_add(p, r, 1.0);
     {
-        const double half = (k * 0.5 + shift) - shift; /* k = half + rest, both within the normal range */
+        const double half = opgen_exp_mul_add(k, 0.5, shift) - shift; /* k = half + rest, both within the normal range */
         const double rest = k - half;
         const double half_biased = half + (1023.0 + shift), rest_biased = rest + (1023.0 + shift);
         uint64_t half_bits, rest_bits;
@@ -254,27 +273,37 @@ static inline double opgen_exp(double x)
     }
 }
 
+/* a * b + c, rounded once where the target fuses it (half the operations of exp's series) */
+static inline float opgen_expf_mul_add(float a, float b, float c)
+{
+#if OPGEN_USE_FMA
+    return fmaf(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
 static inline float opgen_expf(float x)
 {
     const float clamped = x > 90.0f ? 90.0f : x < -105.0f ? -105.0f : x;
     const float shift = 0x1.8p23f; /* adding it rounds to an integer, kept in the low bits */
-    const float k = (clamped * 0x1.715476p0f + shift) - shift;
+    const float k = opgen_expf_mul_add(clamped, 0x1.715476p0f, shift) - shift;
     float r = clamped;
-    r -= k * (0x1.62ep-1f);
-    r -= k * (0x1.0cp-15f);
-    r -= k * (-0x1.05c61p-29f);
+    r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
+    r = opgen_expf_mul_add(-k, 0x1.0cp-15f, r);
+    r = opgen_expf_mul_add(-k, -0x1.05c61p-29f, r);
     /* Horner on 1/n!, from the last term */
     float p = 2.48015873015873e-05f;
-    p = p * r + 0.0001984126984126984f;
-    p = p * r + 0.001388888888888889f;
-    p = p * r + 0.008333333333333333f;
-    p = p * r + 0.041666666666666664f;
-    p = p * r + 0.16666666666666666f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    p = opgen_expf_mul_add(p, r, 0.0001984126984126984f);
+    p = opgen_expf_mul_add(p, r, 0.001388888888888889f);
+    p = opgen_expf_mul_add(p, r, 0.008333333333333333f);
+    p = opgen_expf_mul_add(p, r, 0.041666666666666664f);
+    p = opgen_expf_mul_add(p, r, 0.16666666666666666f);
+    p = opgen_expf_mul_add(p, r, 0.5f);
+    p = opgen_expf_mul_add(p, r, 1.0f);
+    p = opgen_expf_mul_add(p, r, 1.0f);
     {
-        const float half = (k * 0.5f + shift) - shift; /* k = half + rest, both within the normal range */
+        const float half = opgen_expf_mul_add(k, 0.5f, shift) - shift; /* k = half + rest, both within the normal range */
         const float rest = k - half;
         const float half_biased = half + (127.0f + shift), rest_biased = rest + (127.0f + shift);
         uint32_t half_bits, rest_bits;
