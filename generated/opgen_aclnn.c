@@ -279,11 +279,10 @@ static aclnnStatus opgen_aclnn_check_outputs(const char *function, const aclOpEx
         }
         for (int j = 0; j < executor->count; ++j) {
             const opgen_aclnn_operand *other = &executor->operands[j];
-            const uintptr_t first = (uintptr_t)output->origin, other_first = (uintptr_t)other->origin;
-            if (j == i || other->span_bytes == 0 || (j < executor->input_count && (output->staged || other->staged))) {
+            if (j == i || (j < executor->input_count && (output->staged || other->staged))) {
                 continue;
             }
-            if (first < other_first + other->span_bytes && other_first < first + output->span_bytes) {
+            if (opgen_memory_overlaps(output->origin, output->span_bytes, other->origin, other->span_bytes)) {
                 opgen_error(OPGEN_OVERLAPPING_TENSORS, function, output->name,
                             "the memory its view spans overlaps %s's", other->name);
                 return ACLNN_ERR_PARAM_INVALID;
@@ -416,27 +415,18 @@ static aclnnStatus opgen_aclnn_execute(const char *function, void *workspace, ui
         return ACLNN_ERR_PARAM_INVALID;
     }
     if (executor->total_bytes > 0) {
-        const char *names[OPGEN_MAX_OPERANDS];
-        const void *data[OPGEN_MAX_OPERANDS];
-        size_t bytes[OPGEN_MAX_OPERANDS];
+        base = opgen_workspace_base(workspace);
         for (int i = 0; i < executor->count; ++i) {
-            names[i] = executor->operands[i].name;
-            data[i] = executor->operands[i].origin;
-            bytes[i] = executor->operands[i].span_bytes;
-        }
-        status = opgen_check_workspace(function, names, data, bytes, executor->count,
-                                       (char *)workspace + (64 - (uintptr_t)workspace % 64) % 64,
-                                       executor->total_bytes - 64);
-        if (status != OPGEN_SUCCESS) {
-            opgen_unlock(); /* still pending: it may run with another workspace */
-            return opgen_aclnn_status(status);
+            const opgen_aclnn_operand *operand = &executor->operands[i];
+            if (opgen_memory_overlaps(base, executor->total_bytes - 64, operand->origin, operand->span_bytes)) {
+                opgen_unlock(); /* still pending: it may run with another workspace */
+                opgen_error(OPGEN_OVERLAPPING_TENSORS, function, "workspace", "shares memory with %s", operand->name);
+                return opgen_aclnn_status(OPGEN_OVERLAPPING_TENSORS);
+            }
         }
     }
     *link = executor->next;
     opgen_unlock();
-    if (executor->total_bytes > 0) {
-        base = (char *)workspace + (64 - (uintptr_t)workspace % 64) % 64;
-    }
     for (int i = 0; i < executor->count; ++i) {
         opgen_aclnn_operand *operand = &executor->operands[i];
         size_t size = opgen_dtype_size(operand->view.dtype);

@@ -695,9 +695,17 @@ size_t opgen_dtype_size(opgen_dtype dtype);
  * bools and enums; a finite number that rounds into f32's range for the f32 ones. */
 opgen_status opgen_attribute_int(const char *function, const char *name, double value, int *out);
 opgen_status opgen_attribute_f32(const char *function, const char *name, double value, float *out);
-/* The used part of a caller's workspace must not share memory with a tensor. */
-opgen_status opgen_check_workspace(const char *function, const char *const *names, const void *const *data,
-                                   const size_t *bytes, int count, const void *workspace, size_t used);
+/* Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (an empty range shares none). */
+static inline int opgen_memory_overlaps(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
+{
+    const uintptr_t a_first = (uintptr_t)a, b_first = (uintptr_t)b;
+    return a_bytes > 0 && b_bytes > 0 && a_first < b_first + b_bytes && b_first < a_first + a_bytes;
+}
+/* Where a kernel's scratch starts in a caller's workspace: its first 64-byte boundary. */
+static inline char *opgen_workspace_base(void *workspace)
+{
+    return (char *)workspace + (64 - (uintptr_t)workspace % 64) % 64;
+}
 /* dst (dense) = src viewed with `strides` (elements; 0 repeats an element); and the reverse. */
 void opgen_gather(void *dst, const void *src, size_t element_size, int rank, const int64_t *dims,
                   const int64_t *strides);

@@ -103,19 +103,6 @@ opgen_status opgen_attribute_f32(const char *function, const char *name, double 
     return OPGEN_SUCCESS;
 }
 
-opgen_status opgen_check_workspace(const char *function, const char *const *names, const void *const *data,
-                                   const size_t *bytes, int count, const void *workspace, size_t used)
-{
-    const uintptr_t first = (uintptr_t)workspace, last = first + used;
-    for (int i = 0; i < count && used > 0; ++i) {
-        const uintptr_t other = (uintptr_t)data[i];
-        if (bytes[i] > 0 && first < other + bytes[i] && other < last) {
-            return opgen_error(OPGEN_OVERLAPPING_TENSORS, function, "workspace", "shares memory with %s", names[i]);
-        }
-    }
-    return OPGEN_SUCCESS;
-}
-
 static const char *opgen_dtype_name(opgen_dtype dtype)
 {
     switch (dtype) {
@@ -510,16 +497,14 @@ static opgen_status opgen_check_overlap(const opgen_call *call)
         if (output == NULL || call->counts[i] == 0) {
             continue;
         }
-        const uintptr_t first = (uintptr_t)output->data;
-        const uintptr_t last = first + (uintptr_t)call->counts[i] * opgen_dtype_size(output->dtype);
+        const size_t bytes = (size_t)call->counts[i] * opgen_dtype_size(output->dtype);
         for (int j = 0; j < operands; ++j) {
             const opgen_tensor *other = call->tensors[j];
-            if (j == i || other == NULL || call->counts[j] == 0) {
+            if (j == i || other == NULL) {
                 continue;
             }
-            const uintptr_t other_first = (uintptr_t)other->data;
-            const uintptr_t other_last = other_first + (uintptr_t)call->counts[j] * opgen_dtype_size(other->dtype);
-            if (first < other_last && other_first < last) {
+            const size_t other_bytes = (size_t)call->counts[j] * opgen_dtype_size(other->dtype);
+            if (opgen_memory_overlaps(output->data, bytes, other->data, other_bytes)) {
                 return opgen_error(OPGEN_OVERLAPPING_TENSORS, op->function, op->operands[i].name,
                                    "shares memory with %s", op->operands[j].name);
             }
@@ -923,21 +908,13 @@ opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *
             return opgen_error(OPGEN_WORKSPACE_TOO_SMALL, op->function, "workspace_size",
                                "this call needs %zu bytes, got %zu", call->workspace_bytes, workspace_size);
         }
-        base = (char *)workspace + (64 - (uintptr_t)workspace % 64) % 64;
-        {
-            const char *names[OPGEN_MAX_OPERANDS];
-            const void *data[OPGEN_MAX_OPERANDS];
-            size_t bytes[OPGEN_MAX_OPERANDS];
-            for (int i = 0; i < operands; ++i) {
-                const opgen_tensor *tensor = call->tensors[i];
-                names[i] = op->operands[i].name;
-                data[i] = tensor != NULL ? tensor->data : NULL;
-                bytes[i] = tensor != NULL ? (size_t)call->counts[i] * opgen_dtype_size(tensor->dtype) : 0;
-            }
-            const opgen_status status = opgen_check_workspace(op->function, names, data, bytes, operands, base,
-                                                              call->workspace_bytes - 64);
-            if (status != OPGEN_SUCCESS) {
-                return status;
+        base = opgen_workspace_base(workspace);
+        for (int i = 0; i < operands; ++i) {
+            const opgen_tensor *tensor = call->tensors[i];
+            if (tensor != NULL && opgen_memory_overlaps(base, call->workspace_bytes - 64, tensor->data,
+                                                        (size_t)call->counts[i] * opgen_dtype_size(tensor->dtype))) {
+                return opgen_error(OPGEN_OVERLAPPING_TENSORS, op->function, "workspace", "shares memory with %s",
+                                   op->operands[i].name);
             }
         }
     }
