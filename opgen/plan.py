@@ -32,6 +32,9 @@ CHANNEL_SPLIT = 262144  # rows of at least this many channels are split by chann
 # adds is stated in accuracy.py.
 FLOAT_RUN = 16
 PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
+# An exp() in an element's math costs about this many elements of plain arithmetic (timed in
+# cache: sigmoid from src against from dst), so such kernels start threads that much sooner.
+EXP_WORK = 4
 MAX_THREADS = 1024  # a thread count above this is refused (Python) or capped (C): OpenMP exhausts memory
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
 # Compiled copies of every kernel, best last; chosen at run time by what the CPU supports.
@@ -292,6 +295,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "double_term_reads": term_reads(False),
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
+        "work_per_element": 1 + EXP_WORK * sum(_calls(t, "exp") for s in order for _, t in sections[s]),
         "block": BLOCK,
     }
 
@@ -311,6 +315,11 @@ def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
     """Doubles of scratch per channel besides the tiles' partial sums: reduce_then_apply keeps
     its sums and the per-channel values the element pass reads there."""
     return n_sums + n_values if spec.pattern == "reduce_then_apply" else 0
+
+
+def _calls(tree: Any, function: str) -> int:
+    """How many times `tree` calls `function`."""
+    return sum(isinstance(n, ast.Call) and getattr(n.func, "id", None) == function for n in ast.walk(tree))
 
 
 def _literal(value: float | None, kind: str, table: DTypeTable) -> str:

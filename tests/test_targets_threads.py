@@ -23,8 +23,10 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import oracle
+from opgen import oracle, plan
 from opgen.plan import TARGETS
+from opgen.render import BUNDLED_SPECS
+from opgen.specs import load_specs
 from tests.helpers import assert_ulps, data, dtype_of, rng
 
 SCRIPT = textwrap.dedent("""
@@ -177,6 +179,7 @@ def test_thread_count_does_not_change_results(dtype):
             xw, data(rng("s6"), (40000,), dtype), dw, data_format="NXC"
         ),
         "relu": lambda: (opgen.relu_backward(x, d),),
+        "sigmoid from src": lambda: (opgen.sigmoid_backward(x, d, use_dst=False),),
     }
     try:
         results = {}
@@ -189,6 +192,24 @@ def test_thread_count_does_not_change_results(dtype):
         for name in calls:
             for one, many in zip(results[1][name], results[threads][name]):
                 assert identical(one, many), f"{name}: {threads} threads differ"
+
+
+def test_kernels_whose_math_calls_exp_start_threads_sooner():
+    """A kernel's element count is weighed by its math's cost: each exp() counts EXP_WORK
+    elements more, so sigmoid from src reaches the thread threshold with fewer elements."""
+    table, specs = load_specs(BUNDLED_SPECS)
+    work = {}
+    for spec in specs:
+        for variant in plan.variants(spec, table):
+            kernel = plan.kernel(variant, table)
+            work[variant.name] = kernel["work_per_element"]
+            assert kernel["work_per_element"] >= 1
+    exp_ops = ("sigmoid_backward", "tanh_backward")
+    exp_kernels = {name for name in work if name.startswith(exp_ops) and "no_use_dst" in name}
+    assert exp_kernels and all(work[name] == 1 + plan.EXP_WORK for name in exp_kernels)
+    assert all(value == 1 for name, value in work.items() if name not in exp_kernels)
+    source = (Path(__file__).parent.parent / "generated" / "sigmoid_backward.c").read_text()
+    assert f"opgen_threads_for(count * {1 + plan.EXP_WORK} " in source
 
 
 def test_set_num_threads_checks_its_argument():
