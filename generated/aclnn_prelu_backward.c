@@ -63,7 +63,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -80,7 +80,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -97,7 +97,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -114,7 +114,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -132,7 +132,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(self_block, self + base + index);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -219,7 +219,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -236,7 +236,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -253,7 +253,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -270,7 +270,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -288,7 +288,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             float self_block[OPGEN_BLOCK];
                             opgen_load_block_f32(self_block, self + base + index);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
@@ -411,7 +411,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -431,7 +431,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -453,7 +453,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -529,7 +529,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -549,7 +549,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -571,7 +571,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -636,7 +636,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -683,7 +683,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -746,7 +746,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -793,7 +793,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -863,7 +863,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
                 opgen_load_block_f32(weight_block, weight + index);
                 float grad_input_block[OPGEN_BLOCK];
                 float grad_weight_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float grad_output_value = (float)grad_output_block[lane];
                     const float self_value = (float)self_block[lane];
@@ -891,7 +891,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
             opgen_load_block_f32(weight_block, weight + index);
             float grad_input_block[OPGEN_BLOCK];
             float grad_weight_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float grad_output_value = (float)grad_output_block[lane];
                 const float self_value = (float)self_block[lane];
@@ -970,7 +970,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -987,7 +987,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1004,7 +1004,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1021,7 +1021,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1039,7 +1039,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(self_block, self + base + index);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -1131,7 +1131,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -1148,7 +1148,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -1165,7 +1165,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -1182,7 +1182,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -1200,7 +1200,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             float self_block[OPGEN_BLOCK];
                             opgen_load_block_f16(self_block, self + base + index);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
@@ -1318,7 +1318,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -1338,7 +1338,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -1360,7 +1360,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1434,7 +1434,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1454,7 +1454,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1476,7 +1476,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -1548,7 +1548,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -1595,7 +1595,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1658,7 +1658,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1705,7 +1705,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -1775,7 +1775,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
                 opgen_load_block_f16(weight_block, weight + index);
                 float grad_input_block[OPGEN_BLOCK];
                 float grad_weight_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float grad_output_value = (float)grad_output_block[lane];
                     const float self_value = (float)self_block[lane];
@@ -1803,7 +1803,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
             opgen_load_block_f16(weight_block, weight + index);
             float grad_input_block[OPGEN_BLOCK];
             float grad_weight_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float grad_output_value = (float)grad_output_block[lane];
                 const float self_value = (float)self_block[lane];
@@ -1883,7 +1883,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1900,7 +1900,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1917,7 +1917,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1934,7 +1934,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -1952,7 +1952,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + base + index);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -1970,7 +1970,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     opgen_load_block_bf16(grad_output_block, grad_output + base + again);
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + again);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -2062,7 +2062,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -2079,7 +2079,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -2096,7 +2096,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -2113,7 +2113,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -2131,7 +2131,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             float self_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(self_block, self + base + index);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
@@ -2149,7 +2149,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 opgen_load_block_bf16(grad_output_block, grad_output + base + again);
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + base + again);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -2266,7 +2266,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -2286,7 +2286,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -2308,7 +2308,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -2345,7 +2345,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -2400,7 +2400,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -2420,7 +2420,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -2442,7 +2442,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -2479,7 +2479,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + base + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -2532,7 +2532,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         float weight_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(weight_block, weight + channel);
                                         float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -2566,7 +2566,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                             opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
                                             float self_block[OPGEN_BLOCK];
                                             opgen_load_block_bf16(self_block, self + base + channel);
-                                            OPGEN_SIMD
+                                            OPGEN_SIMD_FLOAT
                                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                                 const float grad_output_value = (float)grad_output_block[lane];
                                                 const float self_value = (float)self_block[lane];
@@ -2601,7 +2601,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -2622,7 +2622,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(self_block, self + base + channel);
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -2686,7 +2686,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float weight_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(weight_block, weight + channel);
                                     float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -2720,7 +2720,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(self_block, self + base + channel);
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
                                             const float self_value = (float)self_block[lane];
@@ -2755,7 +2755,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 float weight_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(weight_block, weight + channel);
                                 float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
                                     const float self_value = (float)self_block[lane];
@@ -2776,7 +2776,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
                                         const float self_value = (float)self_block[lane];
@@ -2847,7 +2847,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
                 opgen_load_block_bf16(weight_block, weight + index);
                 float grad_input_block[OPGEN_BLOCK];
                 float grad_weight_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float grad_output_value = (float)grad_output_block[lane];
                     const float self_value = (float)self_block[lane];
@@ -2875,7 +2875,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
             opgen_load_block_bf16(weight_block, weight + index);
             float grad_input_block[OPGEN_BLOCK];
             float grad_weight_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float grad_output_value = (float)grad_output_block[lane];
                 const float self_value = (float)self_block[lane];

@@ -63,7 +63,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                 opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -78,7 +78,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                 opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -93,7 +93,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                 opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -108,7 +108,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                 opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -124,7 +124,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             opgen_load_block_f32(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -141,7 +141,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                 opgen_load_block_f32(src_block, src + base + again);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + again);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -225,7 +225,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
                         float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD
+                        OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -276,7 +276,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -291,7 +291,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -306,7 +306,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -321,7 +321,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -337,7 +337,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         opgen_load_block_f32(src_block, src + base + index);
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
-                        OPGEN_SIMD
+                        OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -354,7 +354,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             opgen_load_block_f32(src_block, src + base + again);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + again);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -438,7 +438,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -517,7 +517,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -554,7 +554,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
                                         float mean_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(mean_block, mean + channel);
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -595,7 +595,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -618,7 +618,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -696,7 +696,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -733,7 +733,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -774,7 +774,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
                             float mean_block[OPGEN_BLOCK];
                             opgen_load_block_f32(mean_block, mean + channel);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -797,7 +797,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -898,7 +898,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     float mean_block[OPGEN_BLOCK];
                     opgen_load_block_f32(mean_block, mean + channel);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -938,7 +938,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                 float mean_block[OPGEN_BLOCK];
                 opgen_load_block_f32(mean_block, mean + channel);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1011,7 +1011,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                 opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1026,7 +1026,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                 opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1041,7 +1041,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                 opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1056,7 +1056,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                 opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1072,7 +1072,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             opgen_load_block_bf16(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1089,7 +1089,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                 opgen_load_block_bf16(src_block, src + base + again);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1173,7 +1173,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
                         float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD
+                        OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1224,7 +1224,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1239,7 +1239,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1254,7 +1254,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1269,7 +1269,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1285,7 +1285,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         opgen_load_block_bf16(src_block, src + base + index);
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                        OPGEN_SIMD
+                        OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1302,7 +1302,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             opgen_load_block_bf16(src_block, src + base + again);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1386,7 +1386,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1465,7 +1465,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1502,7 +1502,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                         float mean_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(mean_block, mean + channel);
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1543,7 +1543,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1566,7 +1566,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1644,7 +1644,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1681,7 +1681,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1722,7 +1722,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                             float mean_block[OPGEN_BLOCK];
                             opgen_load_block_f32(mean_block, mean + channel);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1745,7 +1745,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1846,7 +1846,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     float mean_block[OPGEN_BLOCK];
                     opgen_load_block_f32(mean_block, mean + channel);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1886,7 +1886,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                 float mean_block[OPGEN_BLOCK];
                 opgen_load_block_f32(mean_block, mean + channel);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1959,7 +1959,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                 opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1974,7 +1974,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                 opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1989,7 +1989,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                 opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2004,7 +2004,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                 opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2020,7 +2020,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             opgen_load_block_bf16(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2037,7 +2037,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                 opgen_load_block_bf16(src_block, src + base + again);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2121,7 +2121,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
                         float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD
+                        OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2172,7 +2172,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2187,7 +2187,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2202,7 +2202,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2217,7 +2217,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2233,7 +2233,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         opgen_load_block_bf16(src_block, src + base + index);
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
-                        OPGEN_SIMD
+                        OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2250,7 +2250,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             opgen_load_block_bf16(src_block, src + base + again);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2334,7 +2334,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2413,7 +2413,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2450,7 +2450,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                         float mean_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(mean_block, mean + channel);
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2491,7 +2491,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2514,7 +2514,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2592,7 +2592,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2629,7 +2629,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2670,7 +2670,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                             float mean_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(mean_block, mean + channel);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2693,7 +2693,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2794,7 +2794,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     float mean_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(mean_block, mean + channel);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2834,7 +2834,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                 float mean_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(mean_block, mean + channel);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2907,7 +2907,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                 opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2922,7 +2922,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                 opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2937,7 +2937,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                 opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2952,7 +2952,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                 opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2968,7 +2968,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             opgen_load_block_f16(src_block, src + base + index);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2985,7 +2985,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                 opgen_load_block_f16(src_block, src + base + again);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3069,7 +3069,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
                         float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD
+                        OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3120,7 +3120,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3135,7 +3135,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3150,7 +3150,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3165,7 +3165,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3181,7 +3181,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         opgen_load_block_f16(src_block, src + base + index);
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
-                        OPGEN_SIMD
+                        OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3198,7 +3198,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             opgen_load_block_f16(src_block, src + base + again);
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3282,7 +3282,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3361,7 +3361,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3398,7 +3398,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
                                         float mean_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(mean_block, mean + channel);
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3439,7 +3439,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3462,7 +3462,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3540,7 +3540,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3577,7 +3577,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
                                     float mean_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(mean_block, mean + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3618,7 +3618,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
                             float mean_block[OPGEN_BLOCK];
                             opgen_load_block_f32(mean_block, mean + channel);
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3641,7 +3641,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
                                 float mean_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(mean_block, mean + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3742,7 +3742,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     float mean_block[OPGEN_BLOCK];
                     opgen_load_block_f32(mean_block, mean + channel);
                     float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_value = (float)src_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -3782,7 +3782,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                 float mean_block[OPGEN_BLOCK];
                 opgen_load_block_f32(mean_block, mean + channel);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];

@@ -29,7 +29,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -51,7 +51,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_value = (float)src_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -96,7 +96,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -118,7 +118,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_value = (float)src_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -163,7 +163,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -185,7 +185,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_value = (float)src_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];

@@ -63,7 +63,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -80,7 +80,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -97,7 +97,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -114,7 +114,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -132,7 +132,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -219,7 +219,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -236,7 +236,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -253,7 +253,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -270,7 +270,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -288,7 +288,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
                             float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -411,7 +411,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -431,7 +431,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -453,7 +453,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -529,7 +529,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -549,7 +549,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -571,7 +571,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -636,7 +636,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -683,7 +683,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -746,7 +746,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -793,7 +793,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -863,7 +863,7 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
                 opgen_load_block_f32(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
                 float diff_slope_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float slope_value = (float)slope_block[lane];
@@ -891,7 +891,7 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
             opgen_load_block_f32(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
             float diff_slope_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_value = (float)src_block[lane];
                 const float slope_value = (float)slope_block[lane];
@@ -971,7 +971,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -988,7 +988,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1005,7 +1005,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1022,7 +1022,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1040,7 +1040,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1058,7 +1058,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     opgen_load_block_bf16(src_block, src + base + again);
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1150,7 +1150,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1167,7 +1167,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1184,7 +1184,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1201,7 +1201,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1219,7 +1219,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
                             float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1237,7 +1237,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 opgen_load_block_bf16(src_block, src + base + again);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1354,7 +1354,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1374,7 +1374,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1396,7 +1396,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1433,7 +1433,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     opgen_load_block_bf16(src_block, src + base + channel);
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1488,7 +1488,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1508,7 +1508,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1530,7 +1530,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1567,7 +1567,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 opgen_load_block_bf16(src_block, src + base + channel);
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1620,7 +1620,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1654,7 +1654,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                             opgen_load_block_bf16(src_block, src + base + channel);
                                             float diff_dst_block[OPGEN_BLOCK];
                                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                            OPGEN_SIMD
+                                            OPGEN_SIMD_FLOAT
                                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                                 const float src_value = (float)src_block[lane];
                                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1689,7 +1689,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1710,7 +1710,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         opgen_load_block_bf16(src_block, src + base + channel);
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1774,7 +1774,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1808,7 +1808,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         opgen_load_block_bf16(src_block, src + base + channel);
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1843,7 +1843,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1864,7 +1864,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     opgen_load_block_bf16(src_block, src + base + channel);
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -1935,7 +1935,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
                 float diff_slope_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float slope_value = (float)slope_block[lane];
@@ -1963,7 +1963,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
             float diff_slope_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_value = (float)src_block[lane];
                 const float slope_value = (float)slope_block[lane];
@@ -2042,7 +2042,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2059,7 +2059,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2076,7 +2076,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2093,7 +2093,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2111,7 +2111,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2203,7 +2203,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2220,7 +2220,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2237,7 +2237,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2254,7 +2254,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2272,7 +2272,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
                             float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
                                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2390,7 +2390,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2410,7 +2410,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2432,7 +2432,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2506,7 +2506,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2526,7 +2526,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2548,7 +2548,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2620,7 +2620,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         float slope_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(slope_block, slope + channel);
                                         float diff_src_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD
+                                        OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
                                             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2667,7 +2667,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2730,7 +2730,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float slope_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(slope_block, slope + channel);
                                     float diff_src_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD
+                                    OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
                                         const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2777,7 +2777,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float slope_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(slope_block, slope + channel);
                                 float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
+                                OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -2847,7 +2847,7 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
                 opgen_load_block_f16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
                 float diff_slope_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_value = (float)src_block[lane];
                     const float slope_value = (float)slope_block[lane];
@@ -2875,7 +2875,7 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
             opgen_load_block_f16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
             float diff_slope_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_value = (float)src_block[lane];
                 const float slope_value = (float)slope_block[lane];

@@ -29,7 +29,7 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -50,7 +50,7 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_or_dst_value = (float)src_or_dst_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -93,7 +93,7 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -114,7 +114,7 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_or_dst_value = (float)src_or_dst_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -157,7 +157,7 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -178,7 +178,7 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_or_dst_value = (float)src_or_dst_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];

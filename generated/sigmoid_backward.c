@@ -160,7 +160,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -181,7 +181,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_or_dst_value = (float)src_or_dst_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
@@ -224,7 +224,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
+                OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
@@ -246,7 +246,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
+            OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_or_dst_value = (float)src_or_dst_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
