@@ -20,7 +20,7 @@
 
 static const char *const opgen_target_names[] = { "baseline", "avx2", "avx512", "avx512_bf16" };
 
-/* -1: not chosen yet. Written once with the same value by any thread that gets there first. */
+/* -1: not chosen yet. Any thread that gets there first writes the same value. */
 static int opgen_target = -1;
 
 #if OPGEN_X86_DISPATCH
@@ -72,12 +72,13 @@ static int opgen_choose_target(void)
 
 static int opgen_target_index(void)
 {
-    if (opgen_target < 0) {
-        const int chosen = opgen_choose_target();
-        opgen_bf16_instruction = chosen == 3;
-        opgen_target = chosen;
+    int target = OPGEN_ATOMIC_LOAD(opgen_target);
+    if (target < 0) {
+        target = opgen_choose_target();
+        OPGEN_ATOMIC_STORE(opgen_bf16_instruction, target == 3);
+        OPGEN_ATOMIC_STORE(opgen_target, target);
     }
-    return opgen_target;
+    return target;
 }
 
 const char *opgen_cpu_target(void)
@@ -90,14 +91,15 @@ static int opgen_thread_setting = 0;
 
 void opgen_set_num_threads(int threads)
 {
-    opgen_thread_setting = threads > OPGEN_MAX_THREADS ? OPGEN_MAX_THREADS : threads > 0 ? threads : 0;
+    OPGEN_ATOMIC_STORE(opgen_thread_setting, threads > OPGEN_MAX_THREADS ? OPGEN_MAX_THREADS : threads > 0 ? threads : 0);
 }
 
 int opgen_get_num_threads(void)
 {
 #if defined(_OPENMP)
-    if (opgen_thread_setting > 0) {
-        return opgen_thread_setting;
+    const int setting = OPGEN_ATOMIC_LOAD(opgen_thread_setting);
+    if (setting > 0) {
+        return setting;
     }
     const int openmp_threads = omp_get_max_threads(); /* OMP_NUM_THREADS is capped alike */
     return openmp_threads > OPGEN_MAX_THREADS ? OPGEN_MAX_THREADS : openmp_threads;

@@ -137,6 +137,16 @@
 #define OPGEN_SIMD_FLOAT OPGEN_SIMD
 #endif
 
+/* Settings one thread may write while others read them (the thread count, the target chosen
+ * on first use): relaxed atomic loads and stores where the compiler has them. */
+#if defined(__GNUC__) || defined(__clang__)
+#define OPGEN_ATOMIC_LOAD(variable) __atomic_load_n(&(variable), __ATOMIC_RELAXED)
+#define OPGEN_ATOMIC_STORE(variable, value) __atomic_store_n(&(variable), (value), __ATOMIC_RELAXED)
+#else
+#define OPGEN_ATOMIC_LOAD(variable) (variable)
+#define OPGEN_ATOMIC_STORE(variable, value) ((variable) = (value))
+#endif
+
 /* Defined in opgen_dispatch.c. */
 int opgen_threads_for(int64_t elements);
 int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner);
@@ -528,7 +538,7 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
     /* AVX512-BF16's conversion rounds as opgen_f32_to_bf16 does (NaNs made quiet alike) but
      * flushes subnormals to zero: used for blocks with none. Written as assembly so this
      * copy needs no AVX512-BF16 compiler flag; it runs only where CPUID reported the feature. */
-    if (opgen_bf16_instruction) {
+    if (OPGEN_ATOMIC_LOAD(opgen_bf16_instruction)) {
         const __m512 values = _mm512_loadu_ps(in);
         if (_mm512_fpclass_ps_mask(values, 0x20) == 0) {
             __m256i narrow;

@@ -5,6 +5,7 @@ A C driver (written here from the kernel list) calls each kernel on buffers of e
 its shape needs, for shapes around the block size, tails, thread splits, reduction tiles and
 empty tensors; then tests/c/api_cases.c runs the op and aclnn APIs through every broadcast form,
 strided views and failing checks. Any out-of-bounds access or undefined behaviour aborts the run.
+A second driver (tests/c/threads_race.c) runs under ThreadSanitizer.
 """
 
 from __future__ import annotations
@@ -157,3 +158,24 @@ def test_kernels_are_sanitizer_clean(sanitized_binary, target):
     ran = result.stdout.split()[0]
     assert names.index(ran) <= names.index(target), f"asked for at most {target}, ran {ran}"
     assert "api cases ok" in result.stdout
+
+
+def test_settings_are_race_free_under_thread_sanitizer(tmp_path):
+    """Two threads at once choose the CPU target, set and read the thread count and run bf16
+    kernels (tests/c/threads_race.c): ThreadSanitizer reports no data race."""
+    if shutil.which(compiler()[0]) is None:
+        pytest.skip("no C compiler")
+    for name, text in LIBRARY.files.items():
+        (tmp_path / name).write_text(text)
+    shutil.copy(Path(__file__).parent / "c" / "threads_race.c", tmp_path)
+    flags = ["-std=c99", "-O1", "-g", "-fopenmp", "-pthread", "-fsanitize=thread", "-Wall", "-Wextra", "-Werror"]
+    sources = sorted(str(p) for p in tmp_path.glob("*.c"))
+    command = [*compiler(), *flags, *sources, "-o", str(tmp_path / "race"), "-lm"]
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    if built.returncode != 0 and "sanitize" in built.stderr and "cannot" in built.stderr:
+        pytest.skip(f"this compiler cannot build ThreadSanitizer: {built.stderr[:200]}")
+    assert built.returncode == 0, built.stderr
+    env = {**os.environ, "TSAN_OPTIONS": "halt_on_error=1"}
+    result = subprocess.run([str(tmp_path / "race")], capture_output=True, text=True, env=env, check=False, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "threads ok" in result.stdout, result.stdout
