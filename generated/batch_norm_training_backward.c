@@ -471,9 +471,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
-    /* a thread per range at most in pass 1: more would only wait */
-    const int sum_threads = (int)opgen_min(threads, ranges);
-    (void)sum_threads;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
@@ -481,8 +478,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     (void)channel_values;
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
-    if (sum_threads > 1) {
-        OPGEN_PARALLEL(sum_threads)
+    if ((int)opgen_min(threads, ranges) > 1) {
+        OPGEN_PARALLEL((int)opgen_min(threads, ranges))
         {
             OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
@@ -1419,9 +1416,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
-    /* a thread per range at most in pass 1: more would only wait */
-    const int sum_threads = (int)opgen_min(threads, ranges);
-    (void)sum_threads;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
@@ -1429,8 +1423,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     (void)channel_values;
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
-    if (sum_threads > 1) {
-        OPGEN_PARALLEL(sum_threads)
+    if ((int)opgen_min(threads, ranges) > 1) {
+        OPGEN_PARALLEL((int)opgen_min(threads, ranges))
         {
             OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
@@ -2367,9 +2361,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
-    /* a thread per range at most in pass 1: more would only wait */
-    const int sum_threads = (int)opgen_min(threads, ranges);
-    (void)sum_threads;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
@@ -2377,8 +2368,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     (void)channel_values;
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
-    if (sum_threads > 1) {
-        OPGEN_PARALLEL(sum_threads)
+    if ((int)opgen_min(threads, ranges) > 1) {
+        OPGEN_PARALLEL((int)opgen_min(threads, ranges))
         {
             OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {
@@ -3315,9 +3306,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
-    /* a thread per range at most in pass 1: more would only wait */
-    const int sum_threads = (int)opgen_min(threads, ranges);
-    (void)sum_threads;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
@@ -3325,8 +3313,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     (void)channel_values;
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
-    if (sum_threads > 1) {
-        OPGEN_PARALLEL(sum_threads)
+    if ((int)opgen_min(threads, ranges) > 1) {
+        OPGEN_PARALLEL((int)opgen_min(threads, ranges))
         {
             OPGEN_FOR
             for (int64_t range = 0; range < ranges; ++range) {

@@ -20,15 +20,14 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
-    /* a thread per tile at most: more would only wait */
-    const int threads = (int)opgen_min(opgen_threads_for(outer * channels * inner), tiles);
+    const int threads = opgen_threads_for(outer * channels * inner);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
+    if ((int)opgen_min(threads, tiles) > 1) {
+        OPGEN_PARALLEL((int)opgen_min(threads, tiles))
         {
             OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
@@ -604,11 +603,9 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
         }
         return;
     } else {
-        const int tile_threads = (int)opgen_min(threads, tiles); /* more would only wait */
-        (void)tile_threads;
 #if defined(_OPENMP)
-        if (tile_threads > 1) {
-            OPGEN_PARALLEL(tile_threads)
+        if ((int)opgen_min(threads, tiles) > 1) {
+            OPGEN_PARALLEL((int)opgen_min(threads, tiles))
             {
                 OPGEN_FOR
                 for (int64_t tile = 0; tile < tiles; ++tile) {
@@ -925,15 +922,14 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
-    /* a thread per tile at most: more would only wait */
-    const int threads = (int)opgen_min(opgen_threads_for(outer * channels * inner), tiles);
+    const int threads = opgen_threads_for(outer * channels * inner);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
+    if ((int)opgen_min(threads, tiles) > 1) {
+        OPGEN_PARALLEL((int)opgen_min(threads, tiles))
         {
             OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
@@ -1588,11 +1584,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
         }
         return;
     } else {
-        const int tile_threads = (int)opgen_min(threads, tiles); /* more would only wait */
-        (void)tile_threads;
 #if defined(_OPENMP)
-        if (tile_threads > 1) {
-            OPGEN_PARALLEL(tile_threads)
+        if ((int)opgen_min(threads, tiles) > 1) {
+            OPGEN_PARALLEL((int)opgen_min(threads, tiles))
             {
                 OPGEN_FOR
                 for (int64_t tile = 0; tile < tiles; ++tile) {
@@ -1997,15 +1991,14 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
     const int64_t tiles = opgen_tile_count(outer, channels, inner);
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
-    /* a thread per tile at most: more would only wait */
-    const int threads = (int)opgen_min(opgen_threads_for(outer * channels * inner), tiles);
+    const int threads = opgen_threads_for(outer * channels * inner);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
+    if ((int)opgen_min(threads, tiles) > 1) {
+        OPGEN_PARALLEL((int)opgen_min(threads, tiles))
         {
             OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
@@ -2588,11 +2581,9 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
         }
         return;
     } else {
-        const int tile_threads = (int)opgen_min(threads, tiles); /* more would only wait */
-        (void)tile_threads;
 #if defined(_OPENMP)
-        if (tile_threads > 1) {
-            OPGEN_PARALLEL(tile_threads)
+        if ((int)opgen_min(threads, tiles) > 1) {
+            OPGEN_PARALLEL((int)opgen_min(threads, tiles))
             {
                 OPGEN_FOR
                 for (int64_t tile = 0; tile < tiles; ++tile) {
