@@ -175,6 +175,58 @@ static inline int opgen_all_finite(const float *values, int count)
     return largest != 0x7F800000u;
 }
 
+/* `value` is 0, or its magnitude's bits are in [low, high] (an infinity or a NaN is not). */
+static inline int opgen_in_range(float value, uint32_t low, uint32_t high)
+{
+    uint32_t magnitude;
+    memcpy(&magnitude, &value, sizeof magnitude);
+    magnitude &= 0x7FFFFFFFu;
+    return magnitude == 0 || (magnitude >= low && magnitude <= high);
+}
+
+/* opgen_in_range for each of `count` floats: the check that lets a block be computed in
+ * float. A vector compare per 8 or 16 floats; the portable loop takes the largest magnitude
+ * and the smallest magnitude - 1 (0 wraps to the largest number, so zeros pass). */
+static inline int opgen_all_in_range(const float *values, int count, uint32_t low, uint32_t high)
+{
+#if OPGEN_USE_AVX512F
+    if (count % 16 == 0) {
+        const __m512i magnitude_bits = _mm512_set1_epi32(0x7FFFFFFF);
+        const __m512i one = _mm512_set1_epi32(1), below = _mm512_set1_epi32((int)(low - 1));
+        const __m512i above = _mm512_set1_epi32((int)high);
+        __mmask16 outside = 0;
+        for (int index = 0; index < count; index += 16) {
+            const __m512i magnitude = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(values + index)), magnitude_bits);
+            outside |= _mm512_cmpgt_epu32_mask(magnitude, above);
+            outside |= _mm512_cmplt_epu32_mask(_mm512_sub_epi32(magnitude, one), below);
+        }
+        return outside == 0;
+    }
+#elif OPGEN_USE_AVX2
+    if (count % 8 == 0) {
+        /* magnitudes are below 2^31: signed compares order them */
+        const __m256i magnitude_bits = _mm256_set1_epi32(0x7FFFFFFF), zero = _mm256_setzero_si256();
+        const __m256i lowest = _mm256_set1_epi32((int)low), highest = _mm256_set1_epi32((int)high);
+        __m256i outside = zero;
+        for (int index = 0; index < count; index += 8) {
+            const __m256i magnitude = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(values + index)), magnitude_bits);
+            const __m256i small = _mm256_andnot_si256(_mm256_cmpeq_epi32(magnitude, zero), _mm256_cmpgt_epi32(lowest, magnitude));
+            outside = _mm256_or_si256(outside, _mm256_or_si256(small, _mm256_cmpgt_epi32(magnitude, highest)));
+        }
+        return _mm256_testz_si256(outside, outside);
+    }
+#endif
+    uint32_t largest = 0, smallest_less_one = 0xFFFFFFFFu;
+    for (int index = 0; index < count; ++index) {
+        uint32_t magnitude;
+        memcpy(&magnitude, &values[index], sizeof magnitude);
+        magnitude &= 0x7FFFFFFFu;
+        largest = magnitude > largest ? magnitude : largest;
+        smallest_less_one = magnitude - 1u < smallest_less_one ? magnitude - 1u : smallest_less_one;
+    }
+    return largest <= high && smallest_less_one >= low - 1u;
+}
+
 static inline int64_t opgen_min(int64_t a, int64_t b)
 {
     return a < b ? a : b;

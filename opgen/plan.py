@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from opgen import expr
+from opgen import expr, float_range
 from opgen.specs import DType, DTypeTable, OpSpec
 
 BLOCK = 16  # elements per unrolled step; also the number of partial sums in a reduction (fixed order)
@@ -219,6 +219,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "default_compute": _literal(tensor.default, compute, table),
                 "default_acc": _literal(tensor.default, accumulate, table),
                 "load_compute": _load(dtype, f"{tensor.name}[@]", compute),
+                "load_float": _load(dtype, f"{tensor.name}[@]", "float"),
                 "load_block": dtype.load_block,
                 "default_float": _literal(tensor.default, "float", table),
                 "load_acc": _load(dtype, f"{tensor.name}[@]", accumulate),
@@ -249,6 +250,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                     f"{tensor.name}_{'value' if source == 'compute' or full else 'acc'}",
                     compute if source == "compute" else accumulate,
                 ),
+                "store_float": _store(dtype, f"{tensor.name}_value", "float"),
             }
         )
     sums = [entry["name"] for entry in math["sums"]]
@@ -269,6 +271,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
             # channels that are each `repeat` copies of one channel (a short inner dim, run
             # in this loop): the kernel folds their sums
             params.append(("int64_t ", "repeat"))
+    float_first = _float_first(variant, compute, sections["elements"], table) if spec.pattern == "elementwise" else None
     moved = [variant.dtypes[t.name].c_type for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor" or full]
     return {
         "params": params,
@@ -278,7 +281,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "pattern": spec.pattern,
         "form": variant.form,
         "summary": spec.summary,
-        "detail": _detail(variant, compute, accumulate, any(e["type"] == "float" for e in math["sums"])),
+        "detail": _detail(variant, compute, accumulate, any(e["type"] == "float" for e in math["sums"]), float_first),
         "compute": compute,
         "accumulate": accumulate,
         "inputs": inputs,
@@ -295,6 +298,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "double_term_reads": term_reads(False),
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
+        "float_first": float_first,
         "work_per_element": 1 + EXP_WORK * sum(_calls(t, "exp") for s in order for _, t in sections[s]),
         "block": BLOCK,
     }
@@ -317,6 +321,40 @@ def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
     return n_sums + n_values if spec.pattern == "reduce_then_apply" else 0
 
 
+def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]], table: DTypeTable) -> dict | None:
+    """For an elementwise kernel computed in a type wider than float: the input magnitudes for
+    which its blocks may be computed in float (float_range), and the math in float; None
+    when float cannot be trusted for any (exp, division, attributes, f32 outputs)."""
+    if compute == "float":
+        return None
+    definitions = dict(elements)
+    outputs = [t.name for t in variant.op.outputs]
+    ranges = [float_range.input_range(definitions[o], variant.dtypes, definitions, variant.dtypes[o]) for o in outputs]
+    if any(r is None for r in ranges):
+        return None
+    low, high = min(r.low for r in ranges), min(r.high for r in ranges)  # type: ignore[union-attr]
+    limits = float_range.InputRange(low, high, 0)
+    style = table.compute_types["float"]
+    return {
+        "low": low,
+        "high": high,
+        "bounds": limits.c_bounds(),
+        "elements": [
+            {
+                "name": name,
+                "c": expr.to_c(
+                    tree,
+                    {n: f"{n}_value" for n in expr.names(tree)},
+                    style.literal_suffix,
+                    style.math_suffix,
+                    "opgen_select_float",
+                ),
+            }
+            for name, tree in elements
+        ],
+    }
+
+
 def _calls(tree: Any, function: str) -> int:
     """How many times `tree` calls `function`."""
     return sum(isinstance(n, ast.Call) and getattr(n.func, "id", None) == function for n in ast.walk(tree))
@@ -328,9 +366,15 @@ def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
     return expr.to_c(expr.parse(repr(float(value))), {}, table.compute_types[kind].literal_suffix, "", "")
 
 
-def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool) -> str:
+def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, float_first: dict | None) -> str:
     dtypes = ", ".join(f"{name} {dtype}" for name, dtype in variant.row.items())
-    parts = [dtypes, f"computed in {compute}"]
+    computed = f"computed in {compute}"
+    if float_first:
+        low, high = float_first["low"], float_first["high"]
+        computed = (
+            f"computed in float where every input is 0 or of magnitude in [2^-{low}, 2^{high}), else in {compute}"
+        )
+    parts = [dtypes, computed]
     if variant.form == "full":
         parts.append("every operand as big as the tensor: one term per sum")
     elif variant.op.pattern != "elementwise":

@@ -40,6 +40,11 @@ SCRIPT = textwrap.dedent("""
         slope = data(generator, (41,), dtype)
         results[f"exp_sigmoid_{dtype}"] = opgen.sigmoid_backward(x, d, use_dst=False)
         results[f"exp_tanh_{dtype}"] = opgen.tanh_backward(x, d, use_dst=False)
+        # from dst: edge values, and plain values (bf16 blocks then take float_first's path)
+        plain = [data(generator, (3, 37, 41), dtype, specials="none") for _ in range(2)]
+        for kind, (a, b) in (("edges", (x, d)), ("plain", plain)):
+            results[f"sigmoid_{kind}_{dtype}"] = opgen.sigmoid_backward(a, b)
+            results[f"tanh_{kind}_{dtype}"] = opgen.tanh_backward(a, b)
         inputs[f"x_{dtype}"], inputs[f"d_{dtype}"] = x, d
         results[f"hsig_{dtype}"] = opgen.hard_sigmoid_backward(x, d, alpha=0.2, beta=0.5)
         for layout in ("NCX", "NXC"):

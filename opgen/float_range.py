@@ -1,0 +1,173 @@
+"""When a kernel computed in double may compute a block in float first.
+
+bf16 data takes several roundings in double (spec `compute = "wide"`) because f32 has bf16's
+range: a product of bf16 values can overflow or underflow in f32. But when every input of a
+block is 0 or of a magnitude well inside f32's range, f32 arithmetic of a formula made of
+products and of sums of exact values stays in f32's normal range, each operation rounds once
+by at most 2^-24 relative, and no rounding error is magnified by cancellation: the result is
+within 1 ulp of a short output dtype (bf16) from the exact value rounded. `input_range` finds
+that magnitude interval by interval arithmetic on exponents; the kernels check it per block
+and compute the blocks that fail it in double, as before.
+
+Each node is summarised, for nonzero values, by [2^lo, 2^hi) bounding its magnitude, its
+significant bits when f32 computes it exactly (None once rounded), the roundings it took,
+and whether it can be zero.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from opgen.specs import DType
+
+F32_BITS = 24
+F32_MIN_EXPONENT = -126  # smallest normal: 2^-126
+F32_MAX_EXPONENT = 127  # values below 2^127 cannot round up to infinity
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """Inputs that are 0 or of magnitude in [2^-low, 2^high) let float compute the formula;
+    it then rounds at most `roundings` times."""
+
+    low: int
+    high: int
+    roundings: int
+
+    def c_bounds(self) -> tuple[str, str]:
+        """The f32 bit patterns (sign cleared) of 2^-low and of the largest float below 2^high."""
+        return f"0x{(127 - self.low) << 23:08X}u", f"0x{((127 + self.high) << 23) - 1:08X}u"
+
+
+@dataclass(frozen=True)
+class _Node:
+    lo: int
+    hi: int
+    bits: int | None
+    roundings: int
+    can_be_zero: bool
+
+
+def input_range(
+    tree: ast.expr, dtypes: Mapping[str, DType], definitions: Mapping[str, ast.expr], output: DType
+) -> InputRange | None:
+    """The widest input interval (high first, then low) for which f32 computes `tree` within
+    1 ulp of `output`, None when the formula has anything else than stored values, exact
+    constants, negation, abs, products and sums of exact values, or `output` is too long."""
+
+    def valid(low: int, high: int) -> bool:
+        return _summary(tree, dtypes, definitions, low, high, output) is not None
+
+    high = _largest(lambda h: valid(1, h), F32_MAX_EXPONENT)
+    if high is None:
+        return None
+    low = _largest(lambda low_: valid(low_, high), -F32_MIN_EXPONENT)
+    if low is None:
+        return None
+    node = _summary(tree, dtypes, definitions, low, high, output)
+    assert node is not None
+    return InputRange(low, high, node.roundings)
+
+
+def _largest(valid, limit: int) -> int | None:
+    """The largest n in 1..limit with valid(n), for valid true up to some n and false after."""
+    best = None
+    for n in range(1, limit + 1):
+        if not valid(n):
+            break
+        best = n
+    return best
+
+
+def _summary(tree, dtypes, definitions, low: int, high: int, output: DType) -> _Node | None:
+    node = _node(tree, dtypes, definitions, low, high)
+    if node is None:
+        return None
+    # relative error (1 + 2^-24)^r - 1 under half an ulp of the output's precision: the
+    # result then rounds to the output value the exact one rounds to, or a neighbour
+    precision = output.mantissa_bits + 1
+    if (1 + 2.0**-F32_BITS) ** node.roundings - 1 > 2.0 ** -(precision + 1):
+        return None
+    return node
+
+
+def _node(tree: ast.expr, dtypes, definitions, low: int, high: int) -> _Node | None:
+    def visit(node: ast.expr) -> _Node | None:
+        result = _visit(node, visit, dtypes, definitions, low, high)
+        if result is None or result.lo < F32_MIN_EXPONENT or result.hi > F32_MAX_EXPONENT:
+            return None
+        return result
+
+    return visit(tree)
+
+
+def _visit(node, visit, dtypes, definitions, low: int, high: int) -> _Node | None:
+    if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+        return _constant(float(node.value))
+    if isinstance(node, ast.Name):
+        if node.id in definitions:
+            return visit(definitions[node.id])
+        if node.id not in dtypes:
+            return None  # an attribute: its value is not checked per block
+        dtype = dtypes[node.id]
+        smallest = dtype.min_exponent - dtype.mantissa_bits  # the smallest subnormal is 2^smallest
+        largest = 2 - dtype.min_exponent  # below 2^(emax + 1), emax = 1 - emin
+        return _Node(max(-low, smallest), min(high, largest), dtype.mantissa_bits + 1, 0, True)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return visit(node.operand)
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "abs":
+        return visit(node.args[0])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        left, right = visit(node.left), visit(node.right)
+        if left is None or right is None:
+            return None
+        bits = None if left.bits is None or right.bits is None else left.bits + right.bits
+        exact = bits is not None and bits <= F32_BITS
+        return _Node(
+            left.lo + right.lo,
+            left.hi + right.hi,
+            bits if exact else None,
+            left.roundings + right.roundings + (0 if exact else 1),
+            left.can_be_zero or right.can_be_zero,
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        left, right = visit(node.left), visit(node.right)
+        # a sum of rounded values could cancel and magnify their errors
+        if left is None or right is None or left.bits is None or right.bits is None:
+            return None
+        return _sum(left, right)
+    return None
+
+
+def _sum(a: _Node, b: _Node) -> _Node:
+    """a + b or a - b of values f32 holds exactly. If the smaller magnitude is under half the
+    larger, |a +- b| > half the larger; otherwise both are at least 2^(lo - 1), lo the larger
+    lower bound, so both are multiples of 2^(lo - bits) and so is a nonzero result."""
+    largest_lo = max(a.lo, b.lo)
+    lo = largest_lo - max(a.bits, b.bits)
+    if a.can_be_zero:
+        lo = min(lo, b.lo)  # 0 +- b is b
+    if b.can_be_zero:
+        lo = min(lo, a.lo)
+    hi = max(a.hi, b.hi) + 1
+    grain = min(a.lo - a.bits + 1, b.lo - b.bits + 1)  # the lowest bit either can have
+    bits = hi - grain
+    exact = bits <= F32_BITS
+    return _Node(lo, hi, bits if exact else None, 0 if exact else 1, True)
+
+
+def _constant(value: float) -> _Node | None:
+    if value == 0.0:
+        return _Node(0, 0, 1, 0, True)
+    if not math.isfinite(value):
+        return None
+    numerator = abs(Fraction(value)).numerator
+    bits = numerator.bit_length() - ((numerator & -numerator).bit_length() - 1)
+    if bits > F32_BITS:
+        return None  # not a float constant (its range is checked like any node's)
+    _, exponent = math.frexp(abs(value))  # |value| in [2^(exponent - 1), 2^exponent)
+    return _Node(exponent - 1, exponent, bits, 0, False)
