@@ -3,15 +3,17 @@
 bf16 data takes several roundings in double (spec `compute = "wide"`) because f32 has bf16's
 range: a product of bf16 values can overflow or underflow in f32. But when every input of a
 block is 0 or of a magnitude well inside f32's range, f32 arithmetic of a formula made of
-products and of sums of exact values stays in f32's normal range, each operation rounds once
-by at most 2^-24 relative, and no rounding error is magnified by cancellation: the result is
+products, quotients, exp of exact values, sums of exact values and sums of terms of one sign
+stays in f32's normal range, each operation rounds once by at most 2^-24 relative (exp
+twice), and no rounding error is magnified by cancellation: the result is
 within 1 ulp of a short output dtype (bf16) from the exact value rounded. `input_range` finds
 that magnitude interval by interval arithmetic on exponents; the kernels check it per block
 and compute the blocks that fail it in double, as before.
 
 Each node is summarised, for nonzero values, by [2^lo, 2^hi) bounding its magnitude, its
-significant bits when f32 computes it exactly (None once rounded), the roundings it took,
-and whether it can be zero.
+significant bits when f32 computes it exactly (None once rounded), the roundings it took
+(relative errors of 2^-24 each: they add up through products and quotients, and through
+sums of terms of one sign), its sign if known, and whether it can be zero.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from opgen.specs import DType
@@ -43,6 +45,10 @@ class InputRange:
         return f"0x{(127 - self.low) << 23:08X}u", f"0x{((127 + self.high) << 23) - 1:08X}u"
 
 
+# opgen_expf is within 1 ulp of f32 (README, "Numerical behaviour"): 2^-23 relative, two roundings
+EXP_ROUNDINGS = 2
+
+
 @dataclass(frozen=True)
 class _Node:
     lo: int
@@ -50,14 +56,15 @@ class _Node:
     bits: int | None
     roundings: int
     can_be_zero: bool
+    sign: int = 0  # 1: never negative, -1: never positive, 0: either
 
 
 def input_range(
     tree: ast.expr, dtypes: Mapping[str, DType], definitions: Mapping[str, ast.expr], output: DType
 ) -> InputRange | None:
     """The widest input interval (high first, then low) for which f32 computes `tree` within
-    1 ulp of `output`, None when the formula has anything else than stored values, exact
-    constants, negation, abs, products and sums of exact values, or `output` is too long."""
+    1 ulp of `output`; None when the formula has anything else (module docstring), or
+    `output` is too precise for the roundings it takes."""
 
     def valid(low: int, high: int) -> bool:
         return _summary(tree, dtypes, definitions, low, high, output) is not None
@@ -118,13 +125,19 @@ def _visit(node, visit, dtypes, definitions, low: int, high: int) -> _Node | Non
         largest = 2 - dtype.min_exponent  # below 2^(emax + 1), emax = 1 - emin
         return _Node(max(-low, smallest), min(high, largest), dtype.mantissa_bits + 1, 0, True)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return visit(node.operand)
-    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "abs":
-        return visit(node.args[0])
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        left, right = visit(node.left), visit(node.right)
-        if left is None or right is None:
+        operand = visit(node.operand)
+        return None if operand is None else replace(operand, sign=-operand.sign)
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("abs", "exp"):
+        argument = visit(node.args[0])
+        if argument is None:
             return None
+        return replace(argument, sign=1) if node.func.id == "abs" else _exp(argument)
+    if not isinstance(node, ast.BinOp) or not isinstance(node.op, (ast.Mult, ast.Div, ast.Add, ast.Sub)):
+        return None
+    left, right = visit(node.left), visit(node.right)
+    if left is None or right is None:
+        return None
+    if isinstance(node.op, ast.Mult):
         bits = None if left.bits is None or right.bits is None else left.bits + right.bits
         exact = bits is not None and bits <= F32_BITS
         return _Node(
@@ -133,14 +146,52 @@ def _visit(node, visit, dtypes, definitions, low: int, high: int) -> _Node | Non
             bits if exact else None,
             left.roundings + right.roundings + (0 if exact else 1),
             left.can_be_zero or right.can_be_zero,
+            left.sign * right.sign,
         )
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-        left, right = visit(node.left), visit(node.right)
-        # a sum of rounded values could cancel and magnify their errors
-        if left is None or right is None or left.bits is None or right.bits is None:
+    if isinstance(node.op, ast.Div):
+        if right.can_be_zero:
             return None
-        return _sum(left, right)
-    return None
+        return _Node(
+            left.lo - right.hi,
+            left.hi - right.lo,
+            None,
+            left.roundings + right.roundings + 1,
+            left.can_be_zero,
+            left.sign * right.sign,
+        )
+    right_sign = right.sign if isinstance(node.op, ast.Add) else -right.sign
+    if left.sign != 0 and left.sign == right_sign:
+        return _same_sign_sum(left, right)
+    # terms of either sign may cancel, which would magnify a rounded term's error
+    if left.bits is None or right.bits is None:
+        return None
+    return _sum(left, right)
+
+
+def _exp(argument: _Node) -> _Node | None:
+    """exp of an exact argument (a rounded one's error would grow by the argument's size),
+    |argument| < 2^hi."""
+    if argument.bits is None:
+        return None
+    reach = 2.0**argument.hi * math.log2(math.e)  # |log2 of the result| below this
+    lo = 0 if argument.sign == 1 else math.floor(-reach)
+    hi = 1 if argument.sign == -1 else math.ceil(reach) + 1
+    return _Node(lo, hi, None, EXP_ROUNDINGS, False, 1)
+
+
+def _same_sign_sum(a: _Node, b: _Node) -> _Node:
+    """a + b of terms of one sign: no cancellation, |a + b| is at least either term's, and
+    its relative error is at most the larger of theirs, plus its own rounding."""
+    lo = max(a.lo, b.lo)
+    if a.can_be_zero:
+        lo = min(lo, b.lo)
+    if b.can_be_zero:
+        lo = min(lo, a.lo)
+    if a.bits is not None and b.bits is not None:
+        exact_sum = _sum(a, b)
+        return replace(exact_sum, lo=max(lo, exact_sum.lo), sign=a.sign, can_be_zero=a.can_be_zero and b.can_be_zero)
+    hi = max(a.hi, b.hi) + 1
+    return _Node(lo, hi, None, max(a.roundings, b.roundings) + 1, a.can_be_zero and b.can_be_zero, a.sign)
 
 
 def _sum(a: _Node, b: _Node) -> _Node:
@@ -162,7 +213,7 @@ def _sum(a: _Node, b: _Node) -> _Node:
 
 def _constant(value: float) -> _Node | None:
     if value == 0.0:
-        return _Node(0, 0, 1, 0, True)
+        return _Node(0, 0, 1, 0, True, 1)
     if not math.isfinite(value):
         return None
     numerator = abs(Fraction(value)).numerator
@@ -170,4 +221,4 @@ def _constant(value: float) -> _Node | None:
     if bits > F32_BITS:
         return None  # not a float constant (its range is checked like any node's)
     _, exponent = math.frexp(abs(value))  # |value| in [2^(exponent - 1), 2^exponent)
-    return _Node(exponent - 1, exponent, bits, 0, False)
+    return _Node(exponent - 1, exponent, bits, 0, False, 1 if value > 0 else -1)

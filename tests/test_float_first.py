@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import expr, float_range, oracle, plan
+from opgen import accuracy, expr, float_range, oracle, plan
 from opgen.plan import BLOCK, TARGETS
 from tests.helpers import TABLE, assert_ulps, describe, rng
 
@@ -31,16 +31,24 @@ KERNELS = [
 
 
 def test_the_bundled_kernels_that_compute_in_float_first():
-    # Only bf16 from-dst sigmoid and tanh: f32 outputs need more than f32's precision, f16 is
-    # computed in float anyway, the seeds' ops are, and from src calls exp.
-    # Inputs in [2^-L, 2^H), (dd * s) * (1 - s): dd * s < 2^2H, 1 - s < 2^(H + 1), so the
-    # product < 2^(3H + 1) <= 2^127: H = 42. dd * s >= 2^-2L and a nonzero 1 - s >= 2^-8
-    # (s >= 1/2 is a multiple of 2^-8, else 1 - s > 1/2), so the product >= 2^(-2L - 8)
-    # >= 2^-126: L = 59.
+    # Only bf16 sigmoid and tanh: f32 outputs need more than f32's precision, f16 is computed
+    # in float anyway, and so are the seeds' ops. Inputs in [2^-L, 2^H):
+    # from dst, (dd * s) * (1 - s): dd * s < 2^2H, 1 - s < 2^(H + 1), so the product
+    # < 2^(3H + 1) <= 2^127: H = 42. dd * s >= 2^-2L and a nonzero 1 - s >= 2^-8 (s >= 1/2
+    # is a multiple of 2^-8, else 1 - s > 1/2), so the product >= 2^(-2L - 8) >= 2^-126: L = 59.
     # dd * ((1 - t) * (1 + t)): each factor < 2^(H + 1), all < 2^(3H + 2) <= 2^127: H = 41;
     # each factor >= 2^-8, dd * both >= 2^(-L - 16) >= 2^-126: L = 110.
+    # from src, dd * e / ((1 + e) * (1 + e)), e = exp(-|x|) > exp(-2^H) = 2^(-2^H log2(e)):
+    # normal for H = 6 (e > 2^-92.4, lo -93), not 7; 1 + e < 2^2, so the quotient
+    # >= 2^(-L - 93 - 4) >= 2^-126: L = 29. tanh: e = exp(-2|x|), 2|x| < 2^(H + 2) (2 is in
+    # [2, 4)): H = 4 (lo -93 again); dd * (4 * e) / (< 2^4) >= 2^(-L + 2 - 93 - 4): L = 31.
     found = {variant.name: (first["low"], first["high"]) for _, variant, first in KERNELS}
-    assert found == {"sigmoid_backward_bf16_use_dst": (59, 42), "tanh_backward_bf16_use_dst": (110, 41)}
+    assert found == {
+        "sigmoid_backward_bf16_use_dst": (59, 42),
+        "tanh_backward_bf16_use_dst": (110, 41),
+        "sigmoid_backward_bf16_no_use_dst": (29, 6),
+        "tanh_backward_bf16_no_use_dst": (31, 4),
+    }
 
 
 def bf16_inputs(names: list[str]) -> dict:
@@ -56,8 +64,10 @@ def analyse(text: str, output: str = "bf16"):
 @pytest.mark.parametrize(
     "text,why",
     [
-        ("exp(a) * b", "a function other than abs"),
-        ("a / b", "a division"),
+        ("log(a) * b", "a function other than abs and exp"),
+        ("exp(a * b * c * d) * e", "exp of a rounded argument"),
+        ("b / a", "a division by a value that can be 0"),
+        ("(exp(a) - 1) * b", "a difference of a rounded value and a number of either sign"),
         ("(a * b * c * d - 1) * e", "a sum of a rounded product (32 significant bits)"),
         ("a if a > 0 else b", "a selection"),
     ],
@@ -76,18 +86,39 @@ def test_an_attribute_or_an_f32_output_gets_no_float_path():
     assert analyse("(a - 1) * b", output="f32").roundings == 0
 
 
-def evaluate(tree: ast.expr, values: dict[str, np.ndarray], dtype) -> np.ndarray:
-    """The formula in `dtype` arithmetic, one rounding per operation, in its written order."""
-    if isinstance(tree, ast.Constant):
-        return dtype(tree.value)
-    if isinstance(tree, ast.Name):
-        return values[tree.id].astype(dtype)
-    if isinstance(tree, ast.UnaryOp):
-        return -evaluate(tree.operand, values, dtype)
-    if isinstance(tree, ast.Call):
-        return np.abs(evaluate(tree.args[0], values, dtype))
-    left, right = evaluate(tree.left, values, dtype), evaluate(tree.right, values, dtype)
-    return {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply}[type(tree.op)](left, right)
+def evaluate(tree: ast.expr, values: dict[str, np.ndarray], dtype, definitions=None, nudge=None) -> np.ndarray:
+    """The formula in `dtype` arithmetic, one rounding per operation, in its written order.
+    exp is float64's rounded to `dtype`, then moved by `nudge` (-1, 0, 1 per element) ulps:
+    an exp within 1 ulp, as opgen_expf is."""
+
+    def value(node: ast.expr) -> np.ndarray:
+        if isinstance(node, ast.Constant):
+            return dtype(node.value)
+        if isinstance(node, ast.Name):
+            if definitions and node.id in definitions:
+                return value(definitions[node.id])
+            return values[node.id].astype(dtype)
+        if isinstance(node, ast.UnaryOp):
+            return -value(node.operand)
+        if isinstance(node, ast.Call):
+            argument = value(node.args[0])
+            if node.func.id == "abs":
+                return np.abs(argument)
+            result = np.exp(argument.astype(np.float64)).astype(dtype)
+            if nudge is not None:
+                result = np.where(nudge > 0, np.nextafter(result, dtype(np.inf)), result)
+                result = np.where(nudge < 0, np.nextafter(result, dtype(0)), result).astype(dtype)
+            return result
+        operations = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide}
+        return operations[type(node.op)](value(node.left), value(node.right))
+
+    return value(tree)
+
+
+def formula(spec, variant) -> tuple[ast.expr, dict[str, ast.expr]]:
+    """A kernel's output expression, and the element temporaries it reads."""
+    math = {name: expr.fold(expr.parse(text), variant.constants) for name, text in spec.math["elements"]}
+    return math.pop(spec.outputs[0].name), math
 
 
 def bf16_values(generator: np.random.Generator, low: int, high: int, count: int) -> np.ndarray:
@@ -109,32 +140,36 @@ FORMULAS = [
     "-abs(a) * (b + 0.5) * a",
     "(a * b - c) * c * a",
     "a * ((1 - b) * (1 + b))",
+    "a * exp(-abs(b)) / (1 + exp(-abs(b)))",
+    "(abs(a) + exp(b)) * exp(-(b * b))",
+    "(a - 1) * b / (exp(-abs(b)) + 1)",
 ]
 
 
 @pytest.mark.parametrize("text", FORMULAS)
 def test_float_stays_in_range_and_within_1_ulp_at_the_corners(text):
-    check_corners(expr.parse(text), text)
+    check_corners(expr.parse(text), {}, text)
 
 
 @pytest.mark.parametrize("spec,variant,first", KERNELS, ids=[v.name for _, v, _ in KERNELS])
 def test_the_bundled_formulas_in_float_at_their_corners(spec, variant, first):
-    math = {name: expr.fold(expr.parse(text), variant.constants) for name, text in spec.math["elements"]}
-    check_corners(math[spec.outputs[0].name], variant.name)
+    check_corners(*formula(spec, variant), variant.name)
 
 
-def check_corners(tree: ast.expr, context: str) -> None:
-    names = sorted(expr.names(tree))
-    found = float_range.input_range(tree, bf16_inputs(names), {}, TABLE.dtypes["bf16"])
+def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str) -> None:
+    names = sorted(set().union(expr.names(tree), *map(expr.names, definitions.values())) - set(definitions))
+    found = float_range.input_range(tree, bf16_inputs(names), definitions, TABLE.dtypes["bf16"])
     assert found is not None, f"{context}: expected a float range"
     generator = rng("corners", context)
-    values = {name: bf16_values(generator, found.low, found.high, 200_000) for name in names}
+    count = 200_000
+    values = {name: bf16_values(generator, found.low, found.high, count) for name in names}
+    nudge = generator.integers(-1, 2, count)
     with np.errstate(all="raise"):  # any overflow, underflow or invalid operation fails
         try:
-            in_float = evaluate(tree, values, np.float32)
+            in_float = evaluate(tree, values, np.float32, definitions, nudge)
         except FloatingPointError as error:
             pytest.fail(describe(f"{context}: float left its range inside [2^-{found.low}, 2^{found.high}): {error}"))
-    exact = evaluate(tree, values, np.float64)  # at most 4 roundings of 2^-53
+    exact = evaluate(tree, values, np.float64, definitions)  # a few roundings of 2^-53
     assert np.all(np.isfinite(in_float)), context
     tiny = np.abs(in_float) < 2.0**-126
     assert not np.any(tiny & (in_float != 0)), describe(f"{context}: a subnormal result in float")
@@ -143,27 +178,35 @@ def check_corners(tree: ast.expr, context: str) -> None:
 
 SCRIPT = textwrap.dedent("""
     import sys, ml_dtypes, numpy as np, opgen
+    results = {}
     with np.load(sys.argv[1]) as archive:
-        dst, diff_dst = (archive[name].astype(ml_dtypes.bfloat16) for name in ("dst", "diff_dst"))
-    results = {op: getattr(opgen, op)(dst, diff_dst).astype(np.float64) for op in ("sigmoid_backward", "tanh_backward")}
+        for use_dst in (True, False):
+            first, diff_dst = (archive[f"{name}_{use_dst}"].astype(ml_dtypes.bfloat16) for name in ("x", "dd"))
+            for op in ("sigmoid_backward", "tanh_backward"):
+                results[f"{op}_{use_dst}"] = getattr(opgen, op)(first, diff_dst, use_dst=use_dst).astype(np.float64)
     np.savez(sys.argv[2], target=np.array(opgen.info()["cpu_target"]), **results)
 """)
 
+# (src_or_dst, diff_dst) for which float alone is more than 1 ulp off (test below), each in
+# the last whole block of the kernels' data: from dst, float overflows on the way to a finite
+# result, at dd * s or at (1 - t) * (1 + t); from src, exp(-100) is an f32 subnormal of a few
+# bits, which a large diff_dst brings back to bf16's normal range
+FLOAT_FAILS = {
+    ("sigmoid_backward", True): (1.5, 3e38),
+    ("tanh_backward", True): (2.0**70, 2.0**-60),
+    ("sigmoid_backward", False): (100.0, 2.0**120),
+    ("tanh_backward", False): (50.0, 2.0**120),
+}
+TAIL = 13
 
-# (dst, diff_dst) whose exact result is finite while float overflows on the way to it:
-# (dd * s) * (1 - s) at dd * s, dd * ((1 - t) * (1 + t)) at (1 - t) * (1 + t)
-OVERFLOWS = {"sigmoid_backward": (1.5, 3e38), "tanh_backward": (2.0**70, 2.0**-60)}
-OVERFLOW_LANES = (-3 - 13, -5 - 13)  # in the last whole block (the tail has 13 elements)
 
-
-def kernel_inputs(first: dict, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def kernel_inputs(first: dict, use_dst: bool, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Blocks inside [2^-low, 2^high); blocks with one value just outside it (an edge past
-    it, a subnormal, the largest bf16, an infinity, a NaN, or a diff_dst that overflows float
-    or a dst that overflows float on the way to a finite result: OVERFLOWS); an odd tail
+    it, a subnormal, the largest bf16, an infinity, a NaN), and FLOAT_FAILS; an odd tail
     mixing both."""
     low, high = first["low"], first["high"]
     blocks = 96
-    dst, diff_dst = (bf16_values(generator, low, high, blocks * BLOCK + 13) for _ in range(2))
+    src_or_dst, diff_dst = (bf16_values(generator, low, high, blocks * BLOCK + TAIL) for _ in range(2))
     past = [
         2.0**high,
         float(np.nextafter(BF16(2.0**-low), BF16(0))),
@@ -174,13 +217,18 @@ def kernel_inputs(first: dict, generator: np.random.Generator) -> tuple[np.ndarr
     ]
     for block in range(blocks // 2, blocks):
         lane = block * BLOCK + int(generator.integers(BLOCK))
-        target = dst if generator.random() < 0.5 else diff_dst
+        target = src_or_dst if generator.random() < 0.5 else diff_dst
         target[lane] = BF16(generator.choice(past) * generator.choice([-1.0, 1.0]))
-    for lane, (dst_value, diff_dst_value) in zip(OVERFLOW_LANES, OVERFLOWS.values()):
-        dst[lane], diff_dst[lane] = BF16(dst_value), BF16(diff_dst_value)
-    for lane in range(blocks * BLOCK, blocks * BLOCK + 13, 2):
+    for lane, ((_, form), (value, diff)) in zip(fail_lanes(), FLOAT_FAILS.items()):
+        if form == use_dst:
+            src_or_dst[lane], diff_dst[lane] = BF16(value), BF16(diff)
+    for lane in range(blocks * BLOCK, blocks * BLOCK + TAIL, 2):
         diff_dst[lane] = BF16(past[lane % len(past)])
-    return dst, diff_dst
+    return src_or_dst, diff_dst
+
+
+def fail_lanes() -> list[int]:
+    return [-TAIL - 3 - 2 * i for i in range(len(FLOAT_FAILS))]
 
 
 @pytest.mark.parametrize("target", [t["name"] for t in TARGETS])
@@ -188,13 +236,16 @@ def test_kernels_on_blocks_inside_at_and_past_the_edges(target, tmp_path):
     names = [t["name"] for t in TARGETS]
     if names.index(target) > names.index(opgen.info()["cpu_target"]):
         pytest.skip(f"this CPU cannot run {target}")
-    firsts = {variant.op.name: first for _, variant, first in KERNELS}
-    assert set(firsts) == {"sigmoid_backward", "tanh_backward"}
-    # both ops' intervals hold the data: the narrower of the two
-    first = {"low": min(f["low"] for f in firsts.values()), "high": min(f["high"] for f in firsts.values())}
-    dst, diff_dst = kernel_inputs(first, rng("kernels", target))
+    assert {(v.op.name, v.constants["use_dst"]) for _, v, _ in KERNELS} == set(FLOAT_FAILS)
+    arrays = {}
+    for use_dst in (True, False):
+        # both ops' intervals hold the data: the narrower of the two
+        firsts = [f for _, v, f in KERNELS if v.constants["use_dst"] == use_dst]
+        first = {"low": min(f["low"] for f in firsts), "high": min(f["high"] for f in firsts)}
+        values, diff_dst = kernel_inputs(first, use_dst, rng("kernels", target, use_dst))
+        arrays[f"x_{use_dst}"], arrays[f"dd_{use_dst}"] = values, diff_dst
     inputs, outputs = tmp_path / "inputs.npz", tmp_path / "outputs.npz"
-    np.savez(inputs, dst=dst.astype(np.float64), diff_dst=diff_dst.astype(np.float64))
+    np.savez(inputs, **{name: array.astype(np.float64) for name, array in arrays.items()})
     environment = {**os.environ, "OPGEN_CPU_TARGET": target}
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(inputs), str(outputs)],
@@ -207,20 +258,24 @@ def test_kernels_on_blocks_inside_at_and_past_the_edges(target, tmp_path):
     assert result.returncode == 0, result.stderr
     with np.load(outputs) as archive:
         assert str(archive["target"]) == target, "OPGEN_CPU_TARGET did not select the target"
-        for op in ("sigmoid_backward", "tanh_backward"):
-            expected = getattr(oracle, op)(dst, diff_dst)
-            got = archive[op].astype(BF16)
-            assert_ulps(got, expected, "bf16", 1, f"{op} bf16 from dst, {target} target")
-            lane = OVERFLOW_LANES[list(OVERFLOWS).index(op)]
-            assert np.isfinite(got[lane]), f"{op}: {got[lane]} where float overflows and the result does not"
+        for lane, (op, use_dst) in zip(fail_lanes(), FLOAT_FAILS):
+            first, diff_dst = arrays[f"x_{use_dst}"], arrays[f"dd_{use_dst}"]
+            expected = getattr(oracle, op)(first, diff_dst, use_dst=use_dst)
+            got = archive[f"{op}_{use_dst}"].astype(BF16)
+            # every element, FLOAT_FAILS' at `lane` among them
+            assert_ulps(got, expected, "bf16", 1, f"{op} bf16 use_dst={use_dst}, {target} target")
+            assert first[lane] == BF16(FLOAT_FAILS[op, use_dst][0])
 
 
-@pytest.mark.parametrize("spec,variant,first", KERNELS, ids=[v.name for _, v, _ in KERNELS])
-def test_the_overflow_cases_overflow_in_float(spec, variant, first):
-    """The kernels' test data holds a case where float alone would give an infinity."""
-    math = {name: expr.fold(expr.parse(text), variant.constants) for name, text in spec.math["elements"]}
-    dst, diff_dst = (np.array([value]) for value in OVERFLOWS[spec.name])
-    with np.errstate(over="ignore", invalid="ignore"):
-        in_float = evaluate(math[spec.outputs[0].name], {"src_or_dst": dst, "diff_dst": diff_dst}, np.float32)
-    assert not np.isfinite(in_float[0])
-    assert np.isfinite(getattr(oracle, spec.name)(dst.astype(BF16), diff_dst.astype(BF16))[0])
+@pytest.mark.parametrize("case", list(FLOAT_FAILS), ids=[f"{op}-use_dst={form}" for op, form in FLOAT_FAILS])
+def test_the_data_has_cases_float_alone_gets_wrong(case):
+    spec = next(s for s in opgen.bundled.specs if s.name == case[0])
+    variant = next(v for _, v, _ in KERNELS if v.op is spec and v.constants["use_dst"] == case[1])
+    tree, definitions = formula(spec, variant)
+    first, diff_dst = (np.array([value]).astype(BF16) for value in FLOAT_FAILS[case])
+    with np.errstate(all="ignore"):
+        in_float = evaluate(tree, {"src_or_dst": first, "diff_dst": diff_dst}, np.float32, definitions)
+    expected = getattr(oracle, spec.name)(first, diff_dst, use_dst=case[1])
+    assert np.isfinite(expected[0]) and expected[0] != 0
+    bad = accuracy.ulps_off(in_float.astype(BF16), expected, TABLE.dtypes["bf16"], 1)
+    assert bad[0], f"float alone gives {in_float[0]}, within 1 ulp of {expected[0]}"
