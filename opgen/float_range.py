@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from opgen import expr
 from opgen.specs import DType
 
 F32_BITS = 24
@@ -32,17 +33,27 @@ F32_MAX_EXPONENT = 127  # values below 2^127 cannot round up to infinity
 
 
 @dataclass(frozen=True)
-class InputRange:
-    """Inputs that are 0 or of magnitude in [2^-low, 2^high) let float compute the formula;
-    it then rounds at most `roundings` times."""
+class Interval:
+    """An input that is 0 or of magnitude in [2^-low, 2^high)."""
 
     low: int
     high: int
-    roundings: int
 
     def c_bounds(self) -> tuple[str, str]:
         """The f32 bit patterns (sign cleared) of 2^-low and of the largest float below 2^high."""
         return f"0x{(127 - self.low) << 23:08X}u", f"0x{((127 + self.high) << 23) - 1:08X}u"
+
+    def __str__(self) -> str:
+        return f"[2^-{self.low}, 2^{self.high})"
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    """Inputs inside their intervals let float compute the formula, rounding at most
+    `roundings` times."""
+
+    intervals: dict[str, Interval]
+    roundings: int
 
 
 # opgen_expf is within 1 ulp of f32 (README, "Numerical behaviour"): 2^-23 relative, two roundings
@@ -61,37 +72,58 @@ class _Node:
 
 def input_range(
     tree: ast.expr, dtypes: Mapping[str, DType], definitions: Mapping[str, ast.expr], output: DType
-) -> InputRange | None:
-    """The widest input interval (high first, then low) for which f32 computes `tree` within
-    1 ulp of `output`; None when the formula has anything else (module docstring), or
-    `output` is too precise for the roundings it takes."""
+) -> FloatRange | None:
+    """An interval per input inside which f32 computes `tree` within 1 ulp of `output`; None
+    when the formula has anything else (module docstring), or `output` is too precise for the
+    roundings it takes. The intervals widen together while they can (no input favoured),
+    then each alone, in name order: from src, |x| is held by exp while diff_dst goes on."""
+    names = sorted(_inputs(tree, definitions))
+    low, high = dict.fromkeys(names, 1), dict.fromkeys(names, 1)
 
-    def valid(low: int, high: int) -> bool:
-        return _summary(tree, dtypes, definitions, low, high, output) is not None
+    def valid() -> bool:
+        bounds = {name: (low[name], high[name]) for name in names}
+        return _summary(tree, dtypes, definitions, bounds, output) is not None
 
-    high = _largest(lambda h: valid(1, h), F32_MAX_EXPONENT)
-    if high is None:
+    if not valid():
         return None
-    low = _largest(lambda low_: valid(low_, high), -F32_MIN_EXPONENT)
-    if low is None:
-        return None
-    node = _summary(tree, dtypes, definitions, low, high, output)
+    for bounds, limit in ((high, F32_MAX_EXPONENT), (low, -F32_MIN_EXPONENT)):
+        _widen(bounds, names, limit, valid)
+        for name in names:
+            _widen(bounds, [name], limit, valid)
+    node = _summary(tree, dtypes, definitions, {n: (low[n], high[n]) for n in names}, output)
     assert node is not None
-    return InputRange(low, high, node.roundings)
+    return FloatRange({name: Interval(low[name], high[name]) for name in names}, node.roundings)
 
 
-def _largest(valid, limit: int) -> int | None:
-    """The largest n in 1..limit with valid(n), for valid true up to some n and false after."""
-    best = None
-    for n in range(1, limit + 1):
-        if not valid(n):
-            break
-        best = n
-    return best
+def _inputs(tree: ast.expr, definitions: Mapping[str, ast.expr]) -> set[str]:
+    """The names `tree` reads, through the definitions it reads."""
+    result: set[str] = set()
+    for name in expr.names(tree):
+        result |= _inputs(definitions[name], definitions) if name in definitions else {name}
+    return result
 
 
-def _summary(tree, dtypes, definitions, low: int, high: int, output: DType) -> _Node | None:
-    node = _node(tree, dtypes, definitions, low, high)
+def _widen(bounds: dict[str, int], names: list[str], limit: int, valid) -> None:
+    """Raise bounds[name] for every name in `names` together, to the largest value up to
+    `limit` that is valid (validity only shrinks as a bound grows: a binary search)."""
+    start = max(bounds[name] for name in names)
+    good, bad = start, limit + 1
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        saved = {name: bounds[name] for name in names}
+        for name in names:
+            bounds[name] = max(bounds[name], middle)
+        if valid():
+            good = middle
+        else:
+            bad = middle
+        bounds.update(saved)
+    for name in names:
+        bounds[name] = max(bounds[name], good)
+
+
+def _summary(tree, dtypes, definitions, bounds: dict[str, tuple[int, int]], output: DType) -> _Node | None:
+    node = _node(tree, dtypes, definitions, bounds)
     if node is None:
         return None
     # relative error (1 + 2^-24)^r - 1 under half an ulp of the output's precision: the
@@ -102,9 +134,9 @@ def _summary(tree, dtypes, definitions, low: int, high: int, output: DType) -> _
     return node
 
 
-def _node(tree: ast.expr, dtypes, definitions, low: int, high: int) -> _Node | None:
+def _node(tree: ast.expr, dtypes, definitions, bounds: dict[str, tuple[int, int]]) -> _Node | None:
     def visit(node: ast.expr) -> _Node | None:
-        result = _visit(node, visit, dtypes, definitions, low, high)
+        result = _visit(node, visit, dtypes, definitions, bounds)
         if result is None or result.lo < F32_MIN_EXPONENT or result.hi > F32_MAX_EXPONENT:
             return None
         return result
@@ -112,7 +144,7 @@ def _node(tree: ast.expr, dtypes, definitions, low: int, high: int) -> _Node | N
     return visit(tree)
 
 
-def _visit(node, visit, dtypes, definitions, low: int, high: int) -> _Node | None:
+def _visit(node, visit, dtypes, definitions, bounds: dict[str, tuple[int, int]]) -> _Node | None:
     if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
         return _constant(float(node.value))
     if isinstance(node, ast.Name):
@@ -121,6 +153,7 @@ def _visit(node, visit, dtypes, definitions, low: int, high: int) -> _Node | Non
         if node.id not in dtypes:
             return None  # an attribute: its value is not checked per block
         dtype = dtypes[node.id]
+        low, high = bounds[node.id]
         smallest = dtype.min_exponent - dtype.mantissa_bits  # the smallest subnormal is 2^smallest
         largest = 2 - dtype.min_exponent  # below 2^(emax + 1), emax = 1 - emin
         return _Node(max(-low, smallest), min(high, largest), dtype.mantissa_bits + 1, 0, True)

@@ -332,13 +332,18 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
     ranges = [float_range.input_range(definitions[o], variant.dtypes, definitions, variant.dtypes[o]) for o in outputs]
     if any(r is None for r in ranges):
         return None
-    low, high = min(r.low for r in ranges), min(r.high for r in ranges)  # type: ignore[union-attr]
-    limits = float_range.InputRange(low, high, 0)
+    # every output's intervals hold: their intersection
+    intervals = {
+        name: float_range.Interval(
+            min(r.intervals[name].low for r in ranges if name in r.intervals),  # type: ignore[union-attr]
+            min(r.intervals[name].high for r in ranges if name in r.intervals),  # type: ignore[union-attr]
+        )
+        for name in sorted(set().union(*(r.intervals for r in ranges)))  # type: ignore[union-attr]
+    }
     style = table.compute_types["float"]
     return {
-        "low": low,
-        "high": high,
-        "bounds": limits.c_bounds(),
+        "intervals": {name: str(interval) for name, interval in intervals.items()},
+        "bounds": {name: ", ".join(interval.c_bounds()) for name, interval in intervals.items()},
         "elements": [
             {
                 "name": name,
@@ -370,10 +375,8 @@ def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, f
     dtypes = ", ".join(f"{name} {dtype}" for name, dtype in variant.row.items())
     computed = f"computed in {compute}"
     if float_first:
-        low, high = float_first["low"], float_first["high"]
-        computed = (
-            f"computed in float where every input is 0 or of magnitude in [2^-{low}, 2^{high}), else in {compute}"
-        )
+        inside = ", ".join(f"{name} in {interval}" for name, interval in float_first["intervals"].items())
+        computed = f"computed in float where each input is 0 or of magnitude {inside}, else in {compute}"
     parts = [dtypes, computed]
     if variant.form == "full":
         parts.append("every operand as big as the tensor: one term per sum")

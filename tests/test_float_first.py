@@ -32,22 +32,26 @@ KERNELS = [
 
 def test_the_bundled_kernels_that_compute_in_float_first():
     # Only bf16 sigmoid and tanh: f32 outputs need more than f32's precision, f16 is computed
-    # in float anyway, and so are the seeds' ops. Inputs in [2^-L, 2^H):
-    # from dst, (dd * s) * (1 - s): dd * s < 2^2H, 1 - s < 2^(H + 1), so the product
-    # < 2^(3H + 1) <= 2^127: H = 42. dd * s >= 2^-2L and a nonzero 1 - s >= 2^-8 (s >= 1/2
-    # is a multiple of 2^-8, else 1 - s > 1/2), so the product >= 2^(-2L - 8) >= 2^-126: L = 59.
-    # dd * ((1 - t) * (1 + t)): each factor < 2^(H + 1), all < 2^(3H + 2) <= 2^127: H = 41;
-    # each factor >= 2^-8, dd * both >= 2^(-L - 16) >= 2^-126: L = 110.
-    # from src, dd * e / ((1 + e) * (1 + e)), e = exp(-|x|) > exp(-2^H) = 2^(-2^H log2(e)):
-    # normal for H = 6 (e > 2^-92.4, lo -93), not 7; 1 + e < 2^2, so the quotient
-    # >= 2^(-L - 93 - 4) >= 2^-126: L = 29. tanh: e = exp(-2|x|), 2|x| < 2^(H + 2) (2 is in
-    # [2, 4)): H = 4 (lo -93 again); dd * (4 * e) / (< 2^4) >= 2^(-L + 2 - 93 - 4): L = 31.
-    found = {variant.name: (first["low"], first["high"]) for _, variant, first in KERNELS}
+    # in float anyway, and so are the seeds' ops. Intervals [2^-L, 2^H) widen together, then
+    # each alone (diff_dst first, by name); dd = diff_dst, s or t = src_or_dst, x = src.
+    # (dd * s) * (1 - s): dd * s < 2^2H, 1 - s < 2^(H + 1), the product < 2^(3H + 1) <= 2^127:
+    # H = 42, both ways. dd * s >= 2^(-Ldd - Ls) and a nonzero 1 - s >= 2^-8 (s >= 1/2 is a
+    # multiple of 2^-8, else 1 - s > 1/2): Ldd + Ls + 8 <= 126, L = 59 each.
+    # dd * ((1 - t) * (1 + t)): each factor < 2^(Ht + 1), so 3H + 2 <= 127, H = 41, then
+    # Hdd + 2 * 42 <= 127: Hdd = 43. Each factor >= 2^-8 whatever t: dd * both >= 2^(-Ldd - 16),
+    # Ldd = 110, and Lt = 126 (f32's normal range).
+    # dd * e / ((1 + e) * (1 + e)), e = exp(-|x|) > 2^(-2^Hx log2(e)): normal for Hx = 6
+    # (e > 2^-92.4, lo -93), not 7; then the quotient < 2^(Hdd + 1): Hdd = 126. 1 + e < 2^2,
+    # so the quotient >= 2^(-Ldd - 93 - 4): Ldd = 29; Lx = 126 (e is about 1 for tiny x).
+    # tanh: e = exp(-2|x|), 2|x| < 2^(Hx + 2) (2 is in [2, 4)): Hx = 4 (lo -93 again); 4 * e < 2^4
+    # (4 in [4, 8)), so Hdd + 4 <= 127: 123; dd * (4 * e) / (< 2^4) >= 2^(-Ldd + 2 - 93 - 4):
+    # Ldd = 31; Lx = 126.
+    found = {variant.name: first["intervals"] for _, variant, first in KERNELS}
     assert found == {
-        "sigmoid_backward_bf16_use_dst": (59, 42),
-        "tanh_backward_bf16_use_dst": (110, 41),
-        "sigmoid_backward_bf16_no_use_dst": (29, 6),
-        "tanh_backward_bf16_no_use_dst": (31, 4),
+        "sigmoid_backward_bf16_use_dst": {"diff_dst": "[2^-59, 2^42)", "src_or_dst": "[2^-59, 2^42)"},
+        "tanh_backward_bf16_use_dst": {"diff_dst": "[2^-110, 2^43)", "src_or_dst": "[2^-126, 2^41)"},
+        "sigmoid_backward_bf16_no_use_dst": {"diff_dst": "[2^-29, 2^126)", "src_or_dst": "[2^-126, 2^6)"},
+        "tanh_backward_bf16_no_use_dst": {"diff_dst": "[2^-31, 2^123)", "src_or_dst": "[2^-126, 2^4)"},
     }
 
 
@@ -121,6 +125,11 @@ def formula(spec, variant) -> tuple[ast.expr, dict[str, ast.expr]]:
     return math.pop(spec.outputs[0].name), math
 
 
+def intervals_of(spec, variant) -> dict[str, float_range.Interval]:
+    tree, definitions = formula(spec, variant)
+    return float_range.input_range(tree, variant.dtypes, definitions, TABLE.dtypes["bf16"]).intervals
+
+
 def bf16_values(generator: np.random.Generator, low: int, high: int, count: int) -> np.ndarray:
     """bf16 values for inputs in [2^-low, 2^high): zeros, the edges, values about 1 (where
     1 - s cancels), and random magnitudes spread over the interval, either sign."""
@@ -162,13 +171,15 @@ def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str
     assert found is not None, f"{context}: expected a float range"
     generator = rng("corners", context)
     count = 200_000
-    values = {name: bf16_values(generator, found.low, found.high, count) for name in names}
+    intervals = found.intervals
+    values = {name: bf16_values(generator, intervals[name].low, intervals[name].high, count) for name in names}
     nudge = generator.integers(-1, 2, count)
     with np.errstate(all="raise"):  # any overflow, underflow or invalid operation fails
         try:
             in_float = evaluate(tree, values, np.float32, definitions, nudge)
         except FloatingPointError as error:
-            pytest.fail(describe(f"{context}: float left its range inside [2^-{found.low}, 2^{found.high}): {error}"))
+            inside = ", ".join(f"{name} in {interval}" for name, interval in intervals.items())
+            pytest.fail(describe(f"{context}: float left its range with {inside}: {error}"))
     exact = evaluate(tree, values, np.float64, definitions)  # a few roundings of 2^-53
     assert np.all(np.isfinite(in_float)), context
     tiny = np.abs(in_float) < 2.0**-126
@@ -200,30 +211,31 @@ FLOAT_FAILS = {
 TAIL = 13
 
 
-def kernel_inputs(first: dict, use_dst: bool, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks inside [2^-low, 2^high); blocks with one value just outside it (an edge past
-    it, a subnormal, the largest bf16, an infinity, a NaN), and FLOAT_FAILS; an odd tail
-    mixing both."""
-    low, high = first["low"], first["high"]
+def kernel_inputs(
+    intervals: dict[str, tuple[int, int]], use_dst: bool, generator: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks inside the inputs' intervals (low, high); blocks with one value just outside
+    its interval (an edge past it, a subnormal, the largest bf16, an infinity, a NaN), and
+    FLOAT_FAILS; an odd tail mixing both."""
     blocks = 96
-    src_or_dst, diff_dst = (bf16_values(generator, low, high, blocks * BLOCK + TAIL) for _ in range(2))
-    past = [
-        2.0**high,
-        float(np.nextafter(BF16(2.0**-low), BF16(0))),
-        float(ml_dtypes.finfo(BF16).smallest_subnormal),
-        float(ml_dtypes.finfo(BF16).max),
-        np.inf,
-        np.nan,
-    ]
+    arrays = {name: bf16_values(generator, low, high, blocks * BLOCK + TAIL) for name, (low, high) in intervals.items()}
+
+    def past(name: str) -> list[float]:
+        low, high = intervals[name]
+        info = ml_dtypes.finfo(BF16)
+        edges = [2.0**high, float(np.nextafter(BF16(2.0**-low), BF16(0)))]
+        return [*edges, float(info.smallest_subnormal), float(info.max), np.inf, np.nan]
+
     for block in range(blocks // 2, blocks):
         lane = block * BLOCK + int(generator.integers(BLOCK))
-        target = src_or_dst if generator.random() < 0.5 else diff_dst
-        target[lane] = BF16(generator.choice(past) * generator.choice([-1.0, 1.0]))
+        name = "src_or_dst" if generator.random() < 0.5 else "diff_dst"
+        arrays[name][lane] = BF16(generator.choice(past(name)) * generator.choice([-1.0, 1.0]))
+    src_or_dst, diff_dst = arrays["src_or_dst"], arrays["diff_dst"]
     for lane, ((_, form), (value, diff)) in zip(fail_lanes(), FLOAT_FAILS.items()):
         if form == use_dst:
             src_or_dst[lane], diff_dst[lane] = BF16(value), BF16(diff)
     for lane in range(blocks * BLOCK, blocks * BLOCK + TAIL, 2):
-        diff_dst[lane] = BF16(past[lane % len(past)])
+        diff_dst[lane] = BF16(past("diff_dst")[lane % len(past("diff_dst"))])
     return src_or_dst, diff_dst
 
 
@@ -239,10 +251,13 @@ def test_kernels_on_blocks_inside_at_and_past_the_edges(target, tmp_path):
     assert {(v.op.name, v.constants["use_dst"]) for _, v, _ in KERNELS} == set(FLOAT_FAILS)
     arrays = {}
     for use_dst in (True, False):
-        # both ops' intervals hold the data: the narrower of the two
-        firsts = [f for _, v, f in KERNELS if v.constants["use_dst"] == use_dst]
-        first = {"low": min(f["low"] for f in firsts), "high": min(f["high"] for f in firsts)}
-        values, diff_dst = kernel_inputs(first, use_dst, rng("kernels", target, use_dst))
+        # both ops' intervals hold the data: the narrower of the two, per input
+        found = [intervals_of(spec, v) for spec, v, _ in KERNELS if v.constants["use_dst"] == use_dst]
+        intervals = {
+            name: (min(f[name].low for f in found), min(f[name].high for f in found))
+            for name in ("src_or_dst", "diff_dst")
+        }
+        values, diff_dst = kernel_inputs(intervals, use_dst, rng("kernels", target, use_dst))
         arrays[f"x_{use_dst}"], arrays[f"dd_{use_dst}"] = values, diff_dst
     inputs, outputs = tmp_path / "inputs.npz", tmp_path / "outputs.npz"
     np.savez(inputs, **{name: array.astype(np.float64) for name, array in arrays.items()})
