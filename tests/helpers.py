@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -112,3 +115,17 @@ sum_bound = accuracy.sum_bound
 def float_run(spec, row: dict[str, str], output: str) -> int:
     """Terms per float partial sum in the kernels of `spec` for dtype row `row` (0: none)."""
     return plan.float_runs(spec, row, TABLE).get(output, 0)
+
+
+def run_on_target(target: str, script: str, *arguments: str) -> None:
+    """Run a Python `script` (with `arguments`) in a fresh process whose kernels run the
+    copy for CPU target `target` (OPGEN_CPU_TARGET), from the checkout's root."""
+    result = subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        env={**os.environ, "OPGEN_CPU_TARGET": target},
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr

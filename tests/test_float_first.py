@@ -6,11 +6,7 @@ just outside it."""
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -19,7 +15,7 @@ import pytest
 import opgen
 from opgen import accuracy, expr, float_range, oracle, plan
 from opgen.plan import BLOCK, TARGETS
-from tests.helpers import TABLE, assert_ulps, describe, rng
+from tests.helpers import TABLE, assert_ulps, describe, rng, run_on_target
 
 BF16 = ml_dtypes.bfloat16
 KERNELS = [
@@ -261,16 +257,7 @@ def test_kernels_on_blocks_inside_at_and_past_the_edges(target, tmp_path):
         arrays[f"x_{use_dst}"], arrays[f"dd_{use_dst}"] = values, diff_dst
     inputs, outputs = tmp_path / "inputs.npz", tmp_path / "outputs.npz"
     np.savez(inputs, **{name: array.astype(np.float64) for name, array in arrays.items()})
-    environment = {**os.environ, "OPGEN_CPU_TARGET": target}
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(inputs), str(outputs)],
-        env=environment,
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent.parent,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    run_on_target(target, SCRIPT, str(inputs), str(outputs))
     with np.load(outputs) as archive:
         assert str(archive["target"]) == target, "OPGEN_CPU_TARGET did not select the target"
         for lane, (op, use_dst) in zip(fail_lanes(), FLOAT_FAILS):

@@ -27,7 +27,7 @@ from opgen import oracle, plan
 from opgen.plan import TARGETS
 from opgen.render import BUNDLED_SPECS
 from opgen.specs import load_specs
-from tests.helpers import assert_ulps, data, dtype_of, rng
+from tests.helpers import assert_ulps, data, dtype_of, rng, run_on_target
 
 SCRIPT = textwrap.dedent("""
     import sys, numpy as np, opgen
@@ -75,16 +75,7 @@ def identical(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def run_target(target: str, path: Path) -> dict[str, np.ndarray]:
-    env = {**os.environ, "OPGEN_CPU_TARGET": target}
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent.parent,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    run_on_target(target, SCRIPT, str(path))
     with np.load(path) as archive:
         return {name: archive[name] for name in archive.files}
 
