@@ -6,6 +6,7 @@ just outside it."""
 from __future__ import annotations
 
 import ast
+import shutil
 import textwrap
 
 import ml_dtypes
@@ -15,6 +16,8 @@ import pytest
 import opgen
 from opgen import accuracy, expr, float_range, oracle, plan
 from opgen.plan import BLOCK, TARGETS
+from opgen.render import BUNDLED_SPECS
+from opgen.specs import load_spec
 from tests.helpers import TABLE, assert_ulps, describe, rng, run_on_target
 
 BF16 = ml_dtypes.bfloat16
@@ -281,3 +284,80 @@ def test_the_data_has_cases_float_alone_gets_wrong(case):
     assert np.isfinite(expected[0]) and expected[0] != 0
     bad = accuracy.ulps_off(in_float.astype(BF16), expected, TABLE.dtypes["bf16"], 1)
     assert bad[0], f"float alone gives {in_float[0]}, within 1 ulp of {expected[0]}"
+
+
+TWO_OUTPUTS = """
+[op]
+name = "two_outputs"
+summary = "Two outputs of x and y through a temporary, an exp and a division."
+source = "a user's own op"
+pattern = "elementwise"
+compute = "wide"
+
+[[inputs]]
+name = "x"
+doc = "Input."
+
+[[inputs]]
+name = "y"
+doc = "Input."
+
+[[outputs]]
+name = "first"
+doc = "(x * y) * (1 - y)."
+
+[[outputs]]
+name = "second"
+doc = "y * e / (2 + e), e = exp(-|x|)."
+
+[[dtypes]]
+x = "bf16"
+y = "bf16"
+first = "bf16"
+second = "bf16"
+
+[math.elements]
+product = "x * y"
+decay = "exp(-abs(x))"
+first = "product * (1 - y)"
+second = "y * decay / (2 + decay)"
+"""
+
+
+def test_a_users_spec_with_two_outputs_gets_the_intervals_both_allow(tmp_path):
+    """Each input's interval is the narrower of the two outputs' (x: below 2^6 for the exp, y:
+    what (x * y) * (1 - y) allows); blocks inside and outside them match float64 math."""
+    directory = tmp_path / "specs"
+    directory.mkdir()
+    shutil.copy(BUNDLED_SPECS / "dtypes.toml", directory)
+    (directory / "two_outputs.toml").write_text(TWO_OUTPUTS)
+    spec = load_spec(directory / "two_outputs.toml", TABLE)
+    (variant,) = plan.variants(spec, TABLE)
+    first = plan.kernel(variant, TABLE)["float_first"]
+    math = {name: expr.parse(text) for name, text in spec.math["elements"]}
+    alone = {
+        output: float_range.input_range(math[output], variant.dtypes, math, TABLE.dtypes["bf16"]).intervals
+        for output in ("first", "second")
+    }
+    for name in ("x", "y"):
+        narrower = float_range.Interval(
+            min(a[name].low for a in alone.values() if name in a),
+            min(a[name].high for a in alone.values() if name in a),
+        )
+        assert first["intervals"][name] == str(narrower)
+    assert first["intervals"]["x"].endswith("2^6)")  # exp(-|x|) stays normal below 2^6 only
+
+    library = opgen.load(directory)
+    generator = rng("two outputs")
+    count = 64 * BLOCK + 7
+    x, y = (generator.standard_normal(count) for _ in range(2))
+    outside = [2.0**70, 1e-40, np.inf, np.nan, 300.0]
+    for block in range(32, 64):
+        (x if block % 2 else y)[block * BLOCK + block % BLOCK] = outside[block % len(outside)]
+    x, y = x.astype(BF16), y.astype(BF16)
+    got_first, got_second = library.two_outputs(x, y)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    with np.errstate(all="ignore"):
+        decay = np.exp(-np.abs(x64))
+        assert_ulps(got_first, (x64 * y64) * (1 - y64), "bf16", 1, "two_outputs first")
+        assert_ulps(got_second, y64 * decay / (2 + decay), "bf16", 1, "two_outputs second")
