@@ -129,8 +129,16 @@ def fold(tree: ast.expr, constants: Mapping[str, bool]) -> ast.expr:
     return Folder().visit(copy)
 
 
-def to_c(tree: ast.expr, variables: Mapping[str, str], literal_suffix: str, math_suffix: str, select: str) -> str:
-    """C text of a checked expression; `variables` maps each spec name to its C spelling.
+def to_c(
+    tree: ast.expr,
+    variables: Mapping[str, str],
+    literal_suffix: str,
+    math_suffix: str,
+    select: str,
+    functions: Mapping[str, str] | None = None,
+) -> str:
+    """C text of a checked expression; `variables` maps each spec name to its C spelling,
+    `functions` a function to another C name than FUNCTIONS' (before the suffix).
 
     Both arms of `a if c else b` become arguments of the function `select`, so both are
     always computed and the compiler can turn the choice into a vector blend; `and`/`or`
@@ -163,7 +171,8 @@ def to_c(tree: ast.expr, variables: Mapping[str, str], literal_suffix: str, math
         if isinstance(node, ast.IfExp):
             return f"{select}({emit(node.test)}, {emit(node.body)}, {emit(node.orelse)})"
         if isinstance(node, ast.Call):
-            c_name = FUNCTIONS[node.func.id][1] + math_suffix  # type: ignore[union-attr]
+            name = node.func.id  # type: ignore[union-attr]
+            c_name = (functions or {}).get(name, FUNCTIONS[name][1]) + math_suffix
             return f"{c_name}(" + ", ".join(emit(arg) for arg in node.args) + ")"
         raise ExprError(f"unsupported syntax: {ast.unparse(node)}")
 

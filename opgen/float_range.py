@@ -207,7 +207,9 @@ def _exp(argument: _Node) -> _Node | None:
     if argument.bits is None:
         return None
     reach = 2.0**argument.hi * math.log2(math.e)  # |log2 of the result| below this
-    lo = 0 if argument.sign == 1 else math.floor(-reach)
+    # one binade more below: the kernels' exp (opgen_exp_normalf) scales by 2^k once, which is
+    # exact only while its rounded result stays normal
+    lo = 0 if argument.sign == 1 else math.floor(-reach) - 1
     hi = 1 if argument.sign == -1 else math.ceil(reach) + 1
     return _Node(lo, hi, None, EXP_ROUNDINGS, False, 1)
 

@@ -353,6 +353,8 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
                     style.literal_suffix,
                     style.math_suffix,
                     "opgen_select_float",
+                    # inside the intervals exp's results are normal: no clamp, one scaling
+                    {"exp": "opgen_exp_normal"},
                 ),
             }
             for name, tree in elements

@@ -6,8 +6,11 @@ just outside it."""
 from __future__ import annotations
 
 import ast
+import platform
 import shutil
+import subprocess
 import textwrap
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -15,12 +18,14 @@ import pytest
 
 import opgen
 from opgen import accuracy, expr, float_range, oracle, plan
+from opgen.compile import compiler
 from opgen.plan import BLOCK, TARGETS
-from opgen.render import BUNDLED_SPECS
+from opgen.render import BUNDLED_SPECS, render_library
 from opgen.specs import load_spec
 from tests.helpers import TABLE, assert_ulps, describe, rng, run_on_target
 
 BF16 = ml_dtypes.bfloat16
+LIBRARY = render_library()
 KERNELS = [
     (spec, variant, plan.kernel(variant, TABLE)["float_first"])
     for spec in opgen.bundled.specs
@@ -40,17 +45,17 @@ def test_the_bundled_kernels_that_compute_in_float_first():
     # Hdd + 2 * 42 <= 127: Hdd = 43. Each factor >= 2^-8 whatever t: dd * both >= 2^(-Ldd - 16),
     # Ldd = 110, and Lt = 126 (f32's normal range).
     # dd * e / ((1 + e) * (1 + e)), e = exp(-|x|) > 2^(-2^Hx log2(e)): normal for Hx = 6
-    # (e > 2^-92.4, lo -93), not 7; then the quotient < 2^(Hdd + 1): Hdd = 126. 1 + e < 2^2,
-    # so the quotient >= 2^(-Ldd - 93 - 4): Ldd = 29; Lx = 126 (e is about 1 for tiny x).
-    # tanh: e = exp(-2|x|), 2|x| < 2^(Hx + 2) (2 is in [2, 4)): Hx = 4 (lo -93 again); 4 * e < 2^4
-    # (4 in [4, 8)), so Hdd + 4 <= 127: 123; dd * (4 * e) / (< 2^4) >= 2^(-Ldd + 2 - 93 - 4):
-    # Ldd = 31; Lx = 126.
+    # (e > 2^-92.4, lo -93, and one binade of margin: -94), not 7; then the quotient
+    # < 2^(Hdd + 1): Hdd = 126. 1 + e < 2^2, so the quotient >= 2^(-Ldd - 94 - 4): Ldd = 28;
+    # Lx = 126 (e is about 1 for tiny x). tanh: e = exp(-2|x|), 2|x| < 2^(Hx + 2) (2 is in
+    # [2, 4)): Hx = 4 (lo -94 again); 4 * e < 2^4 (4 in [4, 8)), so Hdd + 4 <= 127: 123;
+    # dd * (4 * e) / (< 2^4) >= 2^(-Ldd + 2 - 94 - 4): Ldd = 30; Lx = 126.
     found = {variant.name: first["intervals"] for _, variant, first in KERNELS}
     assert found == {
         "sigmoid_backward_bf16_use_dst": {"diff_dst": "[2^-59, 2^42)", "src_or_dst": "[2^-59, 2^42)"},
         "tanh_backward_bf16_use_dst": {"diff_dst": "[2^-110, 2^43)", "src_or_dst": "[2^-126, 2^41)"},
-        "sigmoid_backward_bf16_no_use_dst": {"diff_dst": "[2^-29, 2^126)", "src_or_dst": "[2^-126, 2^6)"},
-        "tanh_backward_bf16_no_use_dst": {"diff_dst": "[2^-31, 2^123)", "src_or_dst": "[2^-126, 2^4)"},
+        "sigmoid_backward_bf16_no_use_dst": {"diff_dst": "[2^-28, 2^126)", "src_or_dst": "[2^-126, 2^6)"},
+        "tanh_backward_bf16_no_use_dst": {"diff_dst": "[2^-30, 2^123)", "src_or_dst": "[2^-126, 2^4)"},
     }
 
 
@@ -361,3 +366,27 @@ def test_a_users_spec_with_two_outputs_gets_the_intervals_both_allow(tmp_path):
         decay = np.exp(-np.abs(x64))
         assert_ulps(got_first, (x64 * y64) * (1 - y64), "bf16", 1, "two_outputs first")
         assert_ulps(got_second, y64 * decay / (2 + decay), "bf16", 1, "two_outputs second")
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
+def test_the_kernels_exp_equals_opgen_expf_where_its_result_is_normal(tmp_path, fused):
+    """Inside the intervals the f32 blocks call opgen_exp_normalf, opgen_expf without its clamp
+    and with one scaling: the same bits wherever e^x is normal (tests/c/exp_normal.c), with
+    C's fma() and with a multiply and an add."""
+    if shutil.which(compiler()[0]) is None:
+        pytest.skip("no C compiler")
+    if fused and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("-mfma is an x86-64 flag")
+    names = [t["name"] for t in TARGETS]
+    if fused and names.index(opgen.info()["cpu_target"]) < names.index("avx2"):
+        pytest.skip("this CPU has no FMA")
+    for name, text in LIBRARY.files.items():
+        (tmp_path / name).write_text(text)
+    source = Path(__file__).parent / "c" / "exp_normal.c"
+    flags = ["-std=c99", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *(["-mfma"] if fused else [])]
+    command = [*compiler(), *flags, f"-I{tmp_path}", str(source), "-o", str(tmp_path / "exp_normal"), "-lm"]
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    result = subprocess.run([str(tmp_path / "exp_normal")], capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and result.stdout.startswith("exp ok"), result.stdout
+    assert int(result.stdout.split()[-1]) > 10_000_000  # every 61st float of [-86.6, 88]
