@@ -202,7 +202,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* sigmoid_backward_f16_no_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
- * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float; use_dst=false) */
+ * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float, its exp unclamped where each input is 0 or of magnitude diff_dst in [2^-126, 2^127), src_or_dst in [2^-126, 2^6); use_dst=false) */
 void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -224,13 +224,25 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_or_dst_value = (float)src_or_dst_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float decay_value = opgen_expf((-fabsf(src_or_dst_value)));
-                    const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00800000u, 0x427FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x00800000u, 0x7EFFFFFFu)) {
+                    /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_or_dst_value = src_or_dst_block[lane];
+                        const float diff_dst_value = diff_dst_block[lane];
+                        const float decay_value = opgen_exp_normalf((-fabsf(src_or_dst_value)));
+                        const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                        diff_src_block[lane] = diff_src_value;
+                    }
+                } else {
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_or_dst_value = (float)src_or_dst_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float decay_value = opgen_expf((-fabsf(src_or_dst_value)));
+                        const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
                 }
                 opgen_store_block_f16(diff_src + index, diff_src_block, stream);
             }
@@ -246,13 +258,25 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_or_dst_value = (float)src_or_dst_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float decay_value = opgen_expf((-fabsf(src_or_dst_value)));
-                const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
-                diff_src_block[lane] = (float)diff_src_value;
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00800000u, 0x427FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x00800000u, 0x7EFFFFFFu)) {
+                /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_or_dst_value = src_or_dst_block[lane];
+                    const float diff_dst_value = diff_dst_block[lane];
+                    const float decay_value = opgen_exp_normalf((-fabsf(src_or_dst_value)));
+                    const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                    diff_src_block[lane] = diff_src_value;
+                }
+            } else {
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float decay_value = opgen_expf((-fabsf(src_or_dst_value)));
+                    const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
             }
             opgen_store_block_f16(diff_src + index, diff_src_block, stream);
         }
@@ -260,8 +284,18 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
     }
 
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
-        const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
+        const float src_or_dst_float = opgen_f16_to_f32(src_or_dst[index]);
+        const float diff_dst_float = opgen_f16_to_f32(diff_dst[index]);
+        if (opgen_in_range(src_or_dst_float, 0x00800000u, 0x427FFFFFu) && opgen_in_range(diff_dst_float, 0x00800000u, 0x7EFFFFFFu)) {
+            const float src_or_dst_value = src_or_dst_float;
+            const float diff_dst_value = diff_dst_float;
+            const float decay_value = opgen_exp_normalf((-fabsf(src_or_dst_value)));
+            const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
+            diff_src[index] = opgen_f32_to_f16(diff_src_value);
+            continue;
+        }
+        const float src_or_dst_value = (float)src_or_dst_float;
+        const float diff_dst_value = (float)diff_dst_float;
         const float decay_value = opgen_expf((-fabsf(src_or_dst_value)));
         const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
         diff_src[index] = opgen_f32_to_f16(diff_src_value);

@@ -324,8 +324,10 @@ def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
 def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]], table: DTypeTable) -> dict | None:
     """For an elementwise kernel computed in a type wider than float: the input magnitudes for
     which its blocks may be computed in float (float_range), and the math in float; None
-    when float cannot be trusted for any (exp, division, attributes, f32 outputs)."""
-    if compute == "float":
+    when float cannot be trusted for any (a log, attributes, f32 outputs...). A kernel
+    computed in float gets them only if its math calls exp: inside them its blocks call
+    opgen_exp_normalf, the same bits as the clamped opgen_expf, in fewer operations."""
+    if compute == "float" and not any(_calls(tree, "exp") for _, tree in elements):
         return None
     definitions = dict(elements)
     outputs = [t.name for t in variant.op.outputs]
@@ -378,7 +380,12 @@ def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, f
     computed = f"computed in {compute}"
     if float_first:
         inside = ", ".join(f"{name} in {interval}" for name, interval in float_first["intervals"].items())
-        computed = f"computed in float where each input is 0 or of magnitude {inside}, else in {compute}"
+        where = f"where each input is 0 or of magnitude {inside}"
+        computed = (
+            f"computed in float, its exp unclamped {where}"
+            if compute == "float"
+            else f"computed in float {where}, else in {compute}"
+        )
     parts = [dtypes, computed]
     if variant.form == "full":
         parts.append("every operand as big as the tensor: one term per sum")
