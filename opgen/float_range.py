@@ -217,11 +217,7 @@ def _exp(argument: _Node) -> _Node | None:
 def _same_sign_sum(a: _Node, b: _Node) -> _Node:
     """a + b of terms of one sign: no cancellation, |a + b| is at least either term's, and
     its relative error is at most the larger of theirs, plus its own rounding."""
-    lo = max(a.lo, b.lo)
-    if a.can_be_zero:
-        lo = min(lo, b.lo)
-    if b.can_be_zero:
-        lo = min(lo, a.lo)
+    lo = _or_either_alone(max(a.lo, b.lo), a, b)
     if a.bits is not None and b.bits is not None:
         exact_sum = _sum(a, b)
         return replace(exact_sum, lo=max(lo, exact_sum.lo), sign=a.sign, can_be_zero=a.can_be_zero and b.can_be_zero)
@@ -233,17 +229,22 @@ def _sum(a: _Node, b: _Node) -> _Node:
     """a + b or a - b of values f32 holds exactly. If the smaller magnitude is under half the
     larger, |a +- b| > half the larger; otherwise both are at least 2^(lo - 1), lo the larger
     lower bound, so both are multiples of 2^(lo - bits) and so is a nonzero result."""
-    largest_lo = max(a.lo, b.lo)
-    lo = largest_lo - max(a.bits, b.bits)
-    if a.can_be_zero:
-        lo = min(lo, b.lo)  # 0 +- b is b
-    if b.can_be_zero:
-        lo = min(lo, a.lo)
+    lo = _or_either_alone(max(a.lo, b.lo) - max(a.bits, b.bits), a, b)
     hi = max(a.hi, b.hi) + 1
     grain = min(a.lo - a.bits + 1, b.lo - b.bits + 1)  # the lowest bit either can have
     bits = hi - grain
     exact = bits <= F32_BITS
     return _Node(lo, hi, bits if exact else None, 0 if exact else 1, True)
+
+
+def _or_either_alone(lo: int, a: _Node, b: _Node) -> int:
+    """The lower bound `lo` of a nonzero a +- b, lowered to b's where a can be 0 (0 +- b is b)
+    and to a's where b can."""
+    if a.can_be_zero:
+        lo = min(lo, b.lo)
+    if b.can_be_zero:
+        lo = min(lo, a.lo)
+    return lo
 
 
 def _constant(value: float) -> _Node | None:

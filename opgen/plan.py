@@ -349,6 +349,7 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
         "elements": [
             {
                 "name": name,
+                "type": "float",
                 "c": expr.to_c(
                     tree,
                     {n: f"{n}_value" for n in expr.names(tree)},
