@@ -71,7 +71,7 @@ void OPGEN_KERNEL(tanh_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_or_
 }
 
 /* tanh_backward_f32_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double; use_dst=false) */
+ * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double, its exp unclamped and within 2^-31 (f32 results need 2^-25) where each input is 0 or of magnitude diff_dst in [2^-149, 2^128), src_or_dst in [2^-149, 2^7); use_dst=false) */
 void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -93,13 +93,25 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const double src_or_dst_value = (double)src_or_dst_block[lane];
-                    const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-                    const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x42FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x00000001u, 0x7F7FFFFFu)) {
+                    /* every input 0 or in its interval (the kernel's comment): double stays in its normal range and within 1 ulp */
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_or_dst_value = (double)src_or_dst_block[lane];
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double decay_value = opgen_exp_short(((-2.0) * fabs(src_or_dst_value)));
+                        const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                } else {
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_or_dst_value = (double)src_or_dst_block[lane];
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
+                        const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
                 }
                 opgen_store_block_f32(diff_src + index, diff_src_block, stream);
             }
@@ -115,13 +127,25 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_or_dst_value = (double)src_or_dst_block[lane];
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-                const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
-                diff_src_block[lane] = (float)diff_src_value;
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x42FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x00000001u, 0x7F7FFFFFu)) {
+                /* every input 0 or in its interval (the kernel's comment): double stays in its normal range and within 1 ulp */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_or_dst_value = (double)src_or_dst_block[lane];
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double decay_value = opgen_exp_short(((-2.0) * fabs(src_or_dst_value)));
+                    const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+            } else {
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_or_dst_value = (double)src_or_dst_block[lane];
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
+                    const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
             }
             opgen_store_block_f32(diff_src + index, diff_src_block, stream);
         }
@@ -129,8 +153,18 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
     }
 
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const double src_or_dst_value = (double)(src_or_dst[index]);
-        const double diff_dst_value = (double)(diff_dst[index]);
+        const float src_or_dst_float = src_or_dst[index];
+        const float diff_dst_float = diff_dst[index];
+        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x42FFFFFFu) && opgen_in_range(diff_dst_float, 0x00000001u, 0x7F7FFFFFu)) {
+            const double src_or_dst_value = (double)src_or_dst_float;
+            const double diff_dst_value = (double)diff_dst_float;
+            const double decay_value = opgen_exp_short(((-2.0) * fabs(src_or_dst_value)));
+            const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+            diff_src[index] = (float)(diff_src_value);
+            continue;
+        }
+        const double src_or_dst_value = (double)src_or_dst_float;
+        const double diff_dst_value = (double)diff_dst_float;
         const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
         const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
         diff_src[index] = (float)(diff_src_value);

@@ -1,4 +1,4 @@
-"""When a kernel computed in double may compute a block in float first.
+"""When a kernel may compute a block in a cheaper arithmetic first.
 
 bf16 data takes several roundings in double (spec `compute = "wide"`) because f32 has bf16's
 range: a product of bf16 values can overflow or underflow in f32. But when every input of a
@@ -10,9 +10,14 @@ within 1 ulp of a short output dtype (bf16) from the exact value rounded. `input
 that magnitude interval by interval arithmetic on exponents; the kernels check it per block
 and compute the blocks that fail it in double, as before.
 
+f32 data computed in double gets the same analysis in double arithmetic (DOUBLE): there
+the gain is exp, which inside the intervals may skip its clamp and sum a shorter series,
+opgen_exp_short, whose relative error (2^-31.6, series_error) counts as 2^21.4 roundings of
+2^-53: an f32 result allows 2^-25, some 2^28 of them.
+
 Each node is summarised, for nonzero values, by [2^lo, 2^hi) bounding its magnitude, its
-significant bits when f32 computes it exactly (None once rounded), the roundings it took
-(relative errors of 2^-24 each: they add up through products and quotients, and through
+significant bits when the arithmetic computes it exactly (None once rounded), the roundings
+it took (relative errors of 2^-24 each, 2^-53 in double: they add up through products and quotients, and through
 sums of terms of one sign), its sign if known, and whether it can be zero.
 """
 
@@ -30,6 +35,9 @@ from opgen.specs import DType
 F32_BITS = 24
 F32_MIN_EXPONENT = -126  # smallest normal: 2^-126
 F32_MAX_EXPONENT = 127  # values below 2^127 cannot round up to infinity
+# the widest input intervals: f32's smallest subnormal 2^-149 up to every finite f32 (< 2^128)
+INPUT_LOW_LIMIT = 149
+INPUT_HIGH_LIMIT = 128
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,8 @@ class Interval:
 
     def c_bounds(self) -> tuple[str, str]:
         """The f32 bit patterns (sign cleared) of 2^-low and of the largest float below 2^high."""
-        return f"0x{(127 - self.low) << 23:08X}u", f"0x{((127 + self.high) << 23) - 1:08X}u"
+        low = (127 - self.low) << 23 if self.low <= 126 else 1 << (149 - self.low)
+        return f"0x{low:08X}u", f"0x{((127 + self.high) << 23) - 1:08X}u"
 
     def __str__(self) -> str:
         return f"[2^-{self.low}, 2^{self.high})"
@@ -56,8 +65,35 @@ class FloatRange:
     roundings: int
 
 
+@dataclass(frozen=True)
+class Arithmetic:
+    """The type a block is computed in: `bits` of significand, normal exponents from
+    `min_exponent`, magnitudes below 2^`max_exponent` safe from overflow, and the error of
+    its exp inside the intervals in roundings of 2^-bits."""
+
+    name: str
+    bits: int
+    min_exponent: int
+    max_exponent: int
+    exp_roundings: int
+
+
+# the terms opgen_exp_short sums (templates/opgen_internal.h.j2 takes the number from here)
+SHORT_EXP_TERMS = 8
+
+
+def series_error(terms: int) -> float:
+    """A bound on the relative error of e^r by its Taylor series to r^terms/terms!, |r| below
+    0.35 (ln 2 / 2 plus the slack of a misrounded k): the first term left out, times e^0.35,
+    bounds the rest; 2^-50 more for the roundings of Horner's rule and of the reduction."""
+    return 0.35 ** (terms + 1) / math.factorial(terms + 1) * math.exp(0.35) + 2.0**-50
+
+
+# 2^this bounds opgen_exp_short's relative error (-31), for the kernels' comments
+SHORT_EXP_ERROR_EXPONENT = math.ceil(math.log2(series_error(SHORT_EXP_TERMS)))
 # opgen_expf is within 1 ulp of f32 (README, "Numerical behaviour"): 2^-23 relative, two roundings
-EXP_ROUNDINGS = 2
+FLOAT = Arithmetic("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT, 2)
+DOUBLE = Arithmetic("double", 53, -1022, 1023, math.ceil(series_error(SHORT_EXP_TERMS) * 2.0**53))
 
 
 @dataclass(frozen=True)
@@ -71,26 +107,32 @@ class _Node:
 
 
 def input_range(
-    tree: ast.expr, dtypes: Mapping[str, DType], definitions: Mapping[str, ast.expr], output: DType
+    tree: ast.expr,
+    dtypes: Mapping[str, DType],
+    definitions: Mapping[str, ast.expr],
+    output: DType,
+    arithmetic: Arithmetic = FLOAT,
 ) -> FloatRange | None:
-    """An interval per input inside which f32 computes `tree` within 1 ulp of `output`; None
-    when the formula has anything else (module docstring), or `output` is too precise for the
-    roundings it takes. The intervals widen together while they can (no input favoured),
+    """An interval per input inside which `arithmetic` computes `tree` within 1 ulp of
+    `output`; None when the formula has anything else (module docstring), or `output` is too
+    precise for the roundings it takes. The intervals widen together while they can (no input favoured),
     then each alone, in name order: from src, |x| is held by exp while diff_dst goes on."""
     names = sorted(_inputs(tree, definitions))
     low, high = dict.fromkeys(names, 1), dict.fromkeys(names, 1)
 
     def valid() -> bool:
         bounds = {name: (low[name], high[name]) for name in names}
-        return _summary(tree, dtypes, definitions, bounds, output) is not None
+        return _summary(tree, dtypes, definitions, bounds, output, arithmetic) is not None
 
     if not valid():
         return None
-    for bounds, limit in ((high, F32_MAX_EXPONENT), (low, -F32_MIN_EXPONENT)):
+    high_limit = min(INPUT_HIGH_LIMIT, arithmetic.max_exponent)
+    low_limit = min(INPUT_LOW_LIMIT, -arithmetic.min_exponent)
+    for bounds, limit in ((high, high_limit), (low, low_limit)):
         _widen(bounds, names, limit, valid)
         for name in names:
             _widen(bounds, [name], limit, valid)
-    node = _summary(tree, dtypes, definitions, {n: (low[n], high[n]) for n in names}, output)
+    node = _summary(tree, dtypes, definitions, {n: (low[n], high[n]) for n in names}, output, arithmetic)
     assert node is not None
     return FloatRange({name: Interval(low[name], high[name]) for name in names}, node.roundings)
 
@@ -122,31 +164,31 @@ def _widen(bounds: dict[str, int], names: list[str], limit: int, valid) -> None:
         bounds[name] = max(bounds[name], good)
 
 
-def _summary(tree, dtypes, definitions, bounds: dict[str, tuple[int, int]], output: DType) -> _Node | None:
-    node = _node(tree, dtypes, definitions, bounds)
+def _summary(tree, dtypes, definitions, bounds, output: DType, arithmetic: Arithmetic) -> _Node | None:
+    node = _node(tree, dtypes, definitions, bounds, arithmetic)
     if node is None:
         return None
-    # relative error (1 + 2^-24)^r - 1 under half an ulp of the output's precision: the
+    # relative error (1 + 2^-bits)^r - 1 under half an ulp of the output's precision: the
     # result then rounds to the output value the exact one rounds to, or a neighbour
     precision = output.mantissa_bits + 1
-    if (1 + 2.0**-F32_BITS) ** node.roundings - 1 > 2.0 ** -(precision + 1):
+    if math.expm1(node.roundings * math.log1p(2.0**-arithmetic.bits)) > 2.0 ** -(precision + 1):
         return None
     return node
 
 
-def _node(tree: ast.expr, dtypes, definitions, bounds: dict[str, tuple[int, int]]) -> _Node | None:
+def _node(tree: ast.expr, dtypes, definitions, bounds, arithmetic: Arithmetic) -> _Node | None:
     def visit(node: ast.expr) -> _Node | None:
-        result = _visit(node, visit, dtypes, definitions, bounds)
-        if result is None or result.lo < F32_MIN_EXPONENT or result.hi > F32_MAX_EXPONENT:
+        result = _visit(node, visit, dtypes, definitions, bounds, arithmetic)
+        if result is None or result.lo < arithmetic.min_exponent or result.hi > arithmetic.max_exponent:
             return None
         return result
 
     return visit(tree)
 
 
-def _visit(node, visit, dtypes, definitions, bounds: dict[str, tuple[int, int]]) -> _Node | None:
+def _visit(node, visit, dtypes, definitions, bounds, arithmetic: Arithmetic) -> _Node | None:
     if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
-        return _constant(float(node.value))
+        return _constant(float(node.value), arithmetic.bits)
     if isinstance(node, ast.Name):
         if node.id in definitions:
             return visit(definitions[node.id])
@@ -164,7 +206,7 @@ def _visit(node, visit, dtypes, definitions, bounds: dict[str, tuple[int, int]])
         argument = visit(node.args[0])
         if argument is None:
             return None
-        return replace(argument, sign=1) if node.func.id == "abs" else _exp(argument)
+        return replace(argument, sign=1) if node.func.id == "abs" else _exp(argument, arithmetic)
     if not isinstance(node, ast.BinOp) or not isinstance(node.op, (ast.Mult, ast.Div, ast.Add, ast.Sub)):
         return None
     left, right = visit(node.left), visit(node.right)
@@ -172,7 +214,7 @@ def _visit(node, visit, dtypes, definitions, bounds: dict[str, tuple[int, int]])
         return None
     if isinstance(node.op, ast.Mult):
         bits = None if left.bits is None or right.bits is None else left.bits + right.bits
-        exact = bits is not None and bits <= F32_BITS
+        exact = bits is not None and bits <= arithmetic.bits
         return _Node(
             left.lo + right.lo,
             left.hi + right.hi,
@@ -194,46 +236,47 @@ def _visit(node, visit, dtypes, definitions, bounds: dict[str, tuple[int, int]])
         )
     right_sign = right.sign if isinstance(node.op, ast.Add) else -right.sign
     if left.sign != 0 and left.sign == right_sign:
-        return _same_sign_sum(left, right)
+        return _same_sign_sum(left, right, arithmetic.bits)
     # terms of either sign may cancel, which would magnify a rounded term's error
     if left.bits is None or right.bits is None:
         return None
-    return _sum(left, right)
+    return _sum(left, right, arithmetic.bits)
 
 
-def _exp(argument: _Node) -> _Node | None:
+def _exp(argument: _Node, arithmetic: Arithmetic) -> _Node | None:
     """exp of an exact argument (a rounded one's error would grow by the argument's size),
     |argument| < 2^hi."""
     if argument.bits is None:
         return None
     reach = 2.0**argument.hi * math.log2(math.e)  # |log2 of the result| below this
-    # one binade more below: the kernels' exp (opgen_exp_normalf) scales by 2^k once, which is
-    # exact only while its rounded result stays normal
+    # one binade more below: the kernels' exp (opgen_exp_normalf, opgen_exp_short) scales by
+    # 2^k once, which is exact only while its rounded result stays normal
     lo = 0 if argument.sign == 1 else math.floor(-reach) - 1
     hi = 1 if argument.sign == -1 else math.ceil(reach) + 1
-    return _Node(lo, hi, None, EXP_ROUNDINGS, False, 1)
+    return _Node(lo, hi, None, arithmetic.exp_roundings, False, 1)
 
 
-def _same_sign_sum(a: _Node, b: _Node) -> _Node:
+def _same_sign_sum(a: _Node, b: _Node, precision: int) -> _Node:
     """a + b of terms of one sign: no cancellation, |a + b| is at least either term's, and
     its relative error is at most the larger of theirs, plus its own rounding."""
     lo = _or_either_alone(max(a.lo, b.lo), a, b)
     if a.bits is not None and b.bits is not None:
-        exact_sum = _sum(a, b)
+        exact_sum = _sum(a, b, precision)
         return replace(exact_sum, lo=max(lo, exact_sum.lo), sign=a.sign, can_be_zero=a.can_be_zero and b.can_be_zero)
     hi = max(a.hi, b.hi) + 1
     return _Node(lo, hi, None, max(a.roundings, b.roundings) + 1, a.can_be_zero and b.can_be_zero, a.sign)
 
 
-def _sum(a: _Node, b: _Node) -> _Node:
-    """a + b or a - b of values f32 holds exactly. If the smaller magnitude is under half the
-    larger, |a +- b| > half the larger; otherwise both are at least 2^(lo - 1), lo the larger
-    lower bound, so both are multiples of 2^(lo - bits) and so is a nonzero result."""
+def _sum(a: _Node, b: _Node, precision: int) -> _Node:
+    """a + b or a - b of values the arithmetic (`precision` bits) holds exactly. If the
+    smaller magnitude is under half the larger, |a +- b| > half the larger; otherwise both are
+    at least 2^(lo - 1), lo the larger lower bound, so both are multiples of 2^(lo - bits) and
+    so is a nonzero result."""
     lo = _or_either_alone(max(a.lo, b.lo) - max(a.bits, b.bits), a, b)
     hi = max(a.hi, b.hi) + 1
     grain = min(a.lo - a.bits + 1, b.lo - b.bits + 1)  # the lowest bit either can have
     bits = hi - grain
-    exact = bits <= F32_BITS
+    exact = bits <= precision
     return _Node(lo, hi, bits if exact else None, 0 if exact else 1, True)
 
 
@@ -247,14 +290,14 @@ def _or_either_alone(lo: int, a: _Node, b: _Node) -> int:
     return lo
 
 
-def _constant(value: float) -> _Node | None:
+def _constant(value: float, precision: int) -> _Node | None:
     if value == 0.0:
         return _Node(0, 0, 1, 0, True, 1)
     if not math.isfinite(value):
         return None
     numerator = abs(Fraction(value)).numerator
     bits = numerator.bit_length() - ((numerator & -numerator).bit_length() - 1)
-    if bits > F32_BITS:
-        return None  # not a float constant (its range is checked like any node's)
+    if bits > precision:
+        return None  # not a constant of the arithmetic (its range is checked like any node's)
     _, exponent = math.frexp(abs(value))  # |value| in [2^(exponent - 1), 2^exponent)
     return _Node(exponent - 1, exponent, bits, 0, False, 1 if value > 0 else -1)

@@ -322,42 +322,59 @@ def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
 
 
 def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]], table: DTypeTable) -> dict | None:
-    """For an elementwise kernel computed in a type wider than float: the input magnitudes for
-    which its blocks may be computed in float (float_range), and the math in float; None
-    when float cannot be trusted for any (a log, attributes, f32 outputs...). A kernel
-    computed in float gets them only if its math calls exp: inside them its blocks call
-    opgen_exp_normalf, the same bits as the clamped opgen_expf, in fewer operations."""
-    if compute == "float" and not any(_calls(tree, "exp") for _, tree in elements):
+    """For an elementwise kernel: the input magnitudes for which its blocks may take a
+    cheaper path (float_range), and the math there; None when there is none (a log,
+    attributes...). Computed in double, the path is float when float's precision is enough
+    (bf16 outputs); else, if the math calls exp, double with opgen_exp_short (unclamped,
+    shorter series, within 1 ulp of f32 outputs). Computed in float, the path calls exp
+    only: opgen_exp_normalf, the same bits as the clamped opgen_expf, in fewer operations."""
+    calls_exp = any(_calls(tree, "exp") for _, tree in elements)
+    if compute == "float" and not calls_exp:
         return None
     definitions = dict(elements)
     outputs = [t.name for t in variant.op.outputs]
-    ranges = [float_range.input_range(definitions[o], variant.dtypes, definitions, variant.dtypes[o]) for o in outputs]
-    if any(r is None for r in ranges):
+
+    def ranges_in(arithmetic: float_range.Arithmetic) -> list[float_range.FloatRange] | None:
+        found = [
+            float_range.input_range(definitions[o], variant.dtypes, definitions, variant.dtypes[o], arithmetic)
+            for o in outputs
+        ]
+        return None if any(r is None for r in found) else found  # type: ignore[return-value]
+
+    arithmetic = float_range.FLOAT
+    ranges = ranges_in(arithmetic)
+    if ranges is None and compute == "double" and calls_exp:
+        arithmetic = float_range.DOUBLE
+        ranges = ranges_in(arithmetic)
+    if ranges is None:
         return None
     # every output's intervals hold: their intersection
     intervals = {
         name: float_range.Interval(
-            min(r.intervals[name].low for r in ranges if name in r.intervals),  # type: ignore[union-attr]
-            min(r.intervals[name].high for r in ranges if name in r.intervals),  # type: ignore[union-attr]
+            min(r.intervals[name].low for r in ranges if name in r.intervals),
+            min(r.intervals[name].high for r in ranges if name in r.intervals),
         )
-        for name in sorted(set().union(*(r.intervals for r in ranges)))  # type: ignore[union-attr]
+        for name in sorted(set().union(*(r.intervals for r in ranges)))
     }
-    style = table.compute_types["float"]
+    kind = arithmetic.name
+    style = table.compute_types[kind]
+    # inside the intervals exp's results are normal: no clamp, one scaling
+    exp = {"float": "opgen_exp_normal", "double": "opgen_exp_short"}[kind]
     return {
+        "type": kind,
         "intervals": {name: str(interval) for name, interval in intervals.items()},
         "bounds": {name: ", ".join(interval.c_bounds()) for name, interval in intervals.items()},
         "elements": [
             {
                 "name": name,
-                "type": "float",
+                "type": kind,
                 "c": expr.to_c(
                     tree,
                     {n: f"{n}_value" for n in expr.names(tree)},
                     style.literal_suffix,
                     style.math_suffix,
-                    "opgen_select_float",
-                    # inside the intervals exp's results are normal: no clamp, one scaling
-                    {"exp": "opgen_exp_normal"},
+                    f"opgen_select_{kind}",
+                    {"exp": exp},
                 ),
             }
             for name, tree in elements
@@ -382,11 +399,12 @@ def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, f
     if float_first:
         inside = ", ".join(f"{name} in {interval}" for name, interval in float_first["intervals"].items())
         where = f"where each input is 0 or of magnitude {inside}"
-        computed = (
-            f"computed in float, its exp unclamped {where}"
-            if compute == "float"
-            else f"computed in float {where}, else in {compute}"
-        )
+        if compute == float_first["type"]:
+            error = float_range.SHORT_EXP_ERROR_EXPONENT
+            short = f" and within 2^{error} (f32 results need 2^-25)" if compute == "double" else ""
+            computed = f"computed in {compute}, its exp unclamped{short} {where}"
+        else:
+            computed = f"computed in float {where}, else in {compute}"
     parts = [dtypes, computed]
     if variant.form == "full":
         parts.append("every operand as big as the tensor: one term per sum")

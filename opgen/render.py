@@ -13,7 +13,7 @@ from typing import Any
 
 import jinja2
 
-from opgen import c_api, plan
+from opgen import c_api, float_range, plan
 from opgen.specs import DTypeTable, OpSpec, load_specs
 
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -123,7 +123,14 @@ def render_library(
         raise RenderError(str(error)) from None
     files = {
         "opgen.h": _render(env, "opgen.h.j2", kernels=kernels + support_kernels, apis=apis, **settings),
-        "opgen_internal.h": _render(env, "opgen_internal.h.j2", compute_types=sorted(table.compute_types), **settings),
+        "opgen_internal.h": _render(
+            env,
+            "opgen_internal.h.j2",
+            compute_types=sorted(table.compute_types),
+            short_exp_terms=float_range.SHORT_EXP_TERMS,
+            short_exp_error=float_range.SHORT_EXP_ERROR_EXPONENT,
+            **settings,
+        ),
         "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + support_kernels, **settings),
         "opgen_runtime.c": _render(env, "runtime.c.j2", **settings),
     }

@@ -1,7 +1,7 @@
-"""Kernels computed in double that compute a block in float first (opgen/float_range.py,
-plan.kernel's float_first): the intervals the analysis derives, f32 arithmetic at their
-corners, and the kernels, on every target, on blocks inside an interval, on its edges and
-just outside it."""
+"""Kernels that compute a block a cheaper way first (opgen/float_range.py, plan.kernel's
+float_first): bf16 ones in float instead of double, f32 ones in double with a short exp. The
+intervals the analysis derives, the arithmetic at their corners, and the kernels, on every
+target, on blocks inside an interval, on its edges and just outside it."""
 
 from __future__ import annotations
 
@@ -35,12 +35,14 @@ KERNELS = [
 # bf16 kernels are computed in double, so their f32 blocks round differently; f16's blocks
 # differ only in their exp, which gives the same bits (test_the_kernels_exp_equals...)
 BF16_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if variant.row[spec.reference] == "bf16"]
+# f32 outputs need more than float's precision: their cheaper path is double with a short exp
+F32_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if variant.row[spec.reference] == "f32"]
 
 
 def test_the_bundled_kernels_that_compute_in_float_first():
-    # bf16 sigmoid and tanh, and f16 from src (computed in float: its blocks inside only call
-    # the unclamped exp). f32 outputs need more than f32's precision; the seeds' ops are
-    # computed in float and call no exp. Intervals [2^-L, 2^H) widen together, then
+    # bf16 sigmoid and tanh, f16 from src (computed in float: its blocks inside only call
+    # the unclamped exp), f32 from src (computed in double: its blocks inside call the short
+    # exp). The seeds' ops are computed in float and call no exp. Intervals [2^-L, 2^H) widen together, then
     # each alone (diff_dst first, by name); dd = diff_dst, s or t = src_or_dst, x = src.
     # (dd * s) * (1 - s): dd * s < 2^2H, 1 - s < 2^(H + 1), the product < 2^(3H + 1) <= 2^127:
     # H = 42, both ways. dd * s >= 2^(-Ldd - Ls) and a nonzero 1 - s >= 2^-8 (s >= 1/2 is a
@@ -54,6 +56,10 @@ def test_the_bundled_kernels_that_compute_in_float_first():
     # Lx = 126 (e is about 1 for tiny x). tanh: e = exp(-2|x|), 2|x| < 2^(Hx + 2) (2 is in
     # [2, 4)): Hx = 4 (lo -94 again); 4 * e < 2^4 (4 in [4, 8)), so Hdd + 4 <= 127: 123;
     # dd * (4 * e) / (< 2^4) >= 2^(-Ldd + 2 - 94 - 4): Ldd = 30; Lx = 126.
+    # f32 in double: e = exp(-|x|) > 2^(-2^Hx log2(e)) is normal (lo -739, -740 with the
+    # margin, >= -1022) for Hx = 9, not 10 (-1478); tanh's 2|x| < 2^(Hx + 2): Hx = 7. Then
+    # every other node stays in double's range for every finite f32 (dd * e >= 2^(-149 - 740)),
+    # subnormals too: [2^-149, 2^128).
     found = {variant.name: first["intervals"] for _, variant, first in KERNELS}
     assert found == {
         "sigmoid_backward_bf16_use_dst": {"diff_dst": "[2^-59, 2^42)", "src_or_dst": "[2^-59, 2^42)"},
@@ -63,6 +69,12 @@ def test_the_bundled_kernels_that_compute_in_float_first():
         # f16 spans [2^-24, 2^16): the bounds on diff_dst never bind, those on x are exp's
         "sigmoid_backward_f16_no_use_dst": {"diff_dst": "[2^-126, 2^127)", "src_or_dst": "[2^-126, 2^6)"},
         "tanh_backward_f16_no_use_dst": {"diff_dst": "[2^-126, 2^127)", "src_or_dst": "[2^-126, 2^4)"},
+        "sigmoid_backward_f32_no_use_dst": {"diff_dst": "[2^-149, 2^128)", "src_or_dst": "[2^-149, 2^9)"},
+        "tanh_backward_f32_no_use_dst": {"diff_dst": "[2^-149, 2^128)", "src_or_dst": "[2^-149, 2^7)"},
+    }
+    assert {v.name: first["type"] for _, v, first in F32_KERNELS} == {
+        "sigmoid_backward_f32_no_use_dst": "double",
+        "tanh_backward_f32_no_use_dst": "double",
     }
 
 
@@ -101,10 +113,40 @@ def test_an_attribute_or_an_f32_output_gets_no_float_path():
     assert analyse("(a - 1) * b", output="f32").roundings == 0
 
 
-def evaluate(tree: ast.expr, values: dict[str, np.ndarray], dtype, definitions=None, nudge=None) -> np.ndarray:
+def test_in_double_the_short_exp_counts_as_its_error():
+    tree = expr.parse("a * exp(-abs(b)) / (1 + exp(-abs(b)))")
+    inputs = {name: TABLE.dtypes["f32"] for name in "ab"}
+    assert float_range.input_range(tree, inputs, {}, TABLE.dtypes["f32"]) is None  # float: too few bits
+    found = float_range.input_range(tree, inputs, {}, TABLE.dtypes["f32"], float_range.DOUBLE)
+    # two exps, each 2^-31.6 (about 2^21.4 roundings of 2^-53), 1 + e, the product, the quotient
+    assert found is not None and found.roundings >= 2 * float_range.DOUBLE.exp_roundings
+    assert found.intervals["a"] == float_range.Interval(149, 128)  # every finite f32
+    assert found.intervals["b"] == float_range.Interval(149, 9)  # e^-|b| normal in double
+    assert float_range.Interval(149, 128).c_bounds() == ("0x00000001u", "0x7F7FFFFFu")
+    assert float_range.Interval(126, 9).c_bounds() == ("0x00800000u", "0x43FFFFFFu")
+
+
+@pytest.mark.parametrize(
+    "text,why",
+    [
+        ("(exp(a) - 1) * b", "a rounded exp in a difference: cancellation magnifies its 2^-31.6"),
+        ("exp(a * b * c) * d", "exp of a rounded argument (72 significant bits)"),
+        ("b / a", "a division by a value that can be 0"),
+    ],
+)
+def test_in_double_the_analysis_refuses_what_it_cannot_bound(text, why):
+    tree = expr.parse(text)
+    inputs = {name: TABLE.dtypes["f32"] for name in expr.names(tree)}
+    assert float_range.input_range(tree, inputs, {}, TABLE.dtypes["f32"], float_range.DOUBLE) is None, why
+
+
+def evaluate(
+    tree: ast.expr, values: dict[str, np.ndarray], dtype, definitions=None, nudge=None, exp_error=None
+) -> np.ndarray:
     """The formula in `dtype` arithmetic, one rounding per operation, in its written order.
     exp is float64's rounded to `dtype`, then moved by `nudge` (-1, 0, 1 per element) ulps:
-    an exp within 1 ulp, as opgen_expf is."""
+    an exp within 1 ulp, as opgen_expf is; or, given `exp_error`, by that relative error
+    times `nudge`: an exp as far off as opgen_exp_short may be."""
 
     def value(node: ast.expr) -> np.ndarray:
         if isinstance(node, ast.Constant):
@@ -120,6 +162,8 @@ def evaluate(tree: ast.expr, values: dict[str, np.ndarray], dtype, definitions=N
             if node.func.id == "abs":
                 return np.abs(argument)
             result = np.exp(argument.astype(np.float64)).astype(dtype)
+            if exp_error is not None:
+                return result * (1 + nudge * exp_error)
             if nudge is not None:
                 result = np.where(nudge > 0, np.nextafter(result, dtype(np.inf)), result)
                 result = np.where(nudge < 0, np.nextafter(result, dtype(0)), result).astype(dtype)
@@ -196,6 +240,79 @@ def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str
     tiny = np.abs(in_float) < 2.0**-126
     assert not np.any(tiny & (in_float != 0)), describe(f"{context}: a subnormal result in float")
     assert_ulps(in_float.astype(BF16), exact, "bf16", 1, f"{context} in float")
+
+
+@pytest.mark.parametrize("spec,variant,first", F32_KERNELS, ids=[v.name for _, v, _ in F32_KERNELS])
+def test_the_f32_formulas_in_double_with_the_short_exp_at_their_corners(spec, variant, first):
+    """f32 inputs at the corners of the double intervals, exp off by the short series' whole
+    error bound either way: double stays in its normal range (any overflow, underflow or
+    invalid operation fails) and the result is within 1 ulp of f32."""
+    tree, definitions = formula(spec, variant)
+    found = float_range.input_range(tree, variant.dtypes, definitions, TABLE.dtypes["f32"], float_range.DOUBLE)
+    generator = rng("double corners", variant.name)
+    count = 200_000
+    values = {
+        name: f32_values(generator, interval.low, interval.high, count) for name, interval in found.intervals.items()
+    }
+    nudge = generator.integers(-1, 2, count)
+    error = float_range.series_error(float_range.SHORT_EXP_TERMS)
+    with np.errstate(all="raise"):
+        in_double = evaluate(tree, values, np.float64, definitions, nudge, error)
+    exact = evaluate(tree, values, np.float64, definitions)
+    assert np.all(np.isfinite(in_double)) and np.all((in_double == 0) | (np.abs(in_double) >= 2.0**-1022))
+    assert_ulps(in_double.astype(np.float32), exact, "f32", 1, f"{variant.name} in double")
+
+
+def f32_values(generator: np.random.Generator, low: int, high: int, count: int) -> np.ndarray:
+    """f32 values for inputs in [2^-low, 2^high): zeros, the edges, values about 1 and random
+    magnitudes spread over the interval, either sign."""
+    largest = 2.0**high * (1 - 2.0**-24)  # the largest f32 below 2^high
+    edges = [0.0, 2.0**-low, float(np.nextafter(np.float32(2.0**-low), np.float32(1))), largest, 1.0, 0.5, 2.0]
+    values = np.clip(2.0 ** generator.uniform(-low, high, count), 2.0**-low, largest).astype(np.float32)
+    values[: count // 4] = generator.choice(edges, count // 4)
+    return values * generator.choice(np.float32([-1.0, 1.0]), count)
+
+
+F32_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, opgen
+    with np.load(sys.argv[1]) as archive:
+        first, diff_dst = archive["x"], archive["dd"]
+    results = {op: getattr(opgen, op)(first, diff_dst, use_dst=False) for op in sys.argv[3:]}
+    np.savez(sys.argv[2], target=np.array(opgen.info()["cpu_target"]), **results)
+""")
+
+
+@pytest.mark.parametrize("target", [t["name"] for t in TARGETS])
+def test_f32_kernels_on_blocks_inside_at_and_past_the_edges(target, tmp_path):
+    """f32 from src on every target: blocks inside the intervals (the short exp), blocks with
+    one value past them, where the short exp alone would be wrong (|x| of 600 or 10^6 scales by
+    2^k outside the exponent field: garbage, not 0), NaN, infinities, and an odd tail."""
+    names = [t["name"] for t in TARGETS]
+    if names.index(target) > names.index(opgen.info()["cpu_target"]):
+        pytest.skip(f"this CPU cannot run {target}")
+    ops = sorted(v.op.name for _, v, _ in F32_KERNELS)
+    found = [first["intervals"] for _, _, first in F32_KERNELS]
+    x_high = min(int(f["src_or_dst"].split("2^")[2].rstrip(")")) for f in found)  # 7: tanh's
+    generator = rng("f32 kernels", target)
+    blocks = 96
+    count = blocks * BLOCK + TAIL
+    x, diff_dst = f32_values(generator, 149, x_high, count), f32_values(generator, 149, 128, count)
+    past = [2.0**x_high, 2.0**9, 600.0, 1e6, np.inf, np.nan, float(np.finfo(np.float32).max)]
+    for block in range(blocks // 2, blocks):
+        lane = block * BLOCK + int(generator.integers(BLOCK))
+        if generator.random() < 0.75:
+            x[lane] = np.float32(generator.choice(past) * generator.choice([-1.0, 1.0]))
+        else:
+            diff_dst[lane] = np.float32(generator.choice([np.inf, -np.inf, np.nan]))
+    x[-TAIL::2] = np.float32(600.0)
+    inputs, outputs = tmp_path / "inputs.npz", tmp_path / "outputs.npz"
+    np.savez(inputs, x=x, dd=diff_dst)
+    run_on_target(target, F32_SCRIPT, str(inputs), str(outputs), *ops)
+    with np.load(outputs) as archive:
+        assert str(archive["target"]) == target, "OPGEN_CPU_TARGET did not select the target"
+        for op in ops:
+            expected = getattr(oracle, op)(x.astype(np.float64), diff_dst.astype(np.float64), use_dst=False)
+            assert_ulps(archive[op], expected, "f32", 1, f"{op} f32 from src, {target} target")
 
 
 SCRIPT = textwrap.dedent("""
@@ -375,11 +492,9 @@ def test_a_users_spec_with_two_outputs_gets_the_intervals_both_allow(tmp_path):
         assert_ulps(got_second, y64 * decay / (2 + decay), "bf16", 1, "two_outputs second")
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
-def test_the_kernels_exp_equals_opgen_expf_where_its_result_is_normal(tmp_path, fused):
-    """Inside the intervals the f32 blocks call opgen_exp_normalf, opgen_expf without its clamp
-    and with one scaling: the same bits wherever e^x is normal (tests/c/exp_normal.c), with
-    C's fma() and with a multiply and an add."""
+def build_and_run(tmp_path: Path, test: str, fused: bool) -> str:
+    """Compile tests/c/`test`.c against the generated header, with C's fma() or with a
+    multiply and an add, and return what it prints."""
     if shutil.which(compiler()[0]) is None:
         pytest.skip("no C compiler")
     if fused and platform.machine() not in ("x86_64", "AMD64"):
@@ -389,11 +504,33 @@ def test_the_kernels_exp_equals_opgen_expf_where_its_result_is_normal(tmp_path, 
         pytest.skip("this CPU has no FMA")
     for name, text in LIBRARY.files.items():
         (tmp_path / name).write_text(text)
-    source = Path(__file__).parent / "c" / "exp_normal.c"
+    source = Path(__file__).parent / "c" / f"{test}.c"
     flags = ["-std=c99", "-O2", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror", *(["-mfma"] if fused else [])]
-    command = [*compiler(), *flags, f"-I{tmp_path}", str(source), "-o", str(tmp_path / "exp_normal"), "-lm"]
+    command = [*compiler(), *flags, f"-I{tmp_path}", str(source), "-o", str(tmp_path / test), "-lm"]
     built = subprocess.run(command, capture_output=True, text=True, check=False)
     assert built.returncode == 0, built.stderr
-    result = subprocess.run([str(tmp_path / "exp_normal")], capture_output=True, text=True, check=False)
-    assert result.returncode == 0 and result.stdout.startswith("exp ok"), result.stdout
-    assert int(result.stdout.split()[-1]) > 10_000_000  # every 61st float of [-86.6, 88]
+    result = subprocess.run([str(tmp_path / test)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+    return result.stdout
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
+def test_the_kernels_exp_equals_opgen_expf_where_its_result_is_normal(tmp_path, fused):
+    """Inside the intervals the f32 blocks call opgen_exp_normalf, opgen_expf without its clamp
+    and with one scaling: the same bits wherever e^x is normal (tests/c/exp_normal.c), with
+    C's fma() and with a multiply and an add."""
+    output = build_and_run(tmp_path, "exp_normal", fused)
+    assert output.startswith("exp ok"), output
+    assert int(output.split()[-1]) > 10_000_000  # every 61st float of [-86.6, 88]
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
+def test_the_short_double_exp_is_within_its_stated_error(tmp_path, fused):
+    """f32 kernels computed in double call opgen_exp_short inside their intervals: against
+    opgen_exp (within an ulp or two of double), its relative error stays below
+    float_range.series_error, which the analysis counts (tests/c/exp_short.c), and above
+    2^-40: the series really is short (the check could not pass with opgen_exp itself)."""
+    word, checked, worst = build_and_run(tmp_path, "exp_short", fused).split()
+    assert word == "exp_short" and int(checked) > 16_000_000
+    bound = float_range.series_error(float_range.SHORT_EXP_TERMS)
+    assert 2.0**-40 < float.fromhex(worst) <= bound - 2.0**-50, (float.fromhex(worst), bound)
