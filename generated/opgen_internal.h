@@ -345,9 +345,8 @@ static inline double opgen_exp(double x_in)
 }
 
 /* e^x for x whose e^x is a normal number, as inside plan.float_first's intervals, within
- * 2^-31 relative: no clamp, 2^k in one factor, and the series to r^8/8! only
- * (float_range.series_error). Enough for results rounded to f32 (2^-25 allowed), at a
- * third fewer operations than opgen_exp. */
+ * 2^-31 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one factor, and
+ * the series to r^8/8! only, as short as the kernels' outputs allow. */
 static inline double opgen_exp_short(double x)
 {
     const double shift = 0x1.8p52; /* adding it rounds to an integer, kept in the low bits */
@@ -421,22 +420,18 @@ static inline float opgen_expf(float x_in)
     }
 }
 
-/* opgen_expf for x whose e^x is a normal number, as inside plan.float_first's intervals:
- * no clamp, and 2^k in one factor. Multiplying by a power of 2 is exact while the product is
- * normal, so the results are opgen_expf's bit for bit, with fewer operations. */
-static inline float opgen_exp_normalf(float x)
+/* e^x for x whose e^x is a normal number, as inside plan.float_first's intervals, within
+ * 2^-17 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one factor, and
+ * the series to r^5/5! only, as short as the kernels' outputs allow. */
+static inline float opgen_exp_shortf(float x)
 {
     const float shift = 0x1.8p23f; /* adding it rounds to an integer, kept in the low bits */
     const float k = opgen_expf_mul_add(x, 0x1.715476p0f, shift) - shift;
     float r = x;
     r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
-    r = opgen_expf_mul_add(-k, 0x1.0cp-15f, r);
-    r = opgen_expf_mul_add(-k, -0x1.05c61p-29f, r);
+    r = opgen_expf_mul_add(-k, 0x1.0bfbe8p-15f, r);
     /* Horner on 1/n!, from the last term */
-    float p = 2.48015873015873e-05f;
-    p = opgen_expf_mul_add(p, r, 0.0001984126984126984f);
-    p = opgen_expf_mul_add(p, r, 0.001388888888888889f);
-    p = opgen_expf_mul_add(p, r, 0.008333333333333333f);
+    float p = 0.008333333333333333f;
     p = opgen_expf_mul_add(p, r, 0.041666666666666664f);
     p = opgen_expf_mul_add(p, r, 0.16666666666666666f);
     p = opgen_expf_mul_add(p, r, 0.5f);

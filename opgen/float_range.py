@@ -5,15 +5,17 @@ range: a product of bf16 values can overflow or underflow in f32. But when every
 block is 0 or of a magnitude well inside f32's range, f32 arithmetic of a formula made of
 products, quotients, exp of exact values, sums of exact values and sums of terms of one sign
 stays in f32's normal range, each operation rounds once by at most 2^-24 relative (exp
-twice), and no rounding error is magnified by cancellation: the result is
+counts as 69: its short series, below), and no rounding error is magnified by cancellation:
+the result is
 within 1 ulp of a short output dtype (bf16) from the exact value rounded. `input_range` finds
 that magnitude interval by interval arithmetic on exponents; the kernels check it per block
 and compute the blocks that fail it in double, as before.
 
-f32 data computed in double gets the same analysis in double arithmetic (DOUBLE): there
-the gain is exp, which inside the intervals may skip its clamp and sum a shorter series,
-opgen_exp_short, whose relative error (2^-31.6, series_error) counts as 2^21.4 roundings of
-2^-53: an f32 result allows 2^-25, some 2^28 of them.
+Inside the intervals exp's results are normal, so the blocks call opgen_exp_short(f): no
+clamp, one scaling, and a series as short as the outputs allow; its error counts as
+`exp_roundings`. f32 data computed in double gets the same analysis in double arithmetic
+(DOUBLE), where that exp is the gain: its 2^-31.6 counts as 2^21.4 roundings of 2^-53, and an
+f32 result allows 2^-25, some 2^28 of them.
 
 Each node is summarised, for nonzero values, by [2^lo, 2^hi) bounding its magnitude, its
 significant bits when the arithmetic computes it exactly (None once rounded), the roundings
@@ -68,32 +70,47 @@ class FloatRange:
 @dataclass(frozen=True)
 class Arithmetic:
     """The type a block is computed in: `bits` of significand, normal exponents from
-    `min_exponent`, magnitudes below 2^`max_exponent` safe from overflow, and the error of
-    its exp inside the intervals in roundings of 2^-bits."""
+    `min_exponent`, magnitudes below 2^`max_exponent` safe from overflow, and the exp its
+    blocks call inside the intervals, opgen_exp_short (+ the type's suffix): the terms of its
+    series and the bound on the roundings of its reduction, series and scaling."""
 
     name: str
     bits: int
     min_exponent: int
     max_exponent: int
-    exp_roundings: int
+    exp_terms: int
+    exp_rounding_error: float
 
+    @property
+    def exp_error(self) -> float:
+        """A bound on opgen_exp_short's relative error in this type."""
+        return series_error(self.exp_terms) + self.exp_rounding_error
 
-# the terms opgen_exp_short sums (templates/opgen_internal.h.j2 takes the number from here)
-SHORT_EXP_TERMS = 8
+    @property
+    def exp_roundings(self) -> int:
+        """That error in roundings of 2^-bits, as the analysis counts it."""
+        return math.ceil(self.exp_error * 2.0**self.bits)
+
+    @property
+    def exp_error_exponent(self) -> int:
+        """The power of 2 above the error, for the kernels' comments."""
+        return math.ceil(math.log2(self.exp_error))
 
 
 def series_error(terms: int) -> float:
-    """A bound on the relative error of e^r by its Taylor series to r^terms/terms!, |r| below
-    0.35 (ln 2 / 2 plus the slack of a misrounded k): the first term left out, times e^0.35,
-    bounds the rest; 2^-50 more for the roundings of Horner's rule and of the reduction."""
-    return 0.35 ** (terms + 1) / math.factorial(terms + 1) * math.exp(0.35) + 2.0**-50
+    """A bound on the relative error of e^r's Taylor series to r^terms/terms!, |r| below 0.35
+    (ln 2 / 2 plus the slack of a misrounded k): the first term left out, times e^0.35, bounds
+    the rest."""
+    return 0.35 ** (terms + 1) / math.factorial(terms + 1) * math.exp(0.35)
 
 
-# 2^this bounds opgen_exp_short's relative error (-31), for the kernels' comments
-SHORT_EXP_ERROR_EXPONENT = math.ceil(math.log2(series_error(SHORT_EXP_TERMS)))
-# opgen_expf is within 1 ulp of f32 (README, "Numerical behaviour"): 2^-23 relative, two roundings
-FLOAT = Arithmetic("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT, 2)
-DOUBLE = Arithmetic("double", 53, -1022, 1023, math.ceil(series_error(SHORT_EXP_TERMS) * 2.0**53))
+# The series are as short as the results allow. In double (f32 outputs, 2^-25 allowed): 8
+# terms, 2^-31.6, and its roundings 2^-50 at most. In float (bf16 and f16 outputs, 2^-9 and
+# 2^-12 allowed): 5 terms, 2^-18.1, ln 2 in two parts (k * ln2_low rounds once, 2^-25.5 of
+# e^r at most), the coefficients rounded to float and Horner's rule in float, under 2^-23
+# each (two roundings a step without FMA): 2^-21 bounds them. templates/opgen_internal.h.j2 takes the terms from here.
+FLOAT = Arithmetic("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT, 5, 2.0**-21)
+DOUBLE = Arithmetic("double", 53, -1022, 1023, 8, 2.0**-50)
 
 
 @dataclass(frozen=True)
@@ -249,8 +266,8 @@ def _exp(argument: _Node, arithmetic: Arithmetic) -> _Node | None:
     if argument.bits is None:
         return None
     reach = 2.0**argument.hi * math.log2(math.e)  # |log2 of the result| below this
-    # one binade more below: the kernels' exp (opgen_exp_normalf, opgen_exp_short) scales by
-    # 2^k once, which is exact only while its rounded result stays normal
+    # one binade more below: the kernels' exp (opgen_exp_short(f)) scales by 2^k once, which
+    # is exact only while its rounded result stays normal
     lo = 0 if argument.sign == 1 else math.floor(-reach) - 1
     hi = 1 if argument.sign == -1 else math.ceil(reach) + 1
     return _Node(lo, hi, None, arithmetic.exp_roundings, False, 1)

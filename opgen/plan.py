@@ -325,9 +325,9 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
     """For an elementwise kernel: the input magnitudes for which its blocks may take a
     cheaper path (float_range), and the math there; None when there is none (a log,
     attributes...). Computed in double, the path is float when float's precision is enough
-    (bf16 outputs); else, if the math calls exp, double with opgen_exp_short (unclamped,
-    shorter series, within 1 ulp of f32 outputs). Computed in float, the path calls exp
-    only: opgen_exp_normalf, the same bits as the clamped opgen_expf, in fewer operations."""
+    (bf16 outputs); else, if the math calls exp, double. Inside the intervals exp is
+    opgen_exp_short(f): unclamped, one scaling, a series as short as the outputs allow. A
+    kernel computed in float gains that exp alone, so it gets the path only if it calls exp."""
     calls_exp = any(_calls(tree, "exp") for _, tree in elements)
     if compute == "float" and not calls_exp:
         return None
@@ -358,10 +358,9 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
     }
     kind = arithmetic.name
     style = table.compute_types[kind]
-    # inside the intervals exp's results are normal: no clamp, one scaling
-    exp = {"float": "opgen_exp_normal", "double": "opgen_exp_short"}[kind]
     return {
         "type": kind,
+        "calls_exp": calls_exp,
         "intervals": {name: str(interval) for name, interval in intervals.items()},
         "bounds": {name: ", ".join(interval.c_bounds()) for name, interval in intervals.items()},
         "elements": [
@@ -374,7 +373,7 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
                     style.literal_suffix,
                     style.math_suffix,
                     f"opgen_select_{kind}",
-                    {"exp": exp},
+                    {"exp": "opgen_exp_short"},  # + the type's suffix
                 ),
             }
             for name, tree in elements
@@ -399,12 +398,13 @@ def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, f
     if float_first:
         inside = ", ".join(f"{name} in {interval}" for name, interval in float_first["intervals"].items())
         where = f"where each input is 0 or of magnitude {inside}"
+        arithmetic = {"float": float_range.FLOAT, "double": float_range.DOUBLE}[float_first["type"]]
+        exp = f"its exp unclamped and within 2^{arithmetic.exp_error_exponent}"
         if compute == float_first["type"]:
-            error = float_range.SHORT_EXP_ERROR_EXPONENT
-            short = f" and within 2^{error} (f32 results need 2^-25)" if compute == "double" else ""
-            computed = f"computed in {compute}, its exp unclamped{short} {where}"
+            computed = f"computed in {compute}, {exp} {where}"
         else:
-            computed = f"computed in float {where}, else in {compute}"
+            exp = f" ({exp})" if float_first["calls_exp"] else ""
+            computed = f"computed in float{exp} {where}, else in {compute}"
     parts = [dtypes, computed]
     if variant.form == "full":
         parts.append("every operand as big as the tensor: one term per sum")

@@ -32,8 +32,7 @@ KERNELS = [
     for variant in plan.variants(spec, TABLE)
     if plan.kernel(variant, TABLE)["float_first"]
 ]
-# bf16 kernels are computed in double, so their f32 blocks round differently; f16's blocks
-# differ only in their exp, which gives the same bits (test_the_kernels_exp_equals...)
+# bf16 kernels are computed in double, and their blocks inside the intervals in float
 BF16_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if variant.row[spec.reference] == "bf16"]
 # f32 outputs need more than float's precision: their cheaper path is double with a short exp
 F32_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if variant.row[spec.reference] == "f32"]
@@ -144,9 +143,8 @@ def evaluate(
     tree: ast.expr, values: dict[str, np.ndarray], dtype, definitions=None, nudge=None, exp_error=None
 ) -> np.ndarray:
     """The formula in `dtype` arithmetic, one rounding per operation, in its written order.
-    exp is float64's rounded to `dtype`, then moved by `nudge` (-1, 0, 1 per element) ulps:
-    an exp within 1 ulp, as opgen_expf is; or, given `exp_error`, by that relative error
-    times `nudge`: an exp as far off as opgen_exp_short may be."""
+    exp is float64's, moved by `exp_error` times `nudge` (-1, 0, 1 per element), relative,
+    then rounded to `dtype`: an exp as far off as opgen_exp_short(f) may be."""
 
     def value(node: ast.expr) -> np.ndarray:
         if isinstance(node, ast.Constant):
@@ -161,13 +159,10 @@ def evaluate(
             argument = value(node.args[0])
             if node.func.id == "abs":
                 return np.abs(argument)
-            result = np.exp(argument.astype(np.float64)).astype(dtype)
+            result = np.exp(argument.astype(np.float64))
             if exp_error is not None:
-                return result * (1 + nudge * exp_error)
-            if nudge is not None:
-                result = np.where(nudge > 0, np.nextafter(result, dtype(np.inf)), result)
-                result = np.where(nudge < 0, np.nextafter(result, dtype(0)), result).astype(dtype)
-            return result
+                result = result * (1 + nudge * exp_error)
+            return result.astype(dtype)
         operations = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide}
         return operations[type(node.op)](value(node.left), value(node.right))
 
@@ -215,23 +210,35 @@ def test_float_stays_in_range_and_within_1_ulp_at_the_corners(text):
     check_corners(expr.parse(text), {}, text)
 
 
-@pytest.mark.parametrize("spec,variant,first", BF16_KERNELS, ids=[v.name for _, v, _ in BF16_KERNELS])
+FLOAT_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if first["type"] == "float"]
+
+
+@pytest.mark.parametrize("spec,variant,first", FLOAT_KERNELS, ids=[v.name for _, v, _ in FLOAT_KERNELS])
 def test_the_bundled_formulas_in_float_at_their_corners(spec, variant, first):
-    check_corners(*formula(spec, variant), variant.name)
+    check_corners(*formula(spec, variant), variant.name, variant.row[spec.reference])
 
 
-def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str) -> None:
+def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str, dtype: str = "bf16") -> None:
+    """`tree` on `dtype` inputs at the corners of its float intervals, in float, exp off by
+    opgen_exp_shortf's whole error bound either way: no overflow, underflow or invalid
+    operation, and within 1 ulp of `dtype` (bf16 or f16)."""
     names = sorted(set().union(expr.names(tree), *map(expr.names, definitions.values())) - set(definitions))
-    found = float_range.input_range(tree, bf16_inputs(names), definitions, TABLE.dtypes["bf16"])
+    inputs = {name: TABLE.dtypes[dtype] for name in names}
+    found = float_range.input_range(tree, inputs, definitions, TABLE.dtypes[dtype])
     assert found is not None, f"{context}: expected a float range"
     generator = rng("corners", context)
     count = 200_000
     intervals = found.intervals
-    values = {name: bf16_values(generator, intervals[name].low, intervals[name].high, count) for name in names}
+    values = {
+        name: bf16_values(generator, intervals[name].low, intervals[name].high, count)
+        if dtype == "bf16"
+        else f32_values(generator, intervals[name].low, intervals[name].high, count, np.float16)
+        for name in names
+    }
     nudge = generator.integers(-1, 2, count)
     with np.errstate(all="raise"):  # any overflow, underflow or invalid operation fails
         try:
-            in_float = evaluate(tree, values, np.float32, definitions, nudge)
+            in_float = evaluate(tree, values, np.float32, definitions, nudge, float_range.FLOAT.exp_error)
         except FloatingPointError as error:
             inside = ", ".join(f"{name} in {interval}" for name, interval in intervals.items())
             pytest.fail(describe(f"{context}: float left its range with {inside}: {error}"))
@@ -239,7 +246,7 @@ def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str
     assert np.all(np.isfinite(in_float)), context
     tiny = np.abs(in_float) < 2.0**-126
     assert not np.any(tiny & (in_float != 0)), describe(f"{context}: a subnormal result in float")
-    assert_ulps(in_float.astype(BF16), exact, "bf16", 1, f"{context} in float")
+    assert_ulps(in_float.astype(np.dtype(TABLE.dtypes[dtype].numpy)), exact, dtype, 1, f"{context} in float")
 
 
 @pytest.mark.parametrize("spec,variant,first", F32_KERNELS, ids=[v.name for _, v, _ in F32_KERNELS])
@@ -255,25 +262,25 @@ def test_the_f32_formulas_in_double_with_the_short_exp_at_their_corners(spec, va
         name: f32_values(generator, interval.low, interval.high, count) for name, interval in found.intervals.items()
     }
     nudge = generator.integers(-1, 2, count)
-    error = float_range.series_error(float_range.SHORT_EXP_TERMS)
     with np.errstate(all="raise"):
-        in_double = evaluate(tree, values, np.float64, definitions, nudge, error)
+        in_double = evaluate(tree, values, np.float64, definitions, nudge, float_range.DOUBLE.exp_error)
     exact = evaluate(tree, values, np.float64, definitions)
     assert np.all(np.isfinite(in_double)) and np.all((in_double == 0) | (np.abs(in_double) >= 2.0**-1022))
     assert_ulps(in_double.astype(np.float32), exact, "f32", 1, f"{variant.name} in double")
 
 
-def f32_values(generator: np.random.Generator, low: int, high: int, count: int) -> np.ndarray:
-    """f32 values for inputs in [2^-low, 2^high): zeros, the edges, values about 1 and random
-    magnitudes spread over the interval, either sign."""
-    largest = 2.0**high * (1 - 2.0**-24)  # the largest f32 below 2^high
-    edges = [0.0, 2.0**-low, float(np.nextafter(np.float32(2.0**-low), np.float32(1))), largest, 1.0, 0.5, 2.0]
-    values = np.clip(2.0 ** generator.uniform(-low, high, count), 2.0**-low, largest).astype(np.float32)
+def f32_values(generator: np.random.Generator, low: int, high: int, count: int, dtype=np.float32) -> np.ndarray:
+    """f32 (or `dtype`) values for inputs in [2^-low, 2^high): zeros, the edges, values about
+    1 and random magnitudes spread over the interval (within `dtype`'s range), either sign."""
+    largest = min(2.0**high * (1 - 2.0**-24), float(np.finfo(dtype).max))  # the largest below 2^high
+    smallest = 2.0**-low
+    edges = [0.0, smallest, float(np.nextafter(np.float32(smallest), np.float32(1))), largest, 1.0, 0.5, 2.0]
+    values = np.clip(2.0 ** generator.uniform(-low, high, count), smallest, largest)
     values[: count // 4] = generator.choice(edges, count // 4)
-    return values * generator.choice(np.float32([-1.0, 1.0]), count)
+    return (values * generator.choice([-1.0, 1.0], count)).astype(dtype)
 
 
-F32_SCRIPT = textwrap.dedent("""
+FROM_SRC_SCRIPT = textwrap.dedent("""
     import sys, numpy as np, opgen
     with np.load(sys.argv[1]) as archive:
         first, diff_dst = archive["x"], archive["dd"]
@@ -282,37 +289,43 @@ F32_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
 @pytest.mark.parametrize("target", [t["name"] for t in TARGETS])
-def test_f32_kernels_on_blocks_inside_at_and_past_the_edges(target, tmp_path):
-    """f32 from src on every target: blocks inside the intervals (the short exp), blocks with
-    one value past them, where the short exp alone would be wrong (|x| of 600 or 10^6 scales by
-    2^k outside the exponent field: garbage, not 0), NaN, infinities, and an odd tail."""
+def test_from_src_kernels_on_blocks_inside_at_and_past_the_edges(target, dtype, tmp_path):
+    """f32 (double, opgen_exp_short) and f16 (float, opgen_exp_shortf) from src on every
+    target: blocks inside the intervals, blocks with one value past them, where the short exp
+    alone would be wrong (|x| of 100 or 600 and more scales by 2^k outside the exponent field:
+    garbage, not 0), NaN, infinities, and an odd tail."""
     names = [t["name"] for t in TARGETS]
     if names.index(target) > names.index(opgen.info()["cpu_target"]):
         pytest.skip(f"this CPU cannot run {target}")
-    ops = sorted(v.op.name for _, v, _ in F32_KERNELS)
-    found = [first["intervals"] for _, _, first in F32_KERNELS]
-    x_high = min(int(f["src_or_dst"].split("2^")[2].rstrip(")")) for f in found)  # 7: tanh's
-    generator = rng("f32 kernels", target)
+    kernels = [(v, first) for _, v, first in KERNELS if v.row["src_or_dst"] == dtype and not v.constants["use_dst"]]
+    assert {first["type"] for _, first in kernels} == {"double" if dtype == "f32" else "float"}
+    ops = sorted(v.op.name for v, _ in kernels)
+    x_high = min(int(first["intervals"]["src_or_dst"].split("2^")[2].rstrip(")")) for _, first in kernels)
+    numpy_dtype = np.dtype(TABLE.dtypes[dtype].numpy)
+    generator = rng("from src kernels", target, dtype)
     blocks = 96
     count = blocks * BLOCK + TAIL
-    x, diff_dst = f32_values(generator, 149, x_high, count), f32_values(generator, 149, 128, count)
-    past = [2.0**x_high, 2.0**9, 600.0, 1e6, np.inf, np.nan, float(np.finfo(np.float32).max)]
-    for block in range(blocks // 2, blocks):
-        lane = block * BLOCK + int(generator.integers(BLOCK))
-        if generator.random() < 0.75:
-            x[lane] = np.float32(generator.choice(past) * generator.choice([-1.0, 1.0]))
-        else:
-            diff_dst[lane] = np.float32(generator.choice([np.inf, -np.inf, np.nan]))
-    x[-TAIL::2] = np.float32(600.0)
+    x = f32_values(generator, 149, x_high, count, numpy_dtype)
+    diff_dst = f32_values(generator, 149, 128, count, numpy_dtype)
+    past = [2.0**x_high, 100.0, 600.0, 1e6, np.inf, np.nan, float(np.finfo(numpy_dtype).max)]
+    with np.errstate(over="ignore"):  # 1e6 is an infinity in f16
+        for block in range(blocks // 2, blocks):
+            lane = block * BLOCK + int(generator.integers(BLOCK))
+            if generator.random() < 0.75:
+                x[lane] = generator.choice(past) * generator.choice([-1.0, 1.0])
+            else:
+                diff_dst[lane] = generator.choice([np.inf, -np.inf, np.nan])
+    x[-TAIL::2] = 600.0
     inputs, outputs = tmp_path / "inputs.npz", tmp_path / "outputs.npz"
     np.savez(inputs, x=x, dd=diff_dst)
-    run_on_target(target, F32_SCRIPT, str(inputs), str(outputs), *ops)
+    run_on_target(target, FROM_SRC_SCRIPT, str(inputs), str(outputs), *ops)
     with np.load(outputs) as archive:
         assert str(archive["target"]) == target, "OPGEN_CPU_TARGET did not select the target"
         for op in ops:
             expected = getattr(oracle, op)(x.astype(np.float64), diff_dst.astype(np.float64), use_dst=False)
-            assert_ulps(archive[op], expected, "f32", 1, f"{op} f32 from src, {target} target")
+            assert_ulps(archive[op], expected, dtype, 1, f"{op} {dtype} from src, {target} target")
 
 
 SCRIPT = textwrap.dedent("""
@@ -515,22 +528,15 @@ def build_and_run(tmp_path: Path, test: str, fused: bool) -> str:
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
-def test_the_kernels_exp_equals_opgen_expf_where_its_result_is_normal(tmp_path, fused):
-    """Inside the intervals the f32 blocks call opgen_exp_normalf, opgen_expf without its clamp
-    and with one scaling: the same bits wherever e^x is normal (tests/c/exp_normal.c), with
-    C's fma() and with a multiply and an add."""
-    output = build_and_run(tmp_path, "exp_normal", fused)
-    assert output.startswith("exp ok"), output
-    assert int(output.split()[-1]) > 10_000_000  # every 61st float of [-86.6, 88]
-
-
-@pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
-def test_the_short_double_exp_is_within_its_stated_error(tmp_path, fused):
-    """f32 kernels computed in double call opgen_exp_short inside their intervals: against
-    opgen_exp (within an ulp or two of double), its relative error stays below
-    float_range.series_error, which the analysis counts (tests/c/exp_short.c), and above
-    2^-40: the series really is short (the check could not pass with opgen_exp itself)."""
-    word, checked, worst = build_and_run(tmp_path, "exp_short", fused).split()
-    assert word == "exp_short" and int(checked) > 16_000_000
-    bound = float_range.series_error(float_range.SHORT_EXP_TERMS)
-    assert 2.0**-40 < float.fromhex(worst) <= bound - 2.0**-50, (float.fromhex(worst), bound)
+def test_the_short_exps_are_within_their_stated_errors(tmp_path, fused):
+    """Inside the intervals the blocks call opgen_exp_short(f): against opgen_exp (within an
+    ulp or two of double) their relative error stays below the bound the analysis counts
+    (float_range.Arithmetic.exp_error; tests/c/exp_short.c), with C's fma() and with a
+    multiply and an add. Above a quarter of it too: the series really are that short (the
+    check could not pass with opgen_exp itself), and the bound is not loose."""
+    lines = build_and_run(tmp_path, "exp_short", fused).splitlines()
+    found = {name: (int(count), float.fromhex(worst)) for name, count, worst in map(str.split, lines)}
+    assert found.keys() == {"double", "float"}
+    for arithmetic, count in ((float_range.DOUBLE, 16_000_000), (float_range.FLOAT, 10_000_000)):
+        checked, worst = found[arithmetic.name]
+        assert checked > count and arithmetic.exp_error / 4 < worst <= arithmetic.exp_error, (arithmetic, worst)

@@ -1,21 +1,29 @@
-/* opgen_exp_short (the f32 kernels' exp inside plan.float_first's intervals: no clamp, one
- * scaling, a shorter series) against opgen_exp on 2^24 evenly spread x in [-707, 709], where
- * e^x is normal, and on x = (k + 1/2) ln 2 for every k there, where |r| is largest. Prints
- * "exp_short" with the count checked and the largest relative difference (%a). */
+/* opgen_exp_short and opgen_exp_shortf (the kernels' exp inside plan.float_first's
+ * intervals: no clamp, one scaling, a short series) against opgen_exp, on the arguments whose
+ * e^x is normal: for double 2^24 evenly spread x in [-707, 709] and x = (k + 1/2) ln 2 for
+ * every k there, where |r| is largest; for float every 61st float in [-86.6, 88]. Prints, per
+ * type, the count checked and the largest relative difference (%a). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "opgen_internal.h"
 
-static double worst = 0.0;
-static long checked = 0;
+static double worst, worstf;
+static long checked, checkedf;
 
 static void check(double x)
 {
-    const double short_series = opgen_exp_short(x), full = opgen_exp(x);
-    const double relative = fabs(short_series - full) / full;
+    const double full = opgen_exp(x), relative = fabs(opgen_exp_short(x) - full) / full;
     worst = relative > worst || relative != relative ? relative : worst; /* NaN sticks */
     ++checked;
+}
+
+static void checkf(float x)
+{
+    const double full = opgen_exp((double)x), relative = fabs((double)opgen_exp_shortf(x) - full) / full;
+    worstf = relative > worstf || relative != relative ? relative : worstf;
+    ++checkedf;
 }
 
 int main(void)
@@ -32,6 +40,14 @@ int main(void)
             check(nextafter(x, 1000.0));
         }
     }
-    printf("exp_short %ld %a\n", checked, worst);
+    for (uint64_t pattern = 0; pattern <= 0xFFFFFFFFu; pattern += 61) {
+        const uint32_t bits = (uint32_t)pattern;
+        float x;
+        memcpy(&x, &bits, sizeof x);
+        if (x >= -86.6f && x <= 88.0f) { /* e^-86.6 > 2^-125, e^88 < 2^127; NaN fails */
+            checkf(x);
+        }
+    }
+    printf("double %ld %a\nfloat %ld %a\n", checked, worst, checkedf, worstf);
     return 0;
 }
