@@ -60,7 +60,7 @@ class Interval:
 
 @dataclass(frozen=True)
 class FloatRange:
-    """Inputs inside their intervals let float compute the formula, rounding at most
+    """Inputs inside their intervals let the arithmetic compute the formula, rounding at most
     `roundings` times."""
 
     intervals: dict[str, Interval]
@@ -111,6 +111,7 @@ def series_error(terms: int) -> float:
 # each (two roundings a step without FMA): 2^-21 bounds them. templates/opgen_internal.h.j2 takes the terms from here.
 FLOAT = Arithmetic("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT, 5, 2.0**-21)
 DOUBLE = Arithmetic("double", 53, -1022, 1023, 8, 2.0**-50)
+ARITHMETICS = {a.name: a for a in (FLOAT, DOUBLE)}
 
 
 @dataclass(frozen=True)

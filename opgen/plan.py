@@ -398,7 +398,7 @@ def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, f
     if float_first:
         inside = ", ".join(f"{name} in {interval}" for name, interval in float_first["intervals"].items())
         where = f"where each input is 0 or of magnitude {inside}"
-        arithmetic = {"float": float_range.FLOAT, "double": float_range.DOUBLE}[float_first["type"]]
+        arithmetic = float_range.ARITHMETICS[float_first["type"]]
         exp = f"its exp unclamped and within 2^{arithmetic.exp_error_exponent}"
         if compute == float_first["type"]:
             computed = f"computed in {compute}, {exp} {where}"

@@ -127,7 +127,7 @@ def render_library(
             env,
             "opgen_internal.h.j2",
             compute_types=sorted(table.compute_types),
-            short_exp={"double": float_range.DOUBLE, "float": float_range.FLOAT},
+            short_exp=float_range.ARITHMETICS,
             **settings,
         ),
         "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + support_kernels, **settings),
