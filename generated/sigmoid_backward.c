@@ -262,11 +262,11 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_or_dst_value = src_or_dst_block[lane];
-                        const float diff_dst_value = diff_dst_block[lane];
+                        const float src_or_dst_value = (float)src_or_dst_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
                         const float decay_value = opgen_exp_shortf((-fabsf(src_or_dst_value)));
                         const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
-                        diff_src_block[lane] = diff_src_value;
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
                     OPGEN_SIMD_FLOAT
@@ -296,11 +296,11 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_or_dst_value = src_or_dst_block[lane];
-                    const float diff_dst_value = diff_dst_block[lane];
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
                     const float decay_value = opgen_exp_shortf((-fabsf(src_or_dst_value)));
                     const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
-                    diff_src_block[lane] = diff_src_value;
+                    diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
                 OPGEN_SIMD_FLOAT
@@ -321,8 +321,8 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
         const float src_or_dst_float = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_f16_to_f32(diff_dst[index]);
         if (opgen_in_range(src_or_dst_float, 0x00800000u, 0x427FFFFFu) && opgen_in_range(diff_dst_float, 0x00800000u, 0x7EFFFFFFu)) {
-            const float src_or_dst_value = src_or_dst_float;
-            const float diff_dst_value = diff_dst_float;
+            const float src_or_dst_value = (float)src_or_dst_float;
+            const float diff_dst_value = (float)diff_dst_float;
             const float decay_value = opgen_exp_shortf((-fabsf(src_or_dst_value)));
             const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
             diff_src[index] = opgen_f32_to_f16(diff_src_value);
@@ -363,10 +363,10 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_or_dst_value = src_or_dst_block[lane];
-                        const float diff_dst_value = diff_dst_block[lane];
+                        const float src_or_dst_value = (float)src_or_dst_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
                         const float diff_src_value = ((diff_dst_value * src_or_dst_value) * (1.0f - src_or_dst_value));
-                        diff_src_block[lane] = diff_src_value;
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
                     OPGEN_SIMD
@@ -395,10 +395,10 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_or_dst_value = src_or_dst_block[lane];
-                    const float diff_dst_value = diff_dst_block[lane];
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
                     const float diff_src_value = ((diff_dst_value * src_or_dst_value) * (1.0f - src_or_dst_value));
-                    diff_src_block[lane] = diff_src_value;
+                    diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
                 OPGEN_SIMD
@@ -418,8 +418,8 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
         const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
         if (opgen_in_range(src_or_dst_float, 0x22000000u, 0x547FFFFFu) && opgen_in_range(diff_dst_float, 0x22000000u, 0x547FFFFFu)) {
-            const float src_or_dst_value = src_or_dst_float;
-            const float diff_dst_value = diff_dst_float;
+            const float src_or_dst_value = (float)src_or_dst_float;
+            const float diff_dst_value = (float)diff_dst_float;
             const float diff_src_value = ((diff_dst_value * src_or_dst_value) * (1.0f - src_or_dst_value));
             diff_src[index] = opgen_f32_to_bf16(diff_src_value);
             continue;
@@ -458,11 +458,11 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_or_dst_value = src_or_dst_block[lane];
-                        const float diff_dst_value = diff_dst_block[lane];
+                        const float src_or_dst_value = (float)src_or_dst_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
                         const float decay_value = opgen_exp_shortf((-fabsf(src_or_dst_value)));
                         const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
-                        diff_src_block[lane] = diff_src_value;
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
                     OPGEN_SIMD
@@ -492,11 +492,11 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_or_dst_value = src_or_dst_block[lane];
-                    const float diff_dst_value = diff_dst_block[lane];
+                    const float src_or_dst_value = (float)src_or_dst_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
                     const float decay_value = opgen_exp_shortf((-fabsf(src_or_dst_value)));
                     const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
-                    diff_src_block[lane] = diff_src_value;
+                    diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
                 OPGEN_SIMD
@@ -517,8 +517,8 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
         const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
         if (opgen_in_range(src_or_dst_float, 0x00800000u, 0x427FFFFFu) && opgen_in_range(diff_dst_float, 0x31800000u, 0x7E7FFFFFu)) {
-            const float src_or_dst_value = src_or_dst_float;
-            const float diff_dst_value = diff_dst_float;
+            const float src_or_dst_value = (float)src_or_dst_float;
+            const float diff_dst_value = (float)diff_dst_float;
             const float decay_value = opgen_exp_shortf((-fabsf(src_or_dst_value)));
             const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
             diff_src[index] = opgen_f32_to_bf16(diff_src_value);

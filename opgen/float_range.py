@@ -6,8 +6,7 @@ block is 0 or of a magnitude well inside f32's range, f32 arithmetic of a formul
 products, quotients, exp of exact values, sums of exact values and sums of terms of one sign
 stays in f32's normal range, each operation rounds once by at most 2^-24 relative (exp
 counts as 69: its short series, below), and no rounding error is magnified by cancellation:
-the result is
-within 1 ulp of a short output dtype (bf16) from the exact value rounded. `input_range` finds
+the result is within 1 ulp of a short output dtype (bf16) from the exact value rounded. `input_range` finds
 that magnitude interval by interval arithmetic on exponents; the kernels check it per block
 and compute the blocks that fail it in double, as before.
 
@@ -19,8 +18,9 @@ f32 result allows 2^-25, some 2^28 of them.
 
 Each node is summarised, for nonzero values, by [2^lo, 2^hi) bounding its magnitude, its
 significant bits when the arithmetic computes it exactly (None once rounded), the roundings
-it took (relative errors of 2^-24 each, 2^-53 in double: they add up through products and quotients, and through
-sums of terms of one sign), its sign if known, and whether it can be zero.
+it took (relative errors of 2^-24 each, 2^-53 in double: they add up through products and
+quotients, and through sums of terms of one sign), its sign if known, and whether it can be
+zero.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ def series_error(terms: int) -> float:
 # terms, 2^-31.6, and its roundings 2^-50 at most. In float (bf16 and f16 outputs, 2^-9 and
 # 2^-12 allowed): 5 terms, 2^-18.1, ln 2 in two parts (k * ln2_low rounds once, 2^-25.5 of
 # e^r at most), the coefficients rounded to float and Horner's rule in float, under 2^-23
-# each (two roundings a step without FMA): 2^-21 bounds them. templates/opgen_internal.h.j2 takes the terms from here.
+# each (two roundings a step without FMA): 2^-21 bounds them. templates/opgen_internal.h.j2
+# takes the terms from here.
 FLOAT = Arithmetic("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT, 5, 2.0**-21)
 DOUBLE = Arithmetic("double", 53, -1022, 1023, 8, 2.0**-50)
 ARITHMETICS = {a.name: a for a in (FLOAT, DOUBLE)}
@@ -133,8 +134,9 @@ def input_range(
 ) -> FloatRange | None:
     """An interval per input inside which `arithmetic` computes `tree` within 1 ulp of
     `output`; None when the formula has anything else (module docstring), or `output` is too
-    precise for the roundings it takes. The intervals widen together while they can (no input favoured),
-    then each alone, in name order: from src, |x| is held by exp while diff_dst goes on."""
+    precise for the roundings it takes. The intervals widen together while they can (no input
+    favoured), then each alone, in name order: from src, |x| is held by exp while diff_dst
+    goes on."""
     names = sorted(_inputs(tree, definitions))
     low, high = dict.fromkeys(names, 1), dict.fromkeys(names, 1)
 
