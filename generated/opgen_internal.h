@@ -185,8 +185,10 @@ static inline int opgen_in_range(float value, uint32_t low, uint32_t high)
 }
 
 /* opgen_in_range for each of `count` floats: the check that lets a block be computed in
- * float. A vector compare per 8 or 16 floats; the portable loop takes the largest magnitude
- * and the smallest magnitude - 1 (0 wraps to the largest number, so zeros pass). */
+ * float. A vector compare per 8 or 16 floats, and none for the low end when `low` is the
+ * smallest subnormal (a constant the inlined test folds: an f32 block's check costs less);
+ * the portable loop takes the largest magnitude and the smallest magnitude - 1 (0 wraps to
+ * the largest number, so zeros pass). */
 static inline int opgen_all_in_range(const float *values, int count, uint32_t low, uint32_t high)
 {
 #if OPGEN_USE_AVX512F
@@ -198,7 +200,9 @@ static inline int opgen_all_in_range(const float *values, int count, uint32_t lo
         for (int index = 0; index < count; index += 16) {
             const __m512i magnitude = _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(values + index)), magnitude_bits);
             outside |= _mm512_cmpgt_epu32_mask(magnitude, above);
-            outside |= _mm512_cmplt_epu32_mask(_mm512_sub_epi32(magnitude, one), below);
+            if (low > 1u) {
+                outside |= _mm512_cmplt_epu32_mask(_mm512_sub_epi32(magnitude, one), below);
+            }
         }
         return outside == 0;
     }
@@ -210,8 +214,11 @@ static inline int opgen_all_in_range(const float *values, int count, uint32_t lo
         __m256i outside = zero;
         for (int index = 0; index < count; index += 8) {
             const __m256i magnitude = _mm256_and_si256(_mm256_castps_si256(_mm256_loadu_ps(values + index)), magnitude_bits);
-            const __m256i small = _mm256_andnot_si256(_mm256_cmpeq_epi32(magnitude, zero), _mm256_cmpgt_epi32(lowest, magnitude));
-            outside = _mm256_or_si256(outside, _mm256_or_si256(small, _mm256_cmpgt_epi32(magnitude, highest)));
+            outside = _mm256_or_si256(outside, _mm256_cmpgt_epi32(magnitude, highest));
+            if (low > 1u) {
+                const __m256i small = _mm256_andnot_si256(_mm256_cmpeq_epi32(magnitude, zero), _mm256_cmpgt_epi32(lowest, magnitude));
+                outside = _mm256_or_si256(outside, small);
+            }
         }
         return _mm256_testz_si256(outside, outside);
     }
@@ -313,7 +320,7 @@ static inline double opgen_exp(double x_in)
     double r = x;
     r = opgen_exp_mul_add(-k, 0x1.62e42feep-1, r);
     r = opgen_exp_mul_add(-k, 0x1.a39ef35793c76p-33, r);
-    /* Horner on 1/n!, from the last term */
+    /* Horner's rule, from the highest power */
     double p = 1.6059043836821613e-10;
     p = opgen_exp_mul_add(p, r, 2.08767569878681e-09);
     p = opgen_exp_mul_add(p, r, 2.505210838544172e-08);
@@ -345,31 +352,30 @@ static inline double opgen_exp(double x_in)
 }
 
 /* e^x for x whose e^x is a normal number, as inside plan.float_first's intervals, within
- * 2^-31 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one factor, and
- * the series to r^8/8! only, as short as the kernels' outputs allow. */
+ * 2^-28 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one factor, and
+ * e^r by a polynomial of degree 6 only (float_range.exp_polynomial), as short as the kernels'
+ * outputs allow. */
 static inline double opgen_exp_short(double x)
 {
-    const double shift = 0x1.8p52; /* adding it rounds to an integer, kept in the low bits */
-    const double k = opgen_exp_mul_add(x, 0x1.71547652b82fep0, shift) - shift;
+    /* adding it rounds to an integer, kept in the low bits: k + bias, 2^k's biased exponent */
+    const double shift = 0x1.8p52 + 1023.0;
+    const double shifted = opgen_exp_mul_add(x, 0x1.71547652b82fep0, shift);
+    const double k = shifted - shift;
     double r = x;
-    r = opgen_exp_mul_add(-k, 0x1.62e42feep-1, r);
-    r = opgen_exp_mul_add(-k, 0x1.a39ef35793c76p-33, r);
-    /* Horner on 1/n!, from the last term */
-    double p = 2.48015873015873e-05;
-    p = opgen_exp_mul_add(p, r, 0.0001984126984126984);
-    p = opgen_exp_mul_add(p, r, 0.001388888888888889);
-    p = opgen_exp_mul_add(p, r, 0.008333333333333333);
-    p = opgen_exp_mul_add(p, r, 0.041666666666666664);
-    p = opgen_exp_mul_add(p, r, 0.16666666666666666);
-    p = opgen_exp_mul_add(p, r, 0.5);
-    p = opgen_exp_mul_add(p, r, 1.0);
-    p = opgen_exp_mul_add(p, r, 1.0);
+    r = opgen_exp_mul_add(-k, 0x1.62e42fefa39efp-1, r);
+    /* Horner's rule, from the highest power */
+    double p = 0.0013949769215680936;
+    p = opgen_exp_mul_add(p, r, 0.008375961219090402);
+    p = opgen_exp_mul_add(p, r, 0.04166620025433689);
+    p = opgen_exp_mul_add(p, r, 0.16666405380536153);
+    p = opgen_exp_mul_add(p, r, 0.5000000114307456);
+    p = opgen_exp_mul_add(p, r, 1.0000000400240165);
+    p = opgen_exp_mul_add(p, r, 0.9999999999562333);
     {
-        const double biased = k + (1023.0 + shift);
         uint64_t bits;
         double scale;
-        memcpy(&bits, &biased, sizeof bits);
-        bits <<= 52;
+        memcpy(&bits, &shifted, sizeof bits);
+        bits <<= 52; /* k + bias to the exponent field; the shift's own bits are zero that low */
         memcpy(&scale, &bits, sizeof scale);
         return p * scale;
     }
@@ -394,7 +400,7 @@ static inline float opgen_expf(float x_in)
     r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
     r = opgen_expf_mul_add(-k, 0x1.0cp-15f, r);
     r = opgen_expf_mul_add(-k, -0x1.05c61p-29f, r);
-    /* Horner on 1/n!, from the last term */
+    /* Horner's rule, from the highest power */
     float p = 2.48015873015873e-05f;
     p = opgen_expf_mul_add(p, r, 0.0001984126984126984f);
     p = opgen_expf_mul_add(p, r, 0.001388888888888889f);
@@ -422,27 +428,28 @@ static inline float opgen_expf(float x_in)
 
 /* e^x for x whose e^x is a normal number, as inside plan.float_first's intervals, within
  * 2^-17 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one factor, and
- * the series to r^5/5! only, as short as the kernels' outputs allow. */
+ * e^r by a polynomial of degree 4 only (float_range.exp_polynomial), as short as the kernels'
+ * outputs allow. */
 static inline float opgen_exp_shortf(float x)
 {
-    const float shift = 0x1.8p23f; /* adding it rounds to an integer, kept in the low bits */
-    const float k = opgen_expf_mul_add(x, 0x1.715476p0f, shift) - shift;
+    /* adding it rounds to an integer, kept in the low bits: k + bias, 2^k's biased exponent */
+    const float shift = 0x1.8p23f + 127.0f;
+    const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f, shift);
+    const float k = shifted - shift;
     float r = x;
     r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
     r = opgen_expf_mul_add(-k, 0x1.0bfbe8p-15f, r);
-    /* Horner on 1/n!, from the last term */
-    float p = 0.008333333333333333f;
-    p = opgen_expf_mul_add(p, r, 0.041666666666666664f);
-    p = opgen_expf_mul_add(p, r, 0.16666666666666666f);
-    p = opgen_expf_mul_add(p, r, 0.5f);
-    p = opgen_expf_mul_add(p, r, 1.0f);
-    p = opgen_expf_mul_add(p, r, 1.0f);
+    /* Horner's rule, from the highest power */
+    float p = 0.04192252829670906f;
+    p = opgen_expf_mul_add(p, r, 0.16794662177562714f);
+    p = opgen_expf_mul_add(p, r, 0.49998822808265686f);
+    p = opgen_expf_mul_add(p, r, 0.9999607801437378f);
+    p = opgen_expf_mul_add(p, r, 1.0000001192092896f);
     {
-        const float biased = k + (127.0f + shift);
         uint32_t bits;
         float scale;
-        memcpy(&bits, &biased, sizeof bits);
-        bits <<= 23;
+        memcpy(&bits, &shifted, sizeof bits);
+        bits <<= 23; /* k + bias to the exponent field; the shift's own bits are zero that low */
         memcpy(&scale, &bits, sizeof scale);
         return p * scale;
     }

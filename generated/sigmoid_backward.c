@@ -71,7 +71,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_
 }
 
 /* sigmoid_backward_f32_no_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
- * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double, its exp unclamped and within 2^-31 where each input is 0 or of magnitude diff_dst in [2^-149, 2^128), src_or_dst in [2^-149, 2^9); use_dst=false) */
+ * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double, its exp unclamped and within 2^-28 where each input is 0 or of magnitude src_or_dst in [2^-149, 2^9) (diff_dst: any, a factor of the result); use_dst=false) */
 void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -93,7 +93,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x43FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x00000001u, 0x7F7FFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x43FFFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): double stays in its normal range and within 1 ulp */
                     OPGEN_SIMD
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -127,7 +127,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x43FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x00000001u, 0x7F7FFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x43FFFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): double stays in its normal range and within 1 ulp */
                 OPGEN_SIMD
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -155,7 +155,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_float = src_or_dst[index];
         const float diff_dst_float = diff_dst[index];
-        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x43FFFFFFu) && opgen_in_range(diff_dst_float, 0x00000001u, 0x7F7FFFFFu)) {
+        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x43FFFFFFu)) {
             const double src_or_dst_value = (double)src_or_dst_float;
             const double diff_dst_value = (double)diff_dst_float;
             const double decay_value = opgen_exp_short((-fabs(src_or_dst_value)));
@@ -236,7 +236,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* sigmoid_backward_f16_no_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
- * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float, its exp unclamped and within 2^-17 where each input is 0 or of magnitude diff_dst in [2^-126, 2^127), src_or_dst in [2^-126, 2^6); use_dst=false) */
+ * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float, its exp unclamped and within 2^-17 where each input is 0 or of magnitude src_or_dst in [2^-126, 2^6) (diff_dst: any, a factor of the result); use_dst=false) */
 void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -258,7 +258,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00800000u, 0x427FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x00800000u, 0x7EFFFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -292,7 +292,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00800000u, 0x427FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x00800000u, 0x7EFFFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -320,7 +320,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_float = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_f16_to_f32(diff_dst[index]);
-        if (opgen_in_range(src_or_dst_float, 0x00800000u, 0x427FFFFFu) && opgen_in_range(diff_dst_float, 0x00800000u, 0x7EFFFFFFu)) {
+        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x427FFFFFu)) {
             const float src_or_dst_value = (float)src_or_dst_float;
             const float diff_dst_value = (float)diff_dst_float;
             const float decay_value = opgen_exp_shortf((-fabsf(src_or_dst_value)));

@@ -5,15 +5,15 @@ range: a product of bf16 values can overflow or underflow in f32. But when every
 block is 0 or of a magnitude well inside f32's range, f32 arithmetic of a formula made of
 products, quotients, exp of exact values, sums of exact values and sums of terms of one sign
 stays in f32's normal range, each operation rounds once by at most 2^-24 relative (exp
-counts as 69: its short series, below), and no rounding error is magnified by cancellation:
-the result is within 1 ulp of a short output dtype (bf16) from the exact value rounded. `input_range` finds
-that magnitude interval by interval arithmetic on exponents; the kernels check it per block
-and compute the blocks that fail it in double, as before.
+counts as 76: its short polynomial, below), and no rounding error is magnified by
+cancellation: the result is within 1 ulp of a short output dtype (bf16) from the exact value
+rounded. `input_range` finds that magnitude interval by interval arithmetic on exponents;
+the kernels check it per block and compute the blocks that fail it in double, as before.
 
 Inside the intervals exp's results are normal, so the blocks call opgen_exp_short(f): no
-clamp, one scaling, and a series as short as the outputs allow; its error counts as
+clamp, one scaling, and a polynomial as short as the outputs allow; its error counts as
 `exp_roundings`. f32 data computed in double gets the same analysis in double arithmetic
-(DOUBLE), where that exp is the gain: its 2^-31.6 counts as 2^21.4 roundings of 2^-53, and an
+(DOUBLE), where that exp is the gain: its 2^-28.3 counts as 2^24.7 roundings of 2^-53, and an
 f32 result allows 2^-25, some 2^28 of them.
 
 Each node is summarised, for nonzero values, by [2^lo, 2^hi) bounding its magnitude, its
@@ -49,10 +49,23 @@ class Interval:
     low: int
     high: int
 
-    def c_bounds(self) -> tuple[str, str]:
-        """The f32 bit patterns (sign cleared) of 2^-low and of the largest float below 2^high."""
+    def c_bounds(self, dtype: DType | None = None) -> tuple[str, str]:
+        """The f32 bit patterns (sign cleared) of 2^-low and of the largest float below 2^high;
+        the low one is f32's smallest subnormal when no nonzero `dtype` value is below 2^-low
+        (opgen_all_in_range then tests the high end alone)."""
+        if dtype is not None and self.holds_smallest(dtype):
+            return "0x00000001u", self.c_bounds()[1]
         low = (127 - self.low) << 23 if self.low <= 126 else 1 << (149 - self.low)
         return f"0x{low:08X}u", f"0x{((127 + self.high) << 23) - 1:08X}u"
+
+    def holds_smallest(self, dtype: DType) -> bool:
+        """`dtype`'s smallest nonzero magnitude (a subnormal) is inside."""
+        return self.low >= dtype.mantissa_bits - dtype.min_exponent
+
+    def holds_every_finite(self, dtype: DType) -> bool:
+        """Every finite nonzero `dtype` value is inside (IEEE formats: the largest exponent is
+        1 - min_exponent, so values stay below 2^(2 - min_exponent))."""
+        return self.holds_smallest(dtype) and self.high >= 2 - dtype.min_exponent
 
     def __str__(self) -> str:
         return f"[2^-{self.low}, 2^{self.high})"
@@ -71,20 +84,29 @@ class FloatRange:
 class Arithmetic:
     """The type a block is computed in: `bits` of significand, normal exponents from
     `min_exponent`, magnitudes below 2^`max_exponent` safe from overflow, and the exp its
-    blocks call inside the intervals, opgen_exp_short (+ the type's suffix): the terms of its
-    series and the bound on the roundings of its reduction, series and scaling."""
+    blocks call inside the intervals, opgen_exp_short (+ the type's suffix): its polynomial's
+    degree, ln 2 in parts (C literals) for the reduction, and the bound on the roundings of its
+    reduction, polynomial and scaling."""
 
     name: str
     bits: int
     min_exponent: int
     max_exponent: int
-    exp_terms: int
+    exp_degree: int
+    exp_ln2_parts: tuple[str, ...]
     exp_rounding_error: float
 
     @property
     def exp_error(self) -> float:
         """A bound on opgen_exp_short's relative error in this type."""
-        return series_error(self.exp_terms) + self.exp_rounding_error
+        return exp_polynomial(self.exp_degree)[1] + self.exp_rounding_error
+
+    @property
+    def exp_coefficients(self) -> list[str]:
+        """The polynomial's coefficients as C literals of this type, the highest power first."""
+        suffix = "f" if self.name == "float" else ""
+        rounded = [_round_to_bits(float(c), self.bits) for c in exp_polynomial(self.exp_degree)[0]]
+        return [f"{c!r}{suffix}" for c in reversed(rounded)]
 
     @property
     def exp_roundings(self) -> int:
@@ -97,21 +119,57 @@ class Arithmetic:
         return math.ceil(math.log2(self.exp_error))
 
 
-def series_error(terms: int) -> float:
-    """A bound on the relative error of e^r's Taylor series to r^terms/terms!, |r| below 0.35
-    (ln 2 / 2 plus the slack of a misrounded k): the first term left out, times e^0.35, bounds
-    the rest."""
-    return 0.35 ** (terms + 1) / math.factorial(terms + 1) * math.exp(0.35)
+# |r| after the reduction: ln 2 / 2, plus the slack of a misrounded k
+REDUCED_BOUND = Fraction(7, 20)
+_TAYLOR_DEGREE = 20
 
 
-# The series are as short as the results allow. In double (f32 outputs, 2^-25 allowed): 8
-# terms, 2^-31.6, and its roundings 2^-50 at most. In float (bf16 and f16 outputs, 2^-9 and
-# 2^-12 allowed): 5 terms, 2^-18.1, ln 2 in two parts (k * ln2_low rounds once, 2^-25.5 of
-# e^r at most), the coefficients rounded to float and Horner's rule in float, under 2^-23
-# each (two roundings a step without FMA): 2^-21 bounds them. templates/opgen_internal.h.j2
-# takes the terms from here.
-FLOAT = Arithmetic("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT, 5, 2.0**-21)
-DOUBLE = Arithmetic("double", 53, -1022, 1023, 8, 2.0**-50)
+def exp_polynomial(degree: int) -> tuple[list[Fraction], float]:
+    """e^r for |r| <= 0.35 by a polynomial of `degree` (coefficients lowest power first) and a
+    bound on its relative error. Exact rational arithmetic, so the same on every machine:
+    e^r's Taylor series to r^20, then its highest powers traded for lower ones (Chebyshev
+    economization: subtracting b T_m(r / 0.35) / 2^(m-1), which cancels the term b (r /
+    0.35)^m, moves the polynomial by |b| / 2^(m-1) at most, as |T_m| <= 1 there). The bound
+    adds those moves and the series' tail (twice its first term), times e^0.35 for relative."""
+    terms = [REDUCED_BOUND**m / math.factorial(m) for m in range(_TAYLOR_DEGREE + 1)]  # in r / 0.35
+    moved = 2 * REDUCED_BOUND ** (_TAYLOR_DEGREE + 1) / math.factorial(_TAYLOR_DEGREE + 1)
+    for power in range(_TAYLOR_DEGREE, degree, -1):
+        chebyshev = _chebyshev(power)
+        factor = terms[power] / chebyshev[power]
+        terms = [t - factor * c for t, c in zip(terms, chebyshev + [0] * len(terms))]
+        moved += abs(factor)
+    coefficients = [terms[m] / REDUCED_BOUND**m for m in range(degree + 1)]
+    return coefficients, float(moved) * math.exp(0.35) * (1 + 2.0**-40)
+
+
+def _chebyshev(degree: int) -> list[int]:
+    """T_degree's coefficients, lowest power first: T_(n+1) = 2 t T_n - T_(n-1)."""
+    previous, current = [1], [0, 1]
+    for _ in range(degree - 1):
+        following = [0] + [2 * c for c in current]
+        previous, current = current, [f - p for f, p in zip(following, previous + [0, 0])]
+    return previous if degree == 0 else current
+
+
+def _round_to_bits(value: float, bits: int) -> float:
+    """`value` rounded to `bits` of significand (nearest, ties to even), as C's literal would be."""
+    if bits >= 53 or value == 0:
+        return value
+    mantissa, exponent = math.frexp(value)
+    return math.ldexp(round(math.ldexp(mantissa, bits)), exponent - bits)
+
+
+# The polynomials are as short as the results allow. In double (f32 outputs, 2^-25 allowed):
+# degree 6, 2^-28.3; ln 2 in one part (|k| below 1100 times its error 2^-55, or k * ln 2
+# rounded, 2^-43.5 of r, where the target cannot fuse), the coefficients and Horner's rule
+# 2^-49: 2^-42 bounds them. In float (bf16 and f16 outputs, 2^-9 and 2^-12 allowed): degree
+# 4, 2^-17.9; ln 2 in two parts (k * ln2_low rounds once, 2^-25.5 of e^r at most), the
+# coefficients rounded to float and Horner's rule in float, under 2^-23 each (two roundings a
+# step without FMA): 2^-21 bounds them. templates/opgen_internal.h.j2 takes the
+# coefficients and the parts of ln 2 from here.
+FLOAT_LN2_PARTS = ("0x1.62ep-1f", "0x1.0bfbe8p-15f")
+FLOAT = Arithmetic("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT, 4, FLOAT_LN2_PARTS, 2.0**-21)
+DOUBLE = Arithmetic("double", 53, -1022, 1023, 6, ("0x1.62e42fefa39efp-1",), 2.0**-42)
 ARITHMETICS = {a.name: a for a in (FLOAT, DOUBLE)}
 
 
@@ -155,6 +213,18 @@ def input_range(
     node = _summary(tree, dtypes, definitions, {n: (low[n], high[n]) for n in names}, output, arithmetic)
     assert node is not None
     return FloatRange({name: Interval(low[name], high[name]) for name in names}, node.roundings)
+
+
+def only_a_factor(tree: ast.expr, name: str, definitions: Mapping[str, ast.expr]) -> bool:
+    """`name` reaches `tree`'s value through products and quotients alone (a factor, a
+    divisor). Then an infinity or a NaN there gives the same result whichever exp the other
+    factors called: those are finite, and nonzero or zero alike, in both (plan.float_first
+    leaves such an input unchecked)."""
+    if isinstance(tree, ast.Name) and tree.id in definitions:
+        return only_a_factor(definitions[tree.id], name, definitions)
+    if isinstance(tree, ast.BinOp) and isinstance(tree.op, (ast.Mult, ast.Div)):
+        return only_a_factor(tree.left, name, definitions) and only_a_factor(tree.right, name, definitions)
+    return isinstance(tree, ast.Name) or name not in _inputs(tree, definitions)
 
 
 def _inputs(tree: ast.expr, definitions: Mapping[str, ast.expr]) -> set[str]:

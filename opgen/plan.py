@@ -326,7 +326,7 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
     cheaper path (float_range), and the math there; None when there is none (a log,
     attributes...). Computed in double, the path is float when float's precision is enough
     (bf16 outputs); else, if the math calls exp, double. Inside the intervals exp is
-    opgen_exp_short(f): unclamped, one scaling, a series as short as the outputs allow. A
+    opgen_exp_short(f): unclamped, one scaling, a polynomial as short as the outputs allow. A
     kernel computed in float gains that exp alone, so it gets the path only if it calls exp."""
     calls_exp = any(_calls(tree, "exp") for _, tree in elements)
     if compute == "float" and not calls_exp:
@@ -358,11 +358,27 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
     }
     kind = arithmetic.name
     style = table.compute_types[kind]
+    # Computed in the kernel's own type, the blocks outside differ from those inside by the
+    # exp alone: an input that spans every finite value and only multiplies or divides the
+    # results needs no check (its infinities and NaNs give the same results either way).
+    unchecked = [
+        name
+        for name, interval in intervals.items()
+        if kind == compute
+        and interval.holds_every_finite(variant.dtypes[name])
+        and all(float_range.only_a_factor(definitions[o], name, definitions) for o in outputs)
+    ]
     return {
         "type": kind,
         "calls_exp": calls_exp,
         "intervals": {name: str(interval) for name, interval in intervals.items()},
-        "bounds": {name: ", ".join(interval.c_bounds()) for name, interval in intervals.items()},
+        "unchecked": unchecked,
+        # the magnitude bits opgen_all_in_range tests, per checked input
+        "bounds": {
+            name: ", ".join(interval.c_bounds(variant.dtypes[name]))
+            for name, interval in intervals.items()
+            if name not in unchecked
+        },
         "elements": [
             {
                 "name": name,
@@ -396,8 +412,14 @@ def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, f
     dtypes = ", ".join(f"{name} {dtype}" for name, dtype in variant.row.items())
     computed = f"computed in {compute}"
     if float_first:
-        inside = ", ".join(f"{name} in {interval}" for name, interval in float_first["intervals"].items())
+        inside = ", ".join(
+            f"{name} in {interval}"
+            for name, interval in float_first["intervals"].items()
+            if name not in float_first["unchecked"]
+        )
         where = f"where each input is 0 or of magnitude {inside}"
+        if float_first["unchecked"]:
+            where += f" ({', '.join(float_first['unchecked'])}: any, a factor of the result)"
         arithmetic = float_range.ARITHMETICS[float_first["type"]]
         exp = f"its exp unclamped and within 2^{arithmetic.exp_error_exponent}"
         if compute == float_first["type"]:

@@ -1,5 +1,5 @@
 /* opgen_exp_short and opgen_exp_shortf (the kernels' exp inside plan.float_first's
- * intervals: no clamp, one scaling, a short series) against opgen_exp, on the arguments whose
+ * intervals: no clamp, one scaling, a short polynomial) against opgen_exp, on the arguments whose
  * e^x is normal: for double 2^24 evenly spread x in [-707, 709] and x = (k + 1/2) ln 2 for
  * every k there, where |r| is largest; for float every 61st float in [-86.6, 88]. Prints, per
  * type, the count checked and the largest relative difference (%a). */
