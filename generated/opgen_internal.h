@@ -351,33 +351,34 @@ static inline double opgen_exp(double x_in)
     }
 }
 
-/* e^x for x whose e^x is a normal number, as inside plan.float_first's intervals, within
- * 2^-28 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one factor, and
- * e^r by a polynomial of degree 6 only (float_range.exp_polynomial), as short as the kernels'
- * outputs allow. */
-static inline double opgen_exp_short(double x)
+/* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
+ * intervals, within 2^-28 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one
+ * factor, and e^r by a polynomial of degree 6 only (float_range.exp_polynomial), as short as
+ * the kernels' outputs allow. `scale`, a constant power of 2 (expr.scaled_exps), folds into
+ * the constants once inlined: the bits of e^y for y = scale * x, one multiplication fewer. */
+static inline double opgen_exp_short(double x, double scale)
 {
     /* adding it rounds to an integer, kept in the low bits: k + bias, 2^k's biased exponent */
     const double shift = 0x1.8p52 + 1023.0;
-    const double shifted = opgen_exp_mul_add(x, 0x1.71547652b82fep0, shift);
+    const double shifted = opgen_exp_mul_add(x, 0x1.71547652b82fep0 * scale, shift);
     const double k = shifted - shift;
     double r = x;
-    r = opgen_exp_mul_add(-k, 0x1.62e42fefa39efp-1, r);
-    /* Horner's rule, from the highest power */
-    double p = 0.0013949769215680936;
-    p = opgen_exp_mul_add(p, r, 0.008375961219090402);
-    p = opgen_exp_mul_add(p, r, 0.04166620025433689);
-    p = opgen_exp_mul_add(p, r, 0.16666405380536153);
-    p = opgen_exp_mul_add(p, r, 0.5000000114307456);
-    p = opgen_exp_mul_add(p, r, 1.0000000400240165);
+    r = opgen_exp_mul_add(-k, 0x1.62e42fefa39efp-1 / scale, r);
+    /* Horner's rule, from the highest power (of scale * r: the coefficients take the scale's powers) */
+    double p = 0.0013949769215680936 * scale * scale * scale * scale * scale * scale;
+    p = opgen_exp_mul_add(p, r, 0.008375961219090402 * scale * scale * scale * scale * scale);
+    p = opgen_exp_mul_add(p, r, 0.04166620025433689 * scale * scale * scale * scale);
+    p = opgen_exp_mul_add(p, r, 0.16666405380536153 * scale * scale * scale);
+    p = opgen_exp_mul_add(p, r, 0.5000000114307456 * scale * scale);
+    p = opgen_exp_mul_add(p, r, 1.0000000400240165 * scale);
     p = opgen_exp_mul_add(p, r, 0.9999999999562333);
     {
         uint64_t bits;
-        double scale;
+        double power; /* 2^k */
         memcpy(&bits, &shifted, sizeof bits);
         bits <<= 52; /* k + bias to the exponent field; the shift's own bits are zero that low */
-        memcpy(&scale, &bits, sizeof scale);
-        return p * scale;
+        memcpy(&power, &bits, sizeof power);
+        return p * power;
     }
 }
 
@@ -426,32 +427,33 @@ static inline float opgen_expf(float x_in)
     }
 }
 
-/* e^x for x whose e^x is a normal number, as inside plan.float_first's intervals, within
- * 2^-17 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one factor, and
- * e^r by a polynomial of degree 4 only (float_range.exp_polynomial), as short as the kernels'
- * outputs allow. */
-static inline float opgen_exp_shortf(float x)
+/* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
+ * intervals, within 2^-17 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one
+ * factor, and e^r by a polynomial of degree 4 only (float_range.exp_polynomial), as short as
+ * the kernels' outputs allow. `scale`, a constant power of 2 (expr.scaled_exps), folds into
+ * the constants once inlined: the bits of e^y for y = scale * x, one multiplication fewer. */
+static inline float opgen_exp_shortf(float x, float scale)
 {
     /* adding it rounds to an integer, kept in the low bits: k + bias, 2^k's biased exponent */
     const float shift = 0x1.8p23f + 127.0f;
-    const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f, shift);
+    const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f * scale, shift);
     const float k = shifted - shift;
     float r = x;
-    r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
-    r = opgen_expf_mul_add(-k, 0x1.0bfbe8p-15f, r);
-    /* Horner's rule, from the highest power */
-    float p = 0.04192252829670906f;
-    p = opgen_expf_mul_add(p, r, 0.16794662177562714f);
-    p = opgen_expf_mul_add(p, r, 0.49998822808265686f);
-    p = opgen_expf_mul_add(p, r, 0.9999607801437378f);
+    r = opgen_expf_mul_add(-k, 0x1.62ep-1f / scale, r);
+    r = opgen_expf_mul_add(-k, 0x1.0bfbe8p-15f / scale, r);
+    /* Horner's rule, from the highest power (of scale * r: the coefficients take the scale's powers) */
+    float p = 0.04192252829670906f * scale * scale * scale * scale;
+    p = opgen_expf_mul_add(p, r, 0.16794662177562714f * scale * scale * scale);
+    p = opgen_expf_mul_add(p, r, 0.49998822808265686f * scale * scale);
+    p = opgen_expf_mul_add(p, r, 0.9999607801437378f * scale);
     p = opgen_expf_mul_add(p, r, 1.0000001192092896f);
     {
         uint32_t bits;
-        float scale;
+        float power; /* 2^k */
         memcpy(&bits, &shifted, sizeof bits);
         bits <<= 23; /* k + bias to the exponent field; the shift's own bits are zero that low */
-        memcpy(&scale, &bits, sizeof scale);
-        return p * scale;
+        memcpy(&power, &bits, sizeof power);
+        return p * power;
     }
 }
 

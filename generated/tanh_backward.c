@@ -99,7 +99,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const double src_or_dst_value = (double)src_or_dst_block[lane];
                         const double diff_dst_value = (double)diff_dst_block[lane];
-                        const double decay_value = opgen_exp_short(((-2.0) * fabs(src_or_dst_value)));
+                        const double decay_value = opgen_exp_short(fabs(src_or_dst_value), -2.0);
                         const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
@@ -133,7 +133,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
-                    const double decay_value = opgen_exp_short(((-2.0) * fabs(src_or_dst_value)));
+                    const double decay_value = opgen_exp_short(fabs(src_or_dst_value), -2.0);
                     const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
@@ -158,7 +158,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
         if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x42FFFFFFu)) {
             const double src_or_dst_value = (double)src_or_dst_float;
             const double diff_dst_value = (double)diff_dst_float;
-            const double decay_value = opgen_exp_short(((-2.0) * fabs(src_or_dst_value)));
+            const double decay_value = opgen_exp_short(fabs(src_or_dst_value), -2.0);
             const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
             diff_src[index] = (float)(diff_src_value);
             continue;
@@ -236,7 +236,7 @@ void OPGEN_KERNEL(tanh_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT src
 }
 
 /* tanh_backward_f16_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float, its exp unclamped and within 2^-17 where each input is 0 or of magnitude src_or_dst in [2^-126, 2^4) (diff_dst: any, a factor of the result); use_dst=false) */
+ * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float, its exp unclamped and within 2^-17 where each input is 0 or of magnitude src_or_dst in [2^-149, 2^4) (diff_dst: any, a factor of the result); use_dst=false) */
 void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -264,7 +264,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float decay_value = opgen_exp_shortf(((-2.0f) * fabsf(src_or_dst_value)));
+                        const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
                         const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
@@ -298,7 +298,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float decay_value = opgen_exp_shortf(((-2.0f) * fabsf(src_or_dst_value)));
+                    const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
                     const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
@@ -323,7 +323,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
         if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu)) {
             const float src_or_dst_value = (float)src_or_dst_float;
             const float diff_dst_value = (float)diff_dst_float;
-            const float decay_value = opgen_exp_shortf(((-2.0f) * fabsf(src_or_dst_value)));
+            const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
             const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
             diff_src[index] = opgen_f32_to_f16(diff_src_value);
             continue;
@@ -337,7 +337,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* tanh_backward_bf16_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude diff_dst in [2^-110, 2^43), src_or_dst in [2^-126, 2^41), else in double; use_dst=true) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude diff_dst in [2^-110, 2^43), src_or_dst in [2^-149, 2^41), else in double; use_dst=true) */
 void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -359,7 +359,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00800000u, 0x53FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x53FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -391,7 +391,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00800000u, 0x53FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x53FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -417,7 +417,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
-        if (opgen_in_range(src_or_dst_float, 0x00800000u, 0x53FFFFFFu) && opgen_in_range(diff_dst_float, 0x08800000u, 0x54FFFFFFu)) {
+        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x53FFFFFFu) && opgen_in_range(diff_dst_float, 0x08800000u, 0x54FFFFFFu)) {
             const float src_or_dst_value = (float)src_or_dst_float;
             const float diff_dst_value = (float)diff_dst_float;
             const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
@@ -432,7 +432,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
 }
 
 /* tanh_backward_bf16_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-17) where each input is 0 or of magnitude diff_dst in [2^-30, 2^123), src_or_dst in [2^-126, 2^4), else in double; use_dst=false) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-17) where each input is 0 or of magnitude diff_dst in [2^-30, 2^123), src_or_dst in [2^-149, 2^4), else in double; use_dst=false) */
 void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -454,13 +454,13 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00800000u, 0x417FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float decay_value = opgen_exp_shortf(((-2.0f) * fabsf(src_or_dst_value)));
+                        const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
                         const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
@@ -488,13 +488,13 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00800000u, 0x417FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float decay_value = opgen_exp_shortf(((-2.0f) * fabsf(src_or_dst_value)));
+                    const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
                     const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
@@ -516,10 +516,10 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
-        if (opgen_in_range(src_or_dst_float, 0x00800000u, 0x417FFFFFu) && opgen_in_range(diff_dst_float, 0x30800000u, 0x7CFFFFFFu)) {
+        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu) && opgen_in_range(diff_dst_float, 0x30800000u, 0x7CFFFFFFu)) {
             const float src_or_dst_value = (float)src_or_dst_float;
             const float diff_dst_value = (float)diff_dst_float;
-            const float decay_value = opgen_exp_shortf(((-2.0f) * fabsf(src_or_dst_value)));
+            const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
             const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
             diff_src[index] = opgen_f32_to_bf16(diff_src_value);
             continue;

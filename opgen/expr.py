@@ -172,11 +172,54 @@ def to_c(
             return f"{select}({emit(node.test)}, {emit(node.body)}, {emit(node.orelse)})"
         if isinstance(node, ast.Call):
             name = node.func.id  # type: ignore[union-attr]
-            c_name = (functions or {}).get(name, FUNCTIONS[name][1]) + math_suffix
+            c_name = (functions[name] if functions and name in functions else FUNCTIONS[name][1]) + math_suffix
             return f"{c_name}(" + ", ".join(emit(arg) for arg in node.args) + ")"
         raise ExprError(f"unsupported syntax: {ast.unparse(node)}")
 
     return emit(tree)
+
+
+def scaled_exps(tree: ast.expr) -> ast.expr:
+    """`tree` with each exp(c * y) as exp(y, c): c the product of the argument's constant
+    factors that are powers of 2 and its negations (-abs(x): y = abs(x), c = -1; -2 * abs(x):
+    c = -2), 1 when there are none. opgen_exp_short(f) folds such a c into its constants:
+    the same bits as for the argument c * y, without the multiplication."""
+
+    class Scaler(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.expr:
+            self.generic_visit(node)
+            if getattr(node.func, "id", None) != "exp":
+                return node
+            argument, scale = node.args[0], 1.0
+            while True:
+                if isinstance(argument, ast.UnaryOp) and isinstance(argument.op, ast.USub):
+                    argument, scale = argument.operand, -scale
+                elif isinstance(argument, ast.BinOp) and isinstance(argument.op, ast.Mult):
+                    factor = _power_of_two(argument.left)
+                    if factor is not None:
+                        argument, scale = argument.right, scale * factor
+                        continue
+                    factor = _power_of_two(argument.right)
+                    if factor is None:
+                        break
+                    argument, scale = argument.left, scale * factor
+                else:
+                    break
+            return ast.copy_location(ast.Call(node.func, [argument, ast.Constant(scale)], []), node)
+
+    return Scaler().visit(ast.parse(ast.unparse(tree), mode="eval").body)
+
+
+def _power_of_two(node: ast.expr) -> float | None:
+    """The value of a constant (negated or not) that is +-2^n, |n| <= 8 (its powers up to the
+    polynomial's degree stay far inside float's range); else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _power_of_two(node.operand)
+        return None if value is None else -value
+    if not isinstance(node, ast.Constant) or isinstance(node.value, bool) or not node.value:
+        return None
+    mantissa, exponent = math.frexp(abs(float(node.value)))
+    return float(node.value) if mantissa == 0.5 and abs(exponent - 1) <= 8 else None
 
 
 def _literal(value: float, suffix: str) -> str:

@@ -205,7 +205,7 @@ def input_range(
     if not valid():
         return None
     high_limit = min(INPUT_HIGH_LIMIT, arithmetic.max_exponent)
-    low_limit = min(INPUT_LOW_LIMIT, -arithmetic.min_exponent)
+    low_limit = min(INPUT_LOW_LIMIT, arithmetic.bits - 1 - arithmetic.min_exponent)
     for bounds, limit in ((high, high_limit), (low, low_limit)):
         _widen(bounds, names, limit, valid)
         for name in names:
@@ -267,9 +267,15 @@ def _summary(tree, dtypes, definitions, bounds, output: DType, arithmetic: Arith
 
 
 def _node(tree: ast.expr, dtypes, definitions, bounds, arithmetic: Arithmetic) -> _Node | None:
+    # an exact value may be subnormal, if its lowest bit is one the arithmetic has: a tiny
+    # input of bf16, or of f32 in double (exp(-|x|) of a subnormal x is 1 all the same)
+    lowest_bit = arithmetic.min_exponent - arithmetic.bits + 1
+
     def visit(node: ast.expr) -> _Node | None:
         result = _visit(node, visit, dtypes, definitions, bounds, arithmetic)
-        if result is None or result.lo < arithmetic.min_exponent or result.hi > arithmetic.max_exponent:
+        if result is None or result.hi > arithmetic.max_exponent:
+            return None
+        if result.lo < arithmetic.min_exponent and (result.bits is None or result.lo - result.bits + 1 < lowest_bit):
             return None
         return result
 

@@ -384,12 +384,12 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
                 "name": name,
                 "type": kind,
                 "c": expr.to_c(
-                    tree,
+                    expr.scaled_exps(tree),
                     {n: f"{n}_value" for n in expr.names(tree)},
                     style.literal_suffix,
                     style.math_suffix,
                     f"opgen_select_{kind}",
-                    {"exp": "opgen_exp_short"},  # + the type's suffix
+                    {"exp": "opgen_exp_short"},  # + the type's suffix; exp(y, scale)
                 ),
             }
             for name, tree in elements

@@ -49,13 +49,14 @@ def test_the_bundled_kernels_that_compute_in_float_first():
     # multiple of 2^-8, else 1 - s > 1/2): Ldd + Ls + 8 <= 126, L = 59 each.
     # dd * ((1 - t) * (1 + t)): each factor < 2^(Ht + 1), so 3H + 2 <= 127, H = 41, then
     # Hdd + 2 * 42 <= 127: Hdd = 43. Each factor >= 2^-8 whatever t: dd * both >= 2^(-Ldd - 16),
-    # Ldd = 110, and Lt = 126 (f32's normal range).
+    # Ldd = 110, and Lt = 149 (a subnormal t is exact in float, and 1 - t rounds once).
     # dd * e / ((1 + e) * (1 + e)), e = exp(-|x|) > 2^(-2^Hx log2(e)): normal for Hx = 6
     # (e > 2^-92.4, lo -93, and one binade of margin: -94), not 7; then the quotient
     # < 2^(Hdd + 1): Hdd = 126. 1 + e < 2^2, so the quotient >= 2^(-Ldd - 94 - 4): Ldd = 28;
-    # Lx = 126 (e is about 1 for tiny x). tanh: e = exp(-2|x|), 2|x| < 2^(Hx + 2) (2 is in
+    # Lx = 149 (a subnormal x is exact, and e about 1). tanh: e = exp(-2|x|), 2|x| < 2^(Hx + 2) (2 is in
     # [2, 4)): Hx = 4 (lo -94 again); 4 * e < 2^4 (4 in [4, 8)), so Hdd + 4 <= 127: 123;
-    # dd * (4 * e) / (< 2^4) >= 2^(-Ldd + 2 - 94 - 4): Ldd = 30; Lx = 126.
+    # dd * (4 * e) / (< 2^4) >= 2^(-Ldd + 2 - 94 - 4): Ldd = 30; Lx = 149. f16 data: the same
+    # bounds on x, and every finite f16 diff_dst (f16 spans [2^-24, 2^16)).
     # f32 in double: e = exp(-|x|) > 2^(-2^Hx log2(e)) is normal (lo -739, -740 with the
     # margin, >= -1022) for Hx = 9, not 10 (-1478); tanh's 2|x| < 2^(Hx + 2): Hx = 7. Then
     # every other node stays in double's range for every finite f32 (dd * e >= 2^(-149 - 740)),
@@ -63,12 +64,11 @@ def test_the_bundled_kernels_that_compute_in_float_first():
     found = {variant.name: first["intervals"] for _, variant, first in KERNELS}
     assert found == {
         "sigmoid_backward_bf16_use_dst": {"diff_dst": "[2^-59, 2^42)", "src_or_dst": "[2^-59, 2^42)"},
-        "tanh_backward_bf16_use_dst": {"diff_dst": "[2^-110, 2^43)", "src_or_dst": "[2^-126, 2^41)"},
-        "sigmoid_backward_bf16_no_use_dst": {"diff_dst": "[2^-28, 2^126)", "src_or_dst": "[2^-126, 2^6)"},
-        "tanh_backward_bf16_no_use_dst": {"diff_dst": "[2^-30, 2^123)", "src_or_dst": "[2^-126, 2^4)"},
-        # f16 spans [2^-24, 2^16): the bounds on diff_dst never bind, those on x are exp's
-        "sigmoid_backward_f16_no_use_dst": {"diff_dst": "[2^-126, 2^127)", "src_or_dst": "[2^-126, 2^6)"},
-        "tanh_backward_f16_no_use_dst": {"diff_dst": "[2^-126, 2^127)", "src_or_dst": "[2^-126, 2^4)"},
+        "tanh_backward_bf16_use_dst": {"diff_dst": "[2^-110, 2^43)", "src_or_dst": "[2^-149, 2^41)"},
+        "sigmoid_backward_bf16_no_use_dst": {"diff_dst": "[2^-28, 2^126)", "src_or_dst": "[2^-149, 2^6)"},
+        "tanh_backward_bf16_no_use_dst": {"diff_dst": "[2^-30, 2^123)", "src_or_dst": "[2^-149, 2^4)"},
+        "sigmoid_backward_f16_no_use_dst": {"diff_dst": "[2^-149, 2^127)", "src_or_dst": "[2^-149, 2^6)"},
+        "tanh_backward_f16_no_use_dst": {"diff_dst": "[2^-149, 2^127)", "src_or_dst": "[2^-149, 2^4)"},
         "sigmoid_backward_f32_no_use_dst": {"diff_dst": "[2^-149, 2^128)", "src_or_dst": "[2^-149, 2^9)"},
         "tanh_backward_f32_no_use_dst": {"diff_dst": "[2^-149, 2^128)", "src_or_dst": "[2^-149, 2^7)"},
     }
@@ -573,6 +573,24 @@ def build_and_run(tmp_path: Path, test: str, fused: bool) -> str:
     return result.stdout
 
 
+@pytest.mark.parametrize(
+    "text,c",
+    [
+        ("exp(-abs(x))", "E(fabs(x), -1.0)"),
+        ("exp(-2 * abs(x))", "E(fabs(x), -2.0)"),
+        ("exp(x * -0.25 * 2) + exp(3 * x)", "(E(x, -0.5) + E((3.0 * x), 1.0))"),  # 3: not a power of 2
+        ("exp(-(2 * (-x)))", "E(x, 2.0)"),
+        ("exp(x * 1024)", "E((x * 1024.0), 1.0)"),  # beyond 2^8: its powers could leave float's range
+        ("exp(a * b) * exp(-a)", "(E((a * b), 1.0) * E(a, -1.0))"),
+    ],
+)
+def test_the_blocks_fold_power_of_2_factors_of_exp_arguments_into_the_exp(text, c):
+    """expr.scaled_exps: exp(scale * y) becomes opgen_exp_short(y, scale), whose inlined
+    constants take the scale (the bits are the same: test below)."""
+    tree = expr.scaled_exps(expr.parse(text))
+    assert expr.to_c(tree, {n: n for n in "abx"}, "", "", "select", {"exp": "E"}) == c
+
+
 @pytest.mark.parametrize("degree", range(3, 9))
 def test_the_exp_polynomials_are_within_their_stated_bounds(degree):
     """float_range.exp_polynomial's bound holds for e^r on |r| <= 0.35 (the polynomial in
@@ -598,10 +616,12 @@ def test_the_short_exps_are_within_their_stated_errors(tmp_path, fused):
     ulp or two of double) their relative error stays below the bound the analysis counts
     (float_range.Arithmetic.exp_error; tests/c/exp_short.c), with C's fma() and with a
     multiply and an add. Above a quarter of it too: the polynomials really are that short (the
-    check could not pass with opgen_exp itself), and the bound is not loose."""
+    check could not pass with opgen_exp itself), and the bound is not loose. A power-of-2
+    scale (expr.scaled_exps) changes no bit: e^(scale * (x / scale)) is e^x's exactly."""
     lines = build_and_run(tmp_path, "exp_short", fused).splitlines()
     found = {name: (int(count), float.fromhex(worst)) for name, count, worst in map(str.split, lines)}
-    assert found.keys() == {"double", "float"}
+    assert found.keys() == {"double", "float", "scaled_double", "scaled_float"}
     for arithmetic, count in ((float_range.DOUBLE, 16_000_000), (float_range.FLOAT, 10_000_000)):
         checked, worst = found[arithmetic.name]
         assert checked > count and arithmetic.exp_error / 4 < worst <= arithmetic.exp_error, (arithmetic, worst)
+        assert found[f"scaled_{arithmetic.name}"] == (4 * checked, 0.0)

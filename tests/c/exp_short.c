@@ -2,7 +2,9 @@
  * intervals: no clamp, one scaling, a short polynomial) against opgen_exp, on the arguments whose
  * e^x is normal: for double 2^24 evenly spread x in [-707, 709] and x = (k + 1/2) ln 2 for
  * every k there, where |r| is largest; for float every 61st float in [-86.6, 88]. Prints, per
- * type, the count checked and the largest relative difference (%a). */
+ * type, the count checked and the largest relative difference (%a). Then, per type, how many
+ * of those arguments x / scale, for scale -2, -1, 1/2 and 4, give other bits as (x / scale,
+ * scale) than as (x, 1): the count checked and the mismatches (%a, 0 expected). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,20 +12,31 @@
 #include "opgen_internal.h"
 
 static double worst, worstf;
-static long checked, checkedf;
+static long checked, checkedf, scaled, scaledf, mismatches, mismatchesf;
+static const double scales[] = {-2.0, -1.0, 0.5, 4.0};
 
 static void check(double x)
 {
-    const double full = opgen_exp(x), relative = fabs(opgen_exp_short(x) - full) / full;
+    const double full = opgen_exp(x), short_exp = opgen_exp_short(x, 1.0), relative = fabs(short_exp - full) / full;
     worst = relative > worst || relative != relative ? relative : worst; /* NaN sticks */
     ++checked;
+    for (int i = 0; i < 4; ++i) {
+        mismatches += memcmp(&short_exp, &(double){opgen_exp_short(x / scales[i], scales[i])}, sizeof short_exp) != 0;
+        ++scaled;
+    }
 }
 
 static void checkf(float x)
 {
-    const double full = opgen_exp((double)x), relative = fabs((double)opgen_exp_shortf(x) - full) / full;
+    const float short_exp = opgen_exp_shortf(x, 1.0f);
+    const double full = opgen_exp((double)x), relative = fabs((double)short_exp - full) / full;
     worstf = relative > worstf || relative != relative ? relative : worstf;
     ++checkedf;
+    for (int i = 0; i < 4; ++i) {
+        const float scale = (float)scales[i];
+        mismatchesf += memcmp(&short_exp, &(float){opgen_exp_shortf(x / scale, scale)}, sizeof short_exp) != 0;
+        ++scaledf;
+    }
 }
 
 int main(void)
@@ -49,5 +62,6 @@ int main(void)
         }
     }
     printf("double %ld %a\nfloat %ld %a\n", checked, worst, checkedf, worstf);
+    printf("scaled_double %ld %a\nscaled_float %ld %a\n", scaled, (double)mismatches, scaledf, (double)mismatchesf);
     return 0;
 }
