@@ -428,7 +428,35 @@ static inline float opgen_expf(float x_in)
 }
 
 /* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
- * intervals, within 2^-17 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one
+ * intervals, within 2^-13 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one
+ * factor, and e^r by a polynomial of degree 3 only (float_range.exp_polynomial), as short as
+ * the kernels' outputs allow. `scale`, a constant power of 2 (expr.scaled_exps), folds into
+ * the constants once inlined: the bits of e^y for y = scale * x, one multiplication fewer. */
+static inline float opgen_exp_short3f(float x, float scale)
+{
+    /* adding it rounds to an integer, kept in the low bits: k + bias, 2^k's biased exponent */
+    const float shift = 0x1.8p23f + 127.0f;
+    const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f * scale, shift);
+    const float k = shifted - shift;
+    float r = x;
+    r = opgen_expf_mul_add(-k, 0x1.62e430p-1f / scale, r);
+    /* Horner's rule, from the highest power (of scale * r: the coefficients take the scale's powers) */
+    float p = 0.16794662177562714f * scale * scale * scale;
+    p = opgen_expf_mul_add(p, r, 0.5051237344741821f * scale * scale);
+    p = opgen_expf_mul_add(p, r, 0.9999607801437378f * scale);
+    p = opgen_expf_mul_add(p, r, 0.999921441078186f);
+    {
+        uint32_t bits;
+        float power; /* 2^k */
+        memcpy(&bits, &shifted, sizeof bits);
+        bits <<= 23; /* k + bias to the exponent field; the shift's own bits are zero that low */
+        memcpy(&power, &bits, sizeof power);
+        return p * power;
+    }
+}
+
+/* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
+ * intervals, within 2^-16 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one
  * factor, and e^r by a polynomial of degree 4 only (float_range.exp_polynomial), as short as
  * the kernels' outputs allow. `scale`, a constant power of 2 (expr.scaled_exps), folds into
  * the constants once inlined: the bits of e^y for y = scale * x, one multiplication fewer. */
@@ -439,8 +467,7 @@ static inline float opgen_exp_shortf(float x, float scale)
     const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f * scale, shift);
     const float k = shifted - shift;
     float r = x;
-    r = opgen_expf_mul_add(-k, 0x1.62ep-1f / scale, r);
-    r = opgen_expf_mul_add(-k, 0x1.0bfbe8p-15f / scale, r);
+    r = opgen_expf_mul_add(-k, 0x1.62e430p-1f / scale, r);
     /* Horner's rule, from the highest power (of scale * r: the coefficients take the scale's powers) */
     float p = 0.04192252829670906f * scale * scale * scale * scale;
     p = opgen_expf_mul_add(p, r, 0.16794662177562714f * scale * scale * scale);

@@ -236,7 +236,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* sigmoid_backward_f16_no_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
- * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float, its exp unclamped and within 2^-17 where each input is 0 or of magnitude src_or_dst in [2^-149, 2^6) (diff_dst: any, a factor of the result); use_dst=false) */
+ * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float, its exp unclamped and within 2^-16 where each input is 0 or of magnitude src_or_dst in [2^-149, 2^6) (diff_dst: any, a factor of the result); use_dst=false) */
 void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -432,7 +432,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
 }
 
 /* sigmoid_backward_bf16_no_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-17) where each input is 0 or of magnitude diff_dst in [2^-28, 2^126), src_or_dst in [2^-149, 2^6), else in double; use_dst=false) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude diff_dst in [2^-28, 2^126), src_or_dst in [2^-149, 2^6), else in double; use_dst=false) */
 void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
@@ -460,7 +460,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -1.0f);
+                        const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -1.0f);
                         const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
@@ -494,7 +494,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -1.0f);
+                    const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -1.0f);
                     const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
@@ -519,7 +519,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
         if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x427FFFFFu) && opgen_in_range(diff_dst_float, 0x31800000u, 0x7E7FFFFFu)) {
             const float src_or_dst_value = (float)src_or_dst_float;
             const float diff_dst_value = (float)diff_dst_float;
-            const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -1.0f);
+            const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -1.0f);
             const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
             diff_src[index] = opgen_f32_to_bf16(diff_src_value);
             continue;

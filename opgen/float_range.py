@@ -92,6 +92,7 @@ class Arithmetic:
     bits: int
     min_exponent: int
     max_exponent: int
+    exp_name: str  # the C function, before the type's suffix
     exp_degree: int
     exp_ln2_parts: tuple[str, ...]
     exp_rounding_error: float
@@ -100,6 +101,11 @@ class Arithmetic:
     def exp_error(self) -> float:
         """A bound on opgen_exp_short's relative error in this type."""
         return exp_polynomial(self.exp_degree)[1] + self.exp_rounding_error
+
+    @property
+    def exp_function(self) -> str:
+        """The C function: opgen_exp_short(3)f in float, opgen_exp_short in double."""
+        return self.exp_name + ("f" if self.name == "float" else "")
 
     @property
     def exp_coefficients(self) -> list[str]:
@@ -160,17 +166,22 @@ def _round_to_bits(value: float, bits: int) -> float:
 
 
 # The polynomials are as short as the results allow. In double (f32 outputs, 2^-25 allowed):
-# degree 6, 2^-28.3; ln 2 in one part (|k| below 1100 times its error 2^-55, or k * ln 2
+# degree 6, 2^-28.4; ln 2 in one part (|k| below 1100 times its error 2^-55, or k * ln 2
 # rounded, 2^-43.5 of r, where the target cannot fuse), the coefficients and Horner's rule
-# 2^-49: 2^-42 bounds them. In float (bf16 and f16 outputs, 2^-9 and 2^-12 allowed): degree
-# 4, 2^-17.9; ln 2 in two parts (k * ln2_low rounds once, 2^-25.5 of e^r at most), the
-# coefficients rounded to float and Horner's rule in float, under 2^-23 each (two roundings a
-# step without FMA): 2^-21 bounds them. templates/opgen_internal.h.j2 takes the
+# 2^-49: 2^-42 bounds them. In float: degree 4, 2^-17.9, for f16 outputs (2^-12 allowed), and
+# degree 3, 2^-13.1, where bf16 outputs (2^-9) allow it; ln 2 in one part (|k| <= 128 times
+# its error 2^-29, 2^-22; or k * ln 2 rounded, below 88.7, 2^-18 where the target cannot
+# fuse), the coefficients rounded to float and Horner's rule in float, under 2^-23 each (two
+# roundings a step without FMA): 2^-21. templates/opgen_internal.h.j2 takes the
 # coefficients and the parts of ln 2 from here.
-FLOAT_LN2_PARTS = ("0x1.62ep-1f", "0x1.0bfbe8p-15f")
-FLOAT = Arithmetic("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT, 4, FLOAT_LN2_PARTS, 2.0**-21)
-DOUBLE = Arithmetic("double", 53, -1022, 1023, 6, ("0x1.62e42fefa39efp-1",), 2.0**-42)
-ARITHMETICS = {a.name: a for a in (FLOAT, DOUBLE)}
+_FLOAT_TYPE = ("float", F32_BITS, F32_MIN_EXPONENT, F32_MAX_EXPONENT)
+_FLOAT_LN2 = ("0x1.62e430p-1f",)
+_FLOAT_ROUNDING = 2.0**-18 + 2.0**-22 + 2.0**-21
+FLOAT3 = Arithmetic(*_FLOAT_TYPE, "opgen_exp_short3", 3, _FLOAT_LN2, _FLOAT_ROUNDING)
+FLOAT = Arithmetic(*_FLOAT_TYPE, "opgen_exp_short", 4, _FLOAT_LN2, _FLOAT_ROUNDING)
+DOUBLE = Arithmetic("double", 53, -1022, 1023, "opgen_exp_short", 6, ("0x1.62e42fefa39efp-1",), 2.0**-42)
+# in the order plan.float_first tries them: the cheapest first
+ARITHMETICS = (FLOAT3, FLOAT, DOUBLE)
 
 
 @dataclass(frozen=True)

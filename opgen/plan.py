@@ -341,12 +341,10 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
         ]
         return None if any(r is None for r in found) else found  # type: ignore[return-value]
 
-    arithmetic = float_range.FLOAT
-    ranges = ranges_in(arithmetic)
-    if ranges is None and compute == "double" and calls_exp:
-        arithmetic = float_range.DOUBLE
-        ranges = ranges_in(arithmetic)
-    if ranges is None:
+    tried = [a for a in float_range.ARITHMETICS if a.name == "float" or (compute == "double" and calls_exp)]
+    found = ((a, ranges_in(a)) for a in tried[: None if calls_exp else 1])  # only exp tells them apart
+    arithmetic, ranges = next(((a, r) for a, r in found if r is not None), (None, None))
+    if arithmetic is None or ranges is None:
         return None
     # every output's intervals hold: their intersection
     intervals = {
@@ -371,6 +369,8 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
     return {
         "type": kind,
         "calls_exp": calls_exp,
+        "exp_function": arithmetic.exp_function,
+        "exp_error_exponent": arithmetic.exp_error_exponent,
         "intervals": {name: str(interval) for name, interval in intervals.items()},
         "unchecked": unchecked,
         # the magnitude bits opgen_all_in_range tests, per checked input
@@ -389,7 +389,7 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
                     style.literal_suffix,
                     style.math_suffix,
                     f"opgen_select_{kind}",
-                    {"exp": "opgen_exp_short"},  # + the type's suffix; exp(y, scale)
+                    {"exp": arithmetic.exp_name},  # + the type's suffix; exp(y, scale)
                 ),
             }
             for name, tree in elements
@@ -420,8 +420,7 @@ def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, f
         where = f"where each input is 0 or of magnitude {inside}"
         if float_first["unchecked"]:
             where += f" ({', '.join(float_first['unchecked'])}: any, a factor of the result)"
-        arithmetic = float_range.ARITHMETICS[float_first["type"]]
-        exp = f"its exp unclamped and within 2^{arithmetic.exp_error_exponent}"
+        exp = f"its exp unclamped and within 2^{float_first['exp_error_exponent']}"
         if compute == float_first["type"]:
             computed = f"computed in {compute}, {exp} {where}"
         else:

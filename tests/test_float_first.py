@@ -266,12 +266,18 @@ def test_the_bundled_formulas_in_float_at_their_corners(spec, variant, first):
 
 def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str, dtype: str = "bf16") -> None:
     """`tree` on `dtype` inputs at the corners of its float intervals, in float, exp off by
-    opgen_exp_shortf's whole error bound either way: no overflow, underflow or invalid
-    operation, and within 1 ulp of `dtype` (bf16 or f16)."""
+    the whole error bound of the short exp the kernels call (the cheapest float arithmetic
+    that has intervals, as plan.float_first picks it: opgen_exp_short3f for bf16,
+    opgen_exp_shortf for f16) either way: no overflow, underflow or invalid operation, and
+    within 1 ulp of `dtype` (bf16 or f16)."""
     names = sorted(set().union(expr.names(tree), *map(expr.names, definitions.values())) - set(definitions))
     inputs = {name: TABLE.dtypes[dtype] for name in names}
-    found = float_range.input_range(tree, inputs, definitions, TABLE.dtypes[dtype])
-    assert found is not None, f"{context}: expected a float range"
+    floats = [a for a in float_range.ARITHMETICS if a.name == "float"]
+    arithmetic, found = next(
+        ((a, f) for a in floats if (f := float_range.input_range(tree, inputs, definitions, TABLE.dtypes[dtype], a))),
+        (None, None),
+    )
+    assert arithmetic is not None and found is not None, f"{context}: expected a float range"
     generator = rng("corners", context)
     count = 200_000
     intervals = found.intervals
@@ -284,7 +290,7 @@ def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str
     nudge = generator.integers(-1, 2, count)
     with np.errstate(all="raise"):  # any overflow, underflow or invalid operation fails
         try:
-            in_float = evaluate(tree, values, np.float32, definitions, nudge, float_range.FLOAT.exp_error)
+            in_float = evaluate(tree, values, np.float32, definitions, nudge, arithmetic.exp_error)
         except FloatingPointError as error:
             inside = ", ".join(f"{name} in {interval}" for name, interval in intervals.items())
             pytest.fail(describe(f"{context}: float left its range with {inside}: {error}"))
@@ -620,8 +626,10 @@ def test_the_short_exps_are_within_their_stated_errors(tmp_path, fused):
     scale (expr.scaled_exps) changes no bit: e^(scale * (x / scale)) is e^x's exactly."""
     lines = build_and_run(tmp_path, "exp_short", fused).splitlines()
     found = {name: (int(count), float.fromhex(worst)) for name, count, worst in map(str.split, lines)}
-    assert found.keys() == {"double", "float", "scaled_double", "scaled_float"}
-    for arithmetic, count in ((float_range.DOUBLE, 16_000_000), (float_range.FLOAT, 10_000_000)):
-        checked, worst = found[arithmetic.name]
+    functions = [a.exp_function for a in float_range.ARITHMETICS]
+    assert found.keys() == {*functions, *(f"scaled_{f}" for f in functions)}
+    for arithmetic in float_range.ARITHMETICS:
+        checked, worst = found[arithmetic.exp_function]
+        count = 16_000_000 if arithmetic.name == "double" else 10_000_000
         assert checked > count and arithmetic.exp_error / 4 < worst <= arithmetic.exp_error, (arithmetic, worst)
-        assert found[f"scaled_{arithmetic.name}"] == (4 * checked, 0.0)
+        assert found[f"scaled_{arithmetic.exp_function}"] == (4 * checked, 0.0)
