@@ -359,7 +359,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x22000000u, 0x547FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x22000000u, 0x547FFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x22000000u, 0x547FFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x22000000u, 0x547FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -391,7 +391,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x22000000u, 0x547FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x22000000u, 0x547FFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x22000000u, 0x547FFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x22000000u, 0x547FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -454,7 +454,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x31800000u, 0x7E7FFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x31800000u, 0x7E7FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -488,7 +488,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x31800000u, 0x7E7FFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x31800000u, 0x7E7FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

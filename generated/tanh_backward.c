@@ -359,7 +359,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x53FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x53FFFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -391,7 +391,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x53FFFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x53FFFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -454,7 +454,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -488,7 +488,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu) && opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
