@@ -60,12 +60,11 @@ class Interval:
 
     def holds_smallest(self, dtype: DType) -> bool:
         """`dtype`'s smallest nonzero magnitude (a subnormal) is inside."""
-        return self.low >= dtype.mantissa_bits - dtype.min_exponent
+        return -self.low <= dtype.smallest_exponent
 
     def holds_every_finite(self, dtype: DType) -> bool:
-        """Every finite nonzero `dtype` value is inside (IEEE formats: the largest exponent is
-        1 - min_exponent, so values stay below 2^(2 - min_exponent))."""
-        return self.holds_smallest(dtype) and self.high >= 2 - dtype.min_exponent
+        """Every finite nonzero `dtype` value is inside."""
+        return self.holds_smallest(dtype) and self.high >= dtype.end_exponent
 
     def __str__(self) -> str:
         return f"[2^-{self.low}, 2^{self.high})"
@@ -103,16 +102,20 @@ class Arithmetic:
         return exp_polynomial(self.exp_degree)[1] + self.exp_rounding_error
 
     @property
+    def suffix(self) -> str:
+        """C's suffix for this type's literals and math functions."""
+        return "f" if self.name == "float" else ""
+
+    @property
     def exp_function(self) -> str:
         """The C function: opgen_exp_short(3)f in float, opgen_exp_short in double."""
-        return self.exp_name + ("f" if self.name == "float" else "")
+        return self.exp_name + self.suffix
 
     @property
     def exp_coefficients(self) -> list[str]:
         """The polynomial's coefficients as C literals of this type, the highest power first."""
-        suffix = "f" if self.name == "float" else ""
         rounded = [_round_to_bits(float(c), self.bits) for c in exp_polynomial(self.exp_degree)[0]]
-        return [f"{c!r}{suffix}" for c in reversed(rounded)]
+        return [f"{c!r}{self.suffix}" for c in reversed(rounded)]
 
     @property
     def exp_roundings(self) -> int:
@@ -226,6 +229,22 @@ def input_range(
     return FloatRange({name: Interval(low[name], high[name]) for name in names}, node.roundings)
 
 
+def cheapest(
+    trees: list[ast.expr],
+    dtypes: Mapping[str, DType],
+    definitions: Mapping[str, ast.expr],
+    outputs: list[DType],
+    arithmetics: tuple[Arithmetic, ...] = ARITHMETICS,
+) -> tuple[Arithmetic, list[FloatRange]] | None:
+    """The first of `arithmetics` (cheapest first) that has intervals for every one of
+    `trees` (computing the output of the same place in `outputs`), with those intervals."""
+    for arithmetic in arithmetics:
+        found = [input_range(t, dtypes, definitions, o, arithmetic) for t, o in zip(trees, outputs)]
+        if all(r is not None for r in found):
+            return arithmetic, found  # type: ignore[return-value]
+    return None
+
+
 def only_a_factor(tree: ast.expr, name: str, definitions: Mapping[str, ast.expr]) -> bool:
     """`name` reaches `tree`'s value through products and quotients alone (a factor, a
     divisor). Then an infinity or a NaN there gives the same result whichever exp the other
@@ -303,9 +322,9 @@ def _visit(node, visit, dtypes, definitions, bounds, arithmetic: Arithmetic) -> 
             return None  # an attribute: its value is not checked per block
         dtype = dtypes[node.id]
         low, high = bounds[node.id]
-        smallest = dtype.min_exponent - dtype.mantissa_bits  # the smallest subnormal is 2^smallest
-        largest = 2 - dtype.min_exponent  # below 2^(emax + 1), emax = 1 - emin
-        return _Node(max(-low, smallest), min(high, largest), dtype.mantissa_bits + 1, 0, True)
+        return _Node(
+            max(-low, dtype.smallest_exponent), min(high, dtype.end_exponent), dtype.mantissa_bits + 1, 0, True
+        )
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         operand = visit(node.operand)
         return None if operand is None else replace(operand, sign=-operand.sign)

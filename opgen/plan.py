@@ -334,18 +334,17 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
     definitions = dict(elements)
     outputs = [t.name for t in variant.op.outputs]
 
-    def ranges_in(arithmetic: float_range.Arithmetic) -> list[float_range.FloatRange] | None:
-        found = [
-            float_range.input_range(definitions[o], variant.dtypes, definitions, variant.dtypes[o], arithmetic)
-            for o in outputs
-        ]
-        return None if any(r is None for r in found) else found  # type: ignore[return-value]
-
-    tried = [a for a in float_range.ARITHMETICS if a.name == "float" or (compute == "double" and calls_exp)]
-    found = ((a, ranges_in(a)) for a in tried[: None if calls_exp else 1])  # only exp tells them apart
-    arithmetic, ranges = next(((a, r) for a, r in found if r is not None), (None, None))
-    if arithmetic is None or ranges is None:
+    tried = tuple(a for a in float_range.ARITHMETICS if a.name == "float" or (compute == "double" and calls_exp))
+    found = float_range.cheapest(
+        [definitions[o] for o in outputs],
+        variant.dtypes,
+        definitions,
+        [variant.dtypes[o] for o in outputs],
+        tried if calls_exp else tried[:1],  # only exp tells the float ones apart
+    )
+    if found is None:
         return None
+    arithmetic, ranges = found
     # every output's intervals hold: their intersection
     intervals = {
         name: float_range.Interval(
@@ -471,9 +470,7 @@ def _significand_bits(tree: Any, dtypes: dict[str, DType], in_range: bool) -> in
     (short of the final 24-bit limit) computes it exactly."""
 
     def fits_range(dtype: DType) -> bool:
-        smallest = dtype.min_exponent - dtype.mantissa_bits  # the smallest subnormal is 2^smallest
-        largest = 1 - dtype.min_exponent  # IEEE: emax = 1 - emin
-        return 2 * smallest >= -126 and 2 * (largest + 1) <= 128
+        return 2 * dtype.smallest_exponent >= -126 and 2 * dtype.end_exponent <= 128
 
     def bits(node: Any) -> int | None:  # significand bits of an exact value, None if not exact
         if isinstance(node, ast.Constant):

@@ -115,6 +115,16 @@ class DType:
     acl_name: str | None = None  # aclDataType enumerator of the aclnn-compatible API, if any
     acl_value: int | None = None
 
+    @property
+    def smallest_exponent(self) -> int:
+        """The smallest nonzero magnitude (a subnormal) is 2^this."""
+        return self.min_exponent - self.mantissa_bits
+
+    @property
+    def end_exponent(self) -> int:
+        """Every finite magnitude is below 2^this (IEEE formats: emax = 1 - emin)."""
+        return 2 - self.min_exponent
+
 
 @dataclass(frozen=True)
 class ComputeType:

@@ -272,12 +272,10 @@ def check_corners(tree: ast.expr, definitions: dict[str, ast.expr], context: str
     within 1 ulp of `dtype` (bf16 or f16)."""
     names = sorted(set().union(expr.names(tree), *map(expr.names, definitions.values())) - set(definitions))
     inputs = {name: TABLE.dtypes[dtype] for name in names}
-    floats = [a for a in float_range.ARITHMETICS if a.name == "float"]
-    arithmetic, found = next(
-        ((a, f) for a in floats if (f := float_range.input_range(tree, inputs, definitions, TABLE.dtypes[dtype], a))),
-        (None, None),
-    )
-    assert arithmetic is not None and found is not None, f"{context}: expected a float range"
+    floats = tuple(a for a in float_range.ARITHMETICS if a.name == "float")
+    cheapest = float_range.cheapest([tree], inputs, definitions, [TABLE.dtypes[dtype]], floats)
+    assert cheapest is not None, f"{context}: expected a float range"
+    arithmetic, (found,) = cheapest
     generator = rng("corners", context)
     count = 200_000
     intervals = found.intervals
