@@ -105,6 +105,7 @@
 
 /* Total bytes a kernel moves above which its outputs are streamed past the caches. */
 #define OPGEN_STREAM_BYTES ((int64_t)16777216)
+#define OPGEN_PREFETCH_BYTES 4096
 
 /* A thread team with a static split of the loop that follows OPGEN_FOR; each thread fences
  * its streaming stores before the team ends. Without OpenMP: one thread, same code. */
@@ -612,8 +613,20 @@ static inline void opgen_stream_bytes(void *OPGEN_RESTRICT out, const void *OPGE
  * select (`c ? x : 0`), which measured 1.3-2x slower on data streamed from memory. */
 #define OPGEN_WHOLE(vector) __asm__("" : "+v"(vector))
 
+/* Each block load asks for the line OPGEN_PREFETCH_BYTES ahead of it: on an AVX-512 Xeon the
+ * hardware prefetchers fell behind loops that compute between their loads and stores (f32
+ * sigmoid from dst, one thread, 2^25 elements: 75 % -> 89 % of the streaming bandwidth). A
+ * prefetch never faults, so the address may lie past the end; it is formed as an integer so
+ * that no pointer does. */
+#if defined(__GNUC__) || defined(__clang__)
+#define OPGEN_PREFETCH(pointer) __builtin_prefetch((const void *)((uintptr_t)(const void *)(pointer) + OPGEN_PREFETCH_BYTES))
+#else
+#define OPGEN_PREFETCH(pointer) ((void)0)
+#endif
+
 static inline void opgen_load_block_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in)
 {
+    OPGEN_PREFETCH(in);
 #if OPGEN_USE_AVX512F
     __m512 values = _mm512_loadu_ps(in);
     OPGEN_WHOLE(values);
@@ -657,6 +670,7 @@ static inline void opgen_store_halves(uint16_t *OPGEN_RESTRICT out, const uint16
 
 static inline void opgen_load_block_bf16(float *OPGEN_RESTRICT out, const opgen_bf16 *OPGEN_RESTRICT in)
 {
+    OPGEN_PREFETCH(in);
 #if OPGEN_USE_AVX512F
     __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)in));
     OPGEN_WHOLE(wide);
@@ -732,6 +746,7 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
 /* F16C and AVX-512 convert halves exactly (RNE, subnormals kept); elsewhere, the scalar code. */
 static inline void opgen_load_block_f16(float *OPGEN_RESTRICT out, const opgen_f16 *OPGEN_RESTRICT in)
 {
+    OPGEN_PREFETCH(in);
 #if OPGEN_USE_AVX512F
     __m512 values = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)in));
     OPGEN_WHOLE(values);

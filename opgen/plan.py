@@ -37,6 +37,7 @@ PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
 EXP_WORK = 4
 MAX_THREADS = 1024  # a thread count above this is refused (Python) or capped (C): OpenMP exhausts memory
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
+PREFETCH_BYTES = 4096  # how far ahead of each block load the next lines are asked for
 # Compiled copies of every kernel, best last; chosen at run time by what the CPU supports.
 TARGETS = (
     {"name": "baseline", "isa": "", "cpu": ()},
