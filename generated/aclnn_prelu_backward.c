@@ -377,9 +377,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                         * sums lost 7-10 % on one thread) */
+                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                         * at once are more than the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -495,9 +494,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                     * sums lost 7-10 % on one thread) */
+                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                     * at once are more than the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -1293,19 +1291,14 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                         * sums lost 7-10 % on one thread) */
+                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                         * at once are more than the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(grad_output + pair + channel);
-                                    opgen_prefetch_ahead(grad_output + pair + channels + channel);
-                                    opgen_prefetch_ahead(self + pair + channel);
-                                    opgen_prefetch_ahead(self + pair + channels + channel);
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
@@ -1409,19 +1402,14 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                     * sums lost 7-10 % on one thread) */
+                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                     * at once are more than the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(grad_output + pair + channel);
-                                opgen_prefetch_ahead(grad_output + pair + channels + channel);
-                                opgen_prefetch_ahead(self + pair + channel);
-                                opgen_prefetch_ahead(self + pair + channels + channel);
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
@@ -2238,19 +2226,14 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                         * sums lost 7-10 % on one thread) */
+                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                         * at once are more than the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(grad_output + pair + channel);
-                                    opgen_prefetch_ahead(grad_output + pair + channels + channel);
-                                    opgen_prefetch_ahead(self + pair + channel);
-                                    opgen_prefetch_ahead(self + pair + channels + channel);
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
@@ -2372,19 +2355,14 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                     * sums lost 7-10 % on one thread) */
+                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                     * at once are more than the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(grad_output + pair + channel);
-                                opgen_prefetch_ahead(grad_output + pair + channels + channel);
-                                opgen_prefetch_ahead(self + pair + channel);
-                                opgen_prefetch_ahead(self + pair + channels + channel);
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);

@@ -96,7 +96,7 @@
 /* At most this many partial sums (doubles) per sum across all tiles. */
 #define OPGEN_MAX_PARTIALS ((int64_t)1 << 20)
 /* Rows of at least this many channels are split by channel, not by row. */
-#define OPGEN_CHANNEL_SPLIT 262144
+#define OPGEN_CHANNEL_SPLIT 16384
 /* Sum terms exact in float go through float partial sums of at most this many terms. */
 #define OPGEN_FLOAT_RUN 16
 #if OPGEN_ROW_GROUP > OPGEN_FLOAT_RUN
@@ -105,7 +105,6 @@
 
 /* Total bytes a kernel moves above which its outputs are streamed past the caches. */
 #define OPGEN_STREAM_BYTES ((int64_t)16777216)
-#define OPGEN_PREFETCH_BYTES 4096
 
 /* A thread team with a static split of the loop that follows OPGEN_FOR; each thread fences
  * its streaming stores before the team ends. Without OpenMP: one thread, same code. */
@@ -265,13 +264,14 @@ static inline int64_t opgen_to_line(const void *pointer, size_t size)
     return past == 0 || past % size != 0 ? 0 : (int64_t)((64u - past) / size);
 }
 
-/* Asks for the cache line OPGEN_PREFETCH_BYTES past `pointer`: the channel-split loop reads
- * four streams at once (two rows of two inputs), more than the hardware prefetchers keep far
- * enough ahead of. Called for every block, even where two blocks share a line: asking twice
- * costs less than testing whether a block starts a line (bf16 and f16, measured: +5-15 % on
- * 4 KiB pages, within noise to +9 % on the 2 MiB pages NumPy asks for large arrays). */
+/* Asks for the cache line OPGEN_PREFETCH_BYTES past `pointer`; every block load does (and so
+ * the channel-split loop, with its four streams at once). The hardware prefetchers alone fell
+ * behind loops that compute between their loads and stores: on an AVX-512 Xeon, one thread,
+ * 2^25 elements, f32 sigmoid from dst went from 75 % to 89 % of the streaming bandwidth, and
+ * the streaming copy itself from 24 to 27 GB/s. Called for every block, even where two blocks
+ * share a line: asking twice costs less than testing whether a block starts a line. */
 #ifndef OPGEN_PREFETCH_BYTES
-#define OPGEN_PREFETCH_BYTES 2048
+#define OPGEN_PREFETCH_BYTES 4096
 #endif
 static inline void opgen_prefetch_ahead(const void *pointer)
 {
@@ -613,20 +613,9 @@ static inline void opgen_stream_bytes(void *OPGEN_RESTRICT out, const void *OPGE
  * select (`c ? x : 0`), which measured 1.3-2x slower on data streamed from memory. */
 #define OPGEN_WHOLE(vector) __asm__("" : "+v"(vector))
 
-/* Each block load asks for the line OPGEN_PREFETCH_BYTES ahead of it: on an AVX-512 Xeon the
- * hardware prefetchers fell behind loops that compute between their loads and stores (f32
- * sigmoid from dst, one thread, 2^25 elements: 75 % -> 89 % of the streaming bandwidth). A
- * prefetch never faults, so the address may lie past the end; it is formed as an integer so
- * that no pointer does. */
-#if defined(__GNUC__) || defined(__clang__)
-#define OPGEN_PREFETCH(pointer) __builtin_prefetch((const void *)((uintptr_t)(const void *)(pointer) + OPGEN_PREFETCH_BYTES))
-#else
-#define OPGEN_PREFETCH(pointer) ((void)0)
-#endif
-
 static inline void opgen_load_block_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in)
 {
-    OPGEN_PREFETCH(in);
+    opgen_prefetch_ahead(in);
 #if OPGEN_USE_AVX512F
     __m512 values = _mm512_loadu_ps(in);
     OPGEN_WHOLE(values);
@@ -670,7 +659,7 @@ static inline void opgen_store_halves(uint16_t *OPGEN_RESTRICT out, const uint16
 
 static inline void opgen_load_block_bf16(float *OPGEN_RESTRICT out, const opgen_bf16 *OPGEN_RESTRICT in)
 {
-    OPGEN_PREFETCH(in);
+    opgen_prefetch_ahead(in);
 #if OPGEN_USE_AVX512F
     __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)in));
     OPGEN_WHOLE(wide);
@@ -746,7 +735,7 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
 /* F16C and AVX-512 convert halves exactly (RNE, subnormals kept); elsewhere, the scalar code. */
 static inline void opgen_load_block_f16(float *OPGEN_RESTRICT out, const opgen_f16 *OPGEN_RESTRICT in)
 {
-    OPGEN_PREFETCH(in);
+    opgen_prefetch_ahead(in);
 #if OPGEN_USE_AVX512F
     __m512 values = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)in));
     OPGEN_WHOLE(values);

@@ -377,9 +377,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                         * sums lost 7-10 % on one thread) */
+                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                         * at once are more than the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -495,9 +494,8 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                     * sums lost 7-10 % on one thread) */
+                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                     * at once are more than the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -1329,19 +1327,14 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                         * sums lost 7-10 % on one thread) */
+                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                         * at once are more than the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(src + pair + channel);
-                                    opgen_prefetch_ahead(src + pair + channels + channel);
-                                    opgen_prefetch_ahead(diff_dst + pair + channel);
-                                    opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                     {
                                         float src_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(src_block, src + pair + channel);
@@ -1463,19 +1456,14 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                     * sums lost 7-10 % on one thread) */
+                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                     * at once are more than the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(src + pair + channel);
-                                opgen_prefetch_ahead(src + pair + channels + channel);
-                                opgen_prefetch_ahead(diff_dst + pair + channel);
-                                opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                 {
                                     float src_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(src_block, src + pair + channel);
@@ -2362,19 +2350,14 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                         * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                         * sums lost 7-10 % on one thread) */
+                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                         * at once are more than the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    opgen_prefetch_ahead(src + pair + channel);
-                                    opgen_prefetch_ahead(src + pair + channels + channel);
-                                    opgen_prefetch_ahead(diff_dst + pair + channel);
-                                    opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                     {
                                         float src_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(src_block, src + pair + channel);
@@ -2478,19 +2461,14 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * With float runs, the rows' inputs are prefetched ahead (+10-20 %
-                     * measured on 4 KiB pages, less on 2 MiB ones; f32 with its double
-                     * sums lost 7-10 % on one thread) */
+                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
+                     * at once are more than the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                opgen_prefetch_ahead(src + pair + channel);
-                                opgen_prefetch_ahead(src + pair + channels + channel);
-                                opgen_prefetch_ahead(diff_dst + pair + channel);
-                                opgen_prefetch_ahead(diff_dst + pair + channels + channel);
                                 {
                                     float src_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(src_block, src + pair + channel);
