@@ -836,7 +836,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from grad_input's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(grad_input, sizeof *grad_input));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
@@ -849,7 +851,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float grad_output_block[OPGEN_BLOCK];
                 opgen_load_block_f32(grad_output_block, grad_output + index);
                 float self_block[OPGEN_BLOCK];
@@ -877,7 +879,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
             opgen_load_block_f32(grad_output_block, grad_output + index);
             float self_block[OPGEN_BLOCK];
@@ -902,14 +904,18 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float grad_output_value = grad_output[index];
-        const float self_value = self[index];
-        const float weight_value = weight[index];
-        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-        grad_input[index] = grad_input_value;
-        grad_weight[index] = (float)(grad_weight_value);
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float grad_output_value = grad_output[index];
+            const float self_value = self[index];
+            const float weight_value = weight[index];
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+            grad_input[index] = grad_input_value;
+            grad_weight[index] = (float)(grad_weight_value);
+        }
     }
 }
 
@@ -1735,7 +1741,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from grad_input's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(grad_input, sizeof *grad_input));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
@@ -1748,7 +1756,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float grad_output_block[OPGEN_BLOCK];
                 opgen_load_block_f16(grad_output_block, grad_output + index);
                 float self_block[OPGEN_BLOCK];
@@ -1776,7 +1784,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
             opgen_load_block_f16(grad_output_block, grad_output + index);
             float self_block[OPGEN_BLOCK];
@@ -1801,14 +1809,18 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float grad_output_value = opgen_f16_to_f32(grad_output[index]);
-        const float self_value = opgen_f16_to_f32(self[index]);
-        const float weight_value = opgen_f16_to_f32(weight[index]);
-        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-        grad_input[index] = opgen_f32_to_f16(grad_input_value);
-        grad_weight[index] = opgen_f32_to_f16((float)(grad_weight_value));
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float grad_output_value = opgen_f16_to_f32(grad_output[index]);
+            const float self_value = opgen_f16_to_f32(self[index]);
+            const float weight_value = opgen_f16_to_f32(weight[index]);
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+            grad_input[index] = opgen_f32_to_f16(grad_input_value);
+            grad_weight[index] = opgen_f32_to_f16((float)(grad_weight_value));
+        }
     }
 }
 
@@ -2794,7 +2806,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from grad_input's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(grad_input, sizeof *grad_input));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
@@ -2807,7 +2821,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float grad_output_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(grad_output_block, grad_output + index);
                 float self_block[OPGEN_BLOCK];
@@ -2835,7 +2849,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
             opgen_load_block_bf16(grad_output_block, grad_output + index);
             float self_block[OPGEN_BLOCK];
@@ -2860,13 +2874,17 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float grad_output_value = opgen_bf16_to_f32(grad_output[index]);
-        const float self_value = opgen_bf16_to_f32(self[index]);
-        const float weight_value = opgen_bf16_to_f32(weight[index]);
-        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-        grad_input[index] = opgen_f32_to_bf16(grad_input_value);
-        grad_weight[index] = opgen_f32_to_bf16((float)(grad_weight_value));
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float grad_output_value = opgen_bf16_to_f32(grad_output[index]);
+            const float self_value = opgen_bf16_to_f32(self[index]);
+            const float weight_value = opgen_bf16_to_f32(weight[index]);
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+            grad_input[index] = opgen_f32_to_bf16(grad_input_value);
+            grad_weight[index] = opgen_f32_to_bf16((float)(grad_weight_value));
+        }
     }
 }

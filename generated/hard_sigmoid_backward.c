@@ -10,7 +10,9 @@
  * (src f32, diff_dst f32, diff_src f32; computed in float) */
 void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
@@ -23,7 +25,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_block, src + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -45,7 +47,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -64,12 +66,16 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_value = src[index];
-        const float diff_dst_value = diff_dst[index];
-        const float linear_value = ((alpha * src_value) + beta);
-        const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
-        diff_src[index] = diff_src_value;
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_value = src[index];
+            const float diff_dst_value = diff_dst[index];
+            const float linear_value = ((alpha * src_value) + beta);
+            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+            diff_src[index] = diff_src_value;
+        }
     }
 }
 
@@ -77,7 +83,9 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
  * (src f16, diff_dst f16, diff_src f16; computed in float) */
 void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
@@ -90,7 +98,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_block, src + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -112,7 +120,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -131,12 +139,16 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_value = opgen_f16_to_f32(src[index]);
-        const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
-        const float linear_value = ((alpha * src_value) + beta);
-        const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
-        diff_src[index] = opgen_f32_to_f16(diff_src_value);
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_value = opgen_f16_to_f32(src[index]);
+            const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
+            const float linear_value = ((alpha * src_value) + beta);
+            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+            diff_src[index] = opgen_f32_to_f16(diff_src_value);
+        }
     }
 }
 
@@ -144,7 +156,9 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
  * (src bf16, diff_dst bf16, diff_src bf16; computed in float) */
 void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
@@ -157,7 +171,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_block, src + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -179,7 +193,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -198,11 +212,15 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_value = opgen_bf16_to_f32(src[index]);
-        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
-        const float linear_value = ((alpha * src_value) + beta);
-        const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
-        diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_value = opgen_bf16_to_f32(src[index]);
+            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
+            const float linear_value = ((alpha * src_value) + beta);
+            const float diff_src_value = opgen_select_float(((0.0f < linear_value) & (linear_value < 1.0f)), (diff_dst_value * alpha), 0.0f);
+            diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+        }
     }
 }

@@ -836,7 +836,9 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
@@ -849,7 +851,7 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_block, src + index);
                 float slope_block[OPGEN_BLOCK];
@@ -877,7 +879,7 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + index);
             float slope_block[OPGEN_BLOCK];
@@ -902,14 +904,18 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_value = src[index];
-        const float slope_value = slope[index];
-        const float diff_dst_value = diff_dst[index];
-        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-        diff_src[index] = diff_src_value;
-        diff_slope[index] = (float)(diff_slope_value);
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_value = src[index];
+            const float slope_value = slope[index];
+            const float diff_dst_value = diff_dst[index];
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+            diff_src[index] = diff_src_value;
+            diff_slope[index] = (float)(diff_slope_value);
+        }
     }
 }
 
@@ -1895,7 +1901,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
@@ -1908,7 +1916,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_block, src + index);
                 float slope_block[OPGEN_BLOCK];
@@ -1936,7 +1944,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + index);
             float slope_block[OPGEN_BLOCK];
@@ -1961,14 +1969,18 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_value = opgen_bf16_to_f32(src[index]);
-        const float slope_value = opgen_bf16_to_f32(slope[index]);
-        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
-        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-        diff_src[index] = opgen_f32_to_bf16(diff_src_value);
-        diff_slope[index] = opgen_f32_to_bf16((float)(diff_slope_value));
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_value = opgen_bf16_to_f32(src[index]);
+            const float slope_value = opgen_bf16_to_f32(slope[index]);
+            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+            diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+            diff_slope[index] = opgen_f32_to_bf16((float)(diff_slope_value));
+        }
     }
 }
 
@@ -2794,7 +2806,9 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
@@ -2807,7 +2821,7 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_block, src + index);
                 float slope_block[OPGEN_BLOCK];
@@ -2835,7 +2849,7 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + index);
             float slope_block[OPGEN_BLOCK];
@@ -2860,13 +2874,17 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_value = opgen_f16_to_f32(src[index]);
-        const float slope_value = opgen_f16_to_f32(slope[index]);
-        const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
-        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-        diff_src[index] = opgen_f32_to_f16(diff_src_value);
-        diff_slope[index] = opgen_f32_to_f16((float)(diff_slope_value));
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_value = opgen_f16_to_f32(src[index]);
+            const float slope_value = opgen_f16_to_f32(slope[index]);
+            const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+            diff_src[index] = opgen_f32_to_f16(diff_src_value);
+            diff_slope[index] = opgen_f32_to_f16((float)(diff_slope_value));
+        }
     }
 }

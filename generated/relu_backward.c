@@ -10,7 +10,9 @@
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in float) */
 void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
@@ -23,7 +25,7 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -44,7 +46,7 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -62,11 +64,15 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_value = src_or_dst[index];
-        const float diff_dst_value = diff_dst[index];
-        const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
-        diff_src[index] = diff_src_value;
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_or_dst_value = src_or_dst[index];
+            const float diff_dst_value = diff_dst[index];
+            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+            diff_src[index] = diff_src_value;
+        }
     }
 }
 
@@ -74,7 +80,9 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
  * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float) */
 void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
@@ -87,7 +95,7 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -108,7 +116,7 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -126,11 +134,15 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
-        const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
-        const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
-        diff_src[index] = opgen_f32_to_f16(diff_src_value);
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
+            const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
+            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+            diff_src[index] = opgen_f32_to_f16(diff_src_value);
+        }
     }
 }
 
@@ -138,7 +150,9 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
  * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float) */
 void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
@@ -151,7 +165,7 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -172,7 +186,7 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -190,10 +204,14 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index]);
-        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
-        const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
-        diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index]);
+            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
+            const float diff_src_value = opgen_select_float((src_or_dst_value > 0.0f), diff_dst_value, 0.0f);
+            diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+        }
     }
 }

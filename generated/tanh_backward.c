@@ -10,7 +10,9 @@
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double; use_dst=true) */
 void OPGEN_KERNEL(tanh_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
@@ -23,7 +25,7 @@ void OPGEN_KERNEL(tanh_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_or_
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -44,7 +46,7 @@ void OPGEN_KERNEL(tanh_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_or_
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -62,11 +64,15 @@ void OPGEN_KERNEL(tanh_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_or_
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const double src_or_dst_value = (double)(src_or_dst[index]);
-        const double diff_dst_value = (double)(diff_dst[index]);
-        const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
-        diff_src[index] = (float)(diff_src_value);
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const double src_or_dst_value = (double)(src_or_dst[index]);
+            const double diff_dst_value = (double)(diff_dst[index]);
+            const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
+            diff_src[index] = (float)(diff_src_value);
+        }
     }
 }
 
@@ -74,7 +80,10 @@ void OPGEN_KERNEL(tanh_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_or_
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double, its exp unclamped and within 2^-28 where each input is 0 or of magnitude src_or_dst in [2^-149, 2^7) (diff_dst: any, a factor of the result); use_dst=false) */
 void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
+     * must not depend on where the arrays lie */
+    const int64_t head = 0;
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
@@ -87,7 +96,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -121,7 +130,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -152,22 +161,26 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_float = src_or_dst[index];
-        const float diff_dst_float = diff_dst[index];
-        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x42FFFFFFu)) {
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_or_dst_float = src_or_dst[index];
+            const float diff_dst_float = diff_dst[index];
+            if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x42FFFFFFu)) {
+                const double src_or_dst_value = (double)src_or_dst_float;
+                const double diff_dst_value = (double)diff_dst_float;
+                const double decay_value = opgen_exp_short(fabs(src_or_dst_value), -2.0);
+                const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                diff_src[index] = (float)(diff_src_value);
+                continue;
+            }
             const double src_or_dst_value = (double)src_or_dst_float;
             const double diff_dst_value = (double)diff_dst_float;
-            const double decay_value = opgen_exp_short(fabs(src_or_dst_value), -2.0);
+            const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
             const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
             diff_src[index] = (float)(diff_src_value);
-            continue;
         }
-        const double src_or_dst_value = (double)src_or_dst_float;
-        const double diff_dst_value = (double)diff_dst_float;
-        const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-        const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
-        diff_src[index] = (float)(diff_src_value);
     }
 }
 
@@ -175,7 +188,9 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
  * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float; use_dst=true) */
 void OPGEN_KERNEL(tanh_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from diff_src's next cache line, so that they do not straddle two */
+    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
@@ -188,7 +203,7 @@ void OPGEN_KERNEL(tanh_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT src
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -209,7 +224,7 @@ void OPGEN_KERNEL(tanh_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT src
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -227,11 +242,15 @@ void OPGEN_KERNEL(tanh_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT src
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
-        const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
-        const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
-        diff_src[index] = opgen_f32_to_f16(diff_src_value);
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
+            const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
+            const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
+            diff_src[index] = opgen_f32_to_f16(diff_src_value);
+        }
     }
 }
 
@@ -239,7 +258,10 @@ void OPGEN_KERNEL(tanh_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT src
  * (src_or_dst f16, diff_dst f16, diff_src f16; computed in float, its exp unclamped and within 2^-16 where each input is 0 or of magnitude src_or_dst in [2^-149, 2^4) (diff_dst: any, a factor of the result); use_dst=false) */
 void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
+     * must not depend on where the arrays lie */
+    const int64_t head = 0;
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
@@ -252,7 +274,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -286,7 +308,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -317,22 +339,26 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_float = opgen_f16_to_f32(src_or_dst[index]);
-        const float diff_dst_float = opgen_f16_to_f32(diff_dst[index]);
-        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu)) {
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_or_dst_float = opgen_f16_to_f32(src_or_dst[index]);
+            const float diff_dst_float = opgen_f16_to_f32(diff_dst[index]);
+            if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu)) {
+                const float src_or_dst_value = (float)src_or_dst_float;
+                const float diff_dst_value = (float)diff_dst_float;
+                const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
+                const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                diff_src[index] = opgen_f32_to_f16(diff_src_value);
+                continue;
+            }
             const float src_or_dst_value = (float)src_or_dst_float;
             const float diff_dst_value = (float)diff_dst_float;
-            const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
+            const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
             const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
             diff_src[index] = opgen_f32_to_f16(diff_src_value);
-            continue;
         }
-        const float src_or_dst_value = (float)src_or_dst_float;
-        const float diff_dst_value = (float)diff_dst_float;
-        const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
-        const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
-        diff_src[index] = opgen_f32_to_f16(diff_src_value);
     }
 }
 
@@ -340,7 +366,10 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
  * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude diff_dst in [2^-110, 2^43), src_or_dst in [2^-149, 2^41), else in double; use_dst=true) */
 void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
+     * must not depend on where the arrays lie */
+    const int64_t head = 0;
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
@@ -353,7 +382,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -385,7 +414,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -414,20 +443,24 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
-        const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
-        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x53FFFFFFu) && opgen_in_range(diff_dst_float, 0x08800000u, 0x54FFFFFFu)) {
-            const float src_or_dst_value = (float)src_or_dst_float;
-            const float diff_dst_value = (float)diff_dst_float;
-            const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
-            diff_src[index] = opgen_f32_to_bf16(diff_src_value);
-            continue;
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
+            const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
+            if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x53FFFFFFu) && opgen_in_range(diff_dst_float, 0x08800000u, 0x54FFFFFFu)) {
+                const float src_or_dst_value = (float)src_or_dst_float;
+                const float diff_dst_value = (float)diff_dst_float;
+                const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
+                diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+                continue;
+            }
+            const double src_or_dst_value = (double)src_or_dst_float;
+            const double diff_dst_value = (double)diff_dst_float;
+            const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
+            diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
         }
-        const double src_or_dst_value = (double)src_or_dst_float;
-        const double diff_dst_value = (double)diff_dst_float;
-        const double diff_src_value = (diff_dst_value * ((1.0 - src_or_dst_value) * (1.0 + src_or_dst_value)));
-        diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
     }
 }
 
@@ -435,7 +468,10 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
  * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude diff_dst in [2^-30, 2^123), src_or_dst in [2^-149, 2^4), else in double; use_dst=false) */
 void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
-    const int64_t blocks = count / OPGEN_BLOCK;
+    /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
+     * must not depend on where the arrays lie */
+    const int64_t head = 0;
+    const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
     const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
@@ -448,7 +484,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
+                const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -482,7 +518,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
+            const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
             float diff_dst_block[OPGEN_BLOCK];
@@ -513,21 +549,25 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
         opgen_fence();
     }
 
-    for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
-        const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
-        const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
-        if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu) && opgen_in_range(diff_dst_float, 0x30800000u, 0x7CFFFFFFu)) {
-            const float src_or_dst_value = (float)src_or_dst_float;
-            const float diff_dst_value = (float)diff_dst_float;
-            const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -2.0f);
-            const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
-            diff_src[index] = opgen_f32_to_bf16(diff_src_value);
-            continue;
+    /* the elements before the first block (part 0) and after the last one (part 1) */
+    for (int part = 0; part < 2; ++part) {
+        const int64_t part_last = part == 0 ? head : count;
+        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+            const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
+            const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
+            if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu) && opgen_in_range(diff_dst_float, 0x30800000u, 0x7CFFFFFFu)) {
+                const float src_or_dst_value = (float)src_or_dst_float;
+                const float diff_dst_value = (float)diff_dst_float;
+                const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -2.0f);
+                const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+                continue;
+            }
+            const double src_or_dst_value = (double)src_or_dst_float;
+            const double diff_dst_value = (double)diff_dst_float;
+            const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
+            const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+            diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
         }
-        const double src_or_dst_value = (double)src_or_dst_float;
-        const double diff_dst_value = (double)diff_dst_float;
-        const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-        const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
-        diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
     }
 }

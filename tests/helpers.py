@@ -9,6 +9,7 @@ Tolerances (README, "Accuracy"):
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import subprocess
@@ -33,6 +34,14 @@ def rng(*salt: object) -> np.random.Generator:
 
 def dtype_of(name: str) -> np.dtype:
     return numpy_dtype(TABLE.dtypes[name].numpy)
+
+
+def misaligned_empty(shape: tuple[int, ...], dtype: np.dtype, offset: int) -> np.ndarray:
+    """An uninitialized C-contiguous array starting `offset` bytes past a 64-byte boundary."""
+    size = math.prod(shape) * dtype.itemsize
+    raw = np.empty(size + 64 + offset, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    return raw[start : start + size].view(dtype).reshape(shape)
 
 
 def finfo(name: str):

@@ -16,7 +16,7 @@ import opgen
 from opgen import oracle
 from opgen.accuracy import operand_shapes, sum_magnitudes
 from opgen.plan import BLOCK, CHANNEL_SPLIT, STREAM_BYTES
-from tests.helpers import assert_ulps, assert_within, data, dtype_of, float_run, rng, sum_bound
+from tests.helpers import assert_ulps, assert_within, data, dtype_of, float_run, misaligned_empty, rng, sum_bound
 
 SPECS = [s for s in opgen.bundled.specs if s.pattern == "broadcast_reduce"]
 SPEC_PRELU = next(s for s in SPECS if s.name == "prelu_backward")
@@ -203,13 +203,6 @@ def test_rows_of_many_channels(dtype):
     abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
     bound = sum_bound(abs_sum, shape[0], float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
     assert_within(one[1], expected[1], dtype, bound, f"{dtype} diff_slope")
-
-
-def misaligned_empty(shape: tuple[int, ...], dtype: np.dtype, offset: int) -> np.ndarray:
-    """An uninitialized C-contiguous array starting `offset` bytes past a 64-byte boundary."""
-    raw = np.empty(math.prod(shape) * dtype.itemsize + 64 + offset, np.uint8)
-    start = (-raw.ctypes.data) % 64 + offset
-    return raw[start : start + math.prod(shape) * dtype.itemsize].view(dtype).reshape(shape)
 
 
 @pytest.mark.parametrize("channels", [300, 17])

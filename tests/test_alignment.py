@@ -1,0 +1,82 @@
+"""Results do not depend on where the arrays lie.
+
+Kernels with one output element per input element (the elementwise ops, and PReLU-style ops
+whose operand is as big as the tensor) run whole blocks from the first output's next cache
+line, and the elements before and after them one by one: which elements go which way changes
+with the output's address. For every such op, dtype combination and flag value, outputs at
+each element offset in a line, and inputs at other offsets than the outputs, give the bits of
+the call on line-aligned arrays; those match the oracle.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import opgen
+from opgen import oracle, plan
+from opgen.plan import BLOCK
+from tests.helpers import assert_ulps, data, dtype_of, misaligned_empty, rng
+
+LINE = 64
+# fewer elements than a line holds; a line and a tail; several blocks and a tail
+COUNTS = (1, 5, 2 * BLOCK + 3, 7 * BLOCK + 6)
+
+
+def cases():
+    for spec in opgen.bundled.specs:
+        if spec.pattern != "elementwise" and "full" not in plan.forms(spec):
+            continue
+        flags = [a.name for a in spec.attributes if a.type == "bool"]
+        # numbers: 1/6 and 1/2 (HardSigmoid's alpha and beta: interval edges on -3 and 3)
+        numbers = dict(zip((a.name for a in spec.attributes if a.type == "f32"), itertools.cycle((1 / 6, 0.5))))
+        for row in spec.dtypes:
+            for values in itertools.product((True, False), repeat=len(flags)):
+                attributes = {**dict(zip(flags, values)), **numbers}
+                name = "-".join([spec.name, row[spec.reference], *(f"{k}={v}" for k, v in zip(flags, values))])
+                yield pytest.param(spec, row, attributes, id=name)
+
+
+def placed(array: np.ndarray, step: int) -> np.ndarray:
+    """A copy of `array` starting `step` elements past a 64-byte boundary (modulo a line)."""
+    copy = misaligned_empty(array.shape, array.dtype, step * array.dtype.itemsize % LINE)
+    copy[...] = array
+    return copy
+
+
+def call(spec, row, kwargs, inputs, shapes, input_step: int, output_step: int) -> list[np.ndarray]:
+    """The op on copies of `inputs` and on outputs placed `input_step` and `output_step` elements past a line."""
+    outputs = [placed(np.empty(shapes[o.name], dtype_of(row[o.name])), output_step) for o in spec.outputs]
+    out = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    got = getattr(opgen, spec.name)(*(placed(a, input_step) for a in inputs), out=out, **kwargs)
+    return [got] if len(outputs) == 1 else list(got)
+
+
+@pytest.mark.parametrize("spec,row,attributes", list(cases()))
+def test_same_bits_at_any_offset(spec, row, attributes):
+    reference = getattr(oracle, spec.name)
+    layout = spec.layout_attribute
+    kwargs = {**attributes, **({layout.name: "NCX"} if layout else {})}
+    for count in COUNTS:
+        # tensors [1, count] and channel operands [count] (channels along dim 1, NCX): as big
+        # as the tensor (form full)
+        shapes = {t.name: (count,) if t.kind == "channel" else (1, count) for t in (*spec.inputs, *spec.outputs)}
+        generator = rng("alignment", spec.name, row, attributes, count)
+        inputs = [data(generator, shapes[t.name], row[t.name], specials="all") for t in spec.inputs]
+
+        aligned = call(spec, row, kwargs, inputs, shapes, 0, 0)
+        expected = reference(*inputs, **kwargs)
+        expected = [expected] if len(spec.outputs) == 1 else list(expected)
+        for output, got, want in zip(spec.outputs, aligned, expected):
+            # (the ulps each output must meet are tested in test_elementwise and test_broadcast_reduce)
+            assert_ulps(got, want, row[output.name], 1, f"{spec.name} {count} {kwargs} {output.name}")
+        for step in range(1, LINE // min(dtype_of(row[t.name]).itemsize for t in spec.outputs)):
+            for input_step in (step, step + 5):
+                moved_outputs = call(spec, row, kwargs, inputs, shapes, input_step, step)
+                for output, first, moved in zip(spec.outputs, aligned, moved_outputs):
+                    assert np.array_equal(first.view(np.uint8), moved.view(np.uint8)), (
+                        f"{spec.name} {count} {kwargs}: {output.name} changed with outputs {step} and inputs "
+                        f"{input_step} elements past a line"
+                    )
