@@ -215,8 +215,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                 const float mean_diff_dst_value = (float)mean_diff_dst_acc;
                 const float centered_coefficient_value = (float)centered_coefficient_acc;
                 const float mean_value = mean[channel];
-                /* pass 2: the elementwise outputs */
-                for (int64_t row = 0; row < outer; ++row) {
+                /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+                 * are the ones still in cache when the channel is bigger than it */
+                for (int64_t row = outer - 1; row >= 0; --row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
@@ -428,8 +429,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
             const float mean_diff_dst_value = (float)mean_diff_dst_acc;
             const float centered_coefficient_value = (float)centered_coefficient_acc;
             const float mean_value = mean[channel];
-            /* pass 2: the elementwise outputs */
-            for (int64_t row = 0; row < outer; ++row) {
+            /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+             * are the ones still in cache when the channel is bigger than it */
+            for (int64_t row = outer - 1; row >= 0; --row) {
                 const int64_t base = (row * channels + channel) * inner;
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
@@ -1160,8 +1162,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                 const float mean_diff_dst_value = (float)mean_diff_dst_acc;
                 const float centered_coefficient_value = (float)centered_coefficient_acc;
                 const float mean_value = mean[channel];
-                /* pass 2: the elementwise outputs */
-                for (int64_t row = 0; row < outer; ++row) {
+                /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+                 * are the ones still in cache when the channel is bigger than it */
+                for (int64_t row = outer - 1; row >= 0; --row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
@@ -1373,8 +1376,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
             const float mean_diff_dst_value = (float)mean_diff_dst_acc;
             const float centered_coefficient_value = (float)centered_coefficient_acc;
             const float mean_value = mean[channel];
-            /* pass 2: the elementwise outputs */
-            for (int64_t row = 0; row < outer; ++row) {
+            /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+             * are the ones still in cache when the channel is bigger than it */
+            for (int64_t row = outer - 1; row >= 0; --row) {
                 const int64_t base = (row * channels + channel) * inner;
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
@@ -2105,8 +2109,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                 const float mean_diff_dst_value = (float)mean_diff_dst_acc;
                 const float centered_coefficient_value = (float)centered_coefficient_acc;
                 const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                /* pass 2: the elementwise outputs */
-                for (int64_t row = 0; row < outer; ++row) {
+                /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+                 * are the ones still in cache when the channel is bigger than it */
+                for (int64_t row = outer - 1; row >= 0; --row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
@@ -2318,8 +2323,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
             const float mean_diff_dst_value = (float)mean_diff_dst_acc;
             const float centered_coefficient_value = (float)centered_coefficient_acc;
             const float mean_value = opgen_bf16_to_f32(mean[channel]);
-            /* pass 2: the elementwise outputs */
-            for (int64_t row = 0; row < outer; ++row) {
+            /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+             * are the ones still in cache when the channel is bigger than it */
+            for (int64_t row = outer - 1; row >= 0; --row) {
                 const int64_t base = (row * channels + channel) * inner;
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
@@ -3050,8 +3056,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                 const float mean_diff_dst_value = (float)mean_diff_dst_acc;
                 const float centered_coefficient_value = (float)centered_coefficient_acc;
                 const float mean_value = mean[channel];
-                /* pass 2: the elementwise outputs */
-                for (int64_t row = 0; row < outer; ++row) {
+                /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+                 * are the ones still in cache when the channel is bigger than it */
+                for (int64_t row = outer - 1; row >= 0; --row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
@@ -3263,8 +3270,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
             const float mean_diff_dst_value = (float)mean_diff_dst_acc;
             const float centered_coefficient_value = (float)centered_coefficient_acc;
             const float mean_value = mean[channel];
-            /* pass 2: the elementwise outputs */
-            for (int64_t row = 0; row < outer; ++row) {
+            /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+             * are the ones still in cache when the channel is bigger than it */
+            for (int64_t row = outer - 1; row >= 0; --row) {
                 const int64_t base = (row * channels + channel) * inner;
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
