@@ -9,11 +9,13 @@ Tolerances (README, "Accuracy"):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +36,17 @@ def rng(*salt: object) -> np.random.Generator:
 
 def dtype_of(name: str) -> np.dtype:
     return numpy_dtype(TABLE.dtypes[name].numpy)
+
+
+@contextlib.contextmanager
+def threads_set_to(count: int) -> Iterator[None]:
+    """opgen.set_num_threads(count) inside the block, the previous count after it."""
+    before = opgen.get_num_threads()
+    opgen.set_num_threads(count)
+    try:
+        yield
+    finally:
+        opgen.set_num_threads(before)
 
 
 def misaligned_empty(shape: tuple[int, ...], dtype: np.dtype, offset: int) -> np.ndarray:

@@ -17,8 +17,8 @@ import pytest
 
 import opgen
 from opgen import oracle, plan
-from opgen.plan import BLOCK
-from tests.helpers import assert_ulps, data, dtype_of, misaligned_empty, rng
+from opgen.plan import BLOCK, STREAM_BYTES
+from tests.helpers import assert_ulps, data, dtype_of, misaligned_empty, rng, threads_set_to
 
 LINE = 64
 # fewer elements than a line holds; a line and a tail; several blocks and a tail
@@ -80,3 +80,31 @@ def test_same_bits_at_any_offset(spec, row, attributes):
                         f"{spec.name} {count} {kwargs}: {output.name} changed with outputs {step} and inputs "
                         f"{input_step} elements past a line"
                     )
+
+
+@pytest.mark.parametrize("spec,row,attributes", list(cases()))
+def test_same_bits_past_the_caches_on_two_threads(spec, row, attributes):
+    """Calls moving more than plan.STREAM_BYTES stream their stores, and split their blocks
+    between two threads: outputs and inputs 1 and 4 elements past a line give the bits of the
+    line-aligned call on one thread."""
+    layout = spec.layout_attribute
+    kwargs = {**attributes, **({layout.name: "NCX"} if layout else {})}
+    moved = sum(dtype_of(row[t.name]).itemsize for t in (*spec.inputs, *spec.outputs))
+    count = STREAM_BYTES // moved + 3 * BLOCK + 5
+    shapes = {t.name: (count,) if t.kind == "channel" else (1, count) for t in (*spec.inputs, *spec.outputs)}
+    generator = rng("alignment, streamed", spec.name, row, attributes)
+    inputs = [data(generator, shapes[t.name], row[t.name], specials="all") for t in spec.inputs]
+    with threads_set_to(1):
+        aligned = call(spec, row, kwargs, inputs, shapes, 0, 0)
+    expected = getattr(oracle, spec.name)(*inputs, **kwargs)
+    expected = [expected] if len(spec.outputs) == 1 else list(expected)
+    for output, got, want in zip(spec.outputs, aligned, expected):
+        assert_ulps(got, want, row[output.name], 1, f"{spec.name} {count} {kwargs} {output.name}")
+    for step in (1, 4):
+        with threads_set_to(2):
+            moved_outputs = call(spec, row, kwargs, inputs, shapes, step + 1, step)
+        for output, first, again in zip(spec.outputs, aligned, moved_outputs):
+            assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), (
+                f"{spec.name} {count} {kwargs}: {output.name} changed on two threads with outputs {step} and "
+                f"inputs {step + 1} elements past a line"
+            )
