@@ -12,7 +12,7 @@ from opgen import oracle, plan
 from opgen.accuracy import batch_norm_bounds
 from opgen.plan import BLOCK
 from opgen.shapes import channel_axis
-from tests.helpers import assert_within, data, dtype_of, rng
+from tests.helpers import assert_within, data, dtype_of, rng, threads_set_to
 
 SPEC = next(s for s in opgen.bundled.specs if s.name == "batch_norm_training_backward")
 B = BLOCK
@@ -191,14 +191,10 @@ def test_nxc_tensors_past_the_caches(row, channels):
     variance = np.abs(data(generator, (channels,), row["variance"]))
     gamma = data(generator, (channels,), row["gamma"])
     kwargs = {"epsilon": 1e-5, "data_format": "NXC", "with_diff_gamma_beta": True}
-    threads = opgen.get_num_threads()
-    try:
-        opgen.set_num_threads(1)
+    with threads_set_to(1):
         one = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
-        opgen.set_num_threads(2)
+    with threads_set_to(2):
         two = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
-    finally:
-        opgen.set_num_threads(threads)
     for got_one, got_two in zip(one, two):
         assert np.array_equal(got_one.view(np.uint8), got_two.view(np.uint8)), "threads changed bits"
     expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)

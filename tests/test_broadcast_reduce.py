@@ -16,7 +16,17 @@ import opgen
 from opgen import oracle
 from opgen.accuracy import operand_shapes, sum_magnitudes
 from opgen.plan import BLOCK, CHANNEL_SPLIT, STREAM_BYTES
-from tests.helpers import assert_ulps, assert_within, data, dtype_of, float_run, misaligned_empty, rng, sum_bound
+from tests.helpers import (
+    assert_ulps,
+    assert_within,
+    data,
+    dtype_of,
+    float_run,
+    misaligned_empty,
+    rng,
+    sum_bound,
+    threads_set_to,
+)
 
 SPECS = [s for s in opgen.bundled.specs if s.pattern == "broadcast_reduce"]
 SPEC_PRELU = next(s for s in SPECS if s.name == "prelu_backward")
@@ -180,14 +190,10 @@ def test_rows_of_many_channels(dtype):
     if dtype == "bf16":
         huge = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) / 2
         src[3, 40], diff_dst[3, 40], src[9, 40], diff_dst[9, 40] = -huge, 4.0, -huge, -4.0
-    threads = opgen.get_num_threads()
-    try:
-        opgen.set_num_threads(1)
+    with threads_set_to(1):
         one = opgen.prelu_backward(src, slope, diff_dst, data_format="NXC")
-        opgen.set_num_threads(2)
+    with threads_set_to(2):
         two = opgen.prelu_backward(src, slope, diff_dst, data_format="NXC")
-    finally:
-        opgen.set_num_threads(threads)
     for got_one, got_two in zip(one, two):
         assert np.array_equal(got_one.view(np.uint8), got_two.view(np.uint8)), "threads changed bits"
     for offset in (0, 16, 2 * numpy_dtype.itemsize):  # inputs on a cache line, or past one
@@ -223,17 +229,13 @@ def test_nxc_tensors_past_the_caches(dtype, channels):
         huge = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) / 2
         at = 40 if channels > 40 else channels - 2  # in a whole block
         src[3, at], diff_dst[3, at], src[9, at], diff_dst[9, at] = -huge, 4.0, -huge, -4.0
-    threads = opgen.get_num_threads()
     results = []
-    try:
-        for count, offset in ((1, None), (2, None), (1, 16), (2, numpy_dtype.itemsize)):
-            opgen.set_num_threads(count)
-            out = None
-            if offset is not None:
-                out = (misaligned_empty(shape, numpy_dtype, offset), np.empty(shape[-1:], numpy_dtype))
+    for count, offset in ((1, None), (2, None), (1, 16), (2, numpy_dtype.itemsize)):
+        out = None
+        if offset is not None:
+            out = (misaligned_empty(shape, numpy_dtype, offset), np.empty(shape[-1:], numpy_dtype))
+        with threads_set_to(count):
             results.append(opgen.prelu_backward(src, slope, diff_dst, data_format="NXC", out=out))
-    finally:
-        opgen.set_num_threads(threads)
     for other in results[1:]:
         for first, again in zip(results[0], other):
             assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), "threads or alignment changed bits"
