@@ -46,40 +46,57 @@ def placed(array: np.ndarray, step: int) -> np.ndarray:
     return copy
 
 
-def call(spec, row, kwargs, inputs, shapes, input_step: int, output_step: int) -> list[np.ndarray]:
-    """The op on copies of `inputs` and on outputs placed `input_step` and `output_step` elements past a line."""
-    outputs = [placed(np.empty(shapes[o.name], dtype_of(row[o.name])), output_step) for o in spec.outputs]
-    out = outputs[0] if len(outputs) == 1 else tuple(outputs)
-    got = getattr(opgen, spec.name)(*(placed(a, input_step) for a in inputs), out=out, **kwargs)
-    return [got] if len(outputs) == 1 else list(got)
+class Operands:
+    """One op, dtype row and flag values on `count` elements, with fresh random inputs:
+    tensors [1, count] and channel operands [count] (channels along dim 1, NCX), so that an
+    operand is as big as the tensor (form full)."""
+
+    def __init__(self, spec, row: dict[str, str], attributes: dict, count: int, salt: str) -> None:
+        layout = spec.layout_attribute
+        self.spec, self.row, self.count = spec, row, count
+        self.kwargs = {**attributes, **({layout.name: "NCX"} if layout else {})}
+        self.shapes = {t.name: (count,) if t.kind == "channel" else (1, count) for t in (*spec.inputs, *spec.outputs)}
+        generator = rng(salt, spec.name, row, attributes, count)
+        self.inputs = [data(generator, self.shapes[t.name], row[t.name], specials="all") for t in spec.inputs]
+
+    def call(self, input_step: int, output_step: int) -> list[np.ndarray]:
+        """The op on copies of the inputs and on outputs placed `input_step` and `output_step` elements past a line."""
+        outputs = [
+            placed(np.empty(self.shapes[o.name], dtype_of(self.row[o.name])), output_step) for o in self.spec.outputs
+        ]
+        out = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        got = getattr(opgen, self.spec.name)(*(placed(a, input_step) for a in self.inputs), out=out, **self.kwargs)
+        return [got] if len(outputs) == 1 else list(got)
+
+    def aligned_call(self) -> list[np.ndarray]:
+        """The op on line-aligned arrays, checked against the oracle (within 1 ulp: the ulps
+        each output must meet are tested in test_elementwise and test_broadcast_reduce)."""
+        aligned = self.call(0, 0)
+        expected = getattr(oracle, self.spec.name)(*self.inputs, **self.kwargs)
+        expected = [expected] if len(self.spec.outputs) == 1 else list(expected)
+        context = f"{self.spec.name} {self.count} {self.kwargs}"
+        for output, got, want in zip(self.spec.outputs, aligned, expected):
+            assert_ulps(got, want, self.row[output.name], 1, f"{context} {output.name}")
+        return aligned
+
+    def assert_same_bits(self, first: list[np.ndarray], moved: list[np.ndarray], how: str) -> None:
+        for output, one, other in zip(self.spec.outputs, first, moved):
+            assert np.array_equal(one.view(np.uint8), other.view(np.uint8)), (
+                f"{self.spec.name} {self.count} {self.kwargs}: {output.name} changed {how}"
+            )
 
 
 @pytest.mark.parametrize("spec,row,attributes", list(cases()))
 def test_same_bits_at_any_offset(spec, row, attributes):
-    reference = getattr(oracle, spec.name)
-    layout = spec.layout_attribute
-    kwargs = {**attributes, **({layout.name: "NCX"} if layout else {})}
     for count in COUNTS:
-        # tensors [1, count] and channel operands [count] (channels along dim 1, NCX): as big
-        # as the tensor (form full)
-        shapes = {t.name: (count,) if t.kind == "channel" else (1, count) for t in (*spec.inputs, *spec.outputs)}
-        generator = rng("alignment", spec.name, row, attributes, count)
-        inputs = [data(generator, shapes[t.name], row[t.name], specials="all") for t in spec.inputs]
-
-        aligned = call(spec, row, kwargs, inputs, shapes, 0, 0)
-        expected = reference(*inputs, **kwargs)
-        expected = [expected] if len(spec.outputs) == 1 else list(expected)
-        for output, got, want in zip(spec.outputs, aligned, expected):
-            # (the ulps each output must meet are tested in test_elementwise and test_broadcast_reduce)
-            assert_ulps(got, want, row[output.name], 1, f"{spec.name} {count} {kwargs} {output.name}")
+        operands = Operands(spec, row, attributes, count, "alignment")
+        aligned = operands.aligned_call()
         for step in range(1, LINE // min(dtype_of(row[t.name]).itemsize for t in spec.outputs)):
             for input_step in (step, step + 5):
-                moved_outputs = call(spec, row, kwargs, inputs, shapes, input_step, step)
-                for output, first, moved in zip(spec.outputs, aligned, moved_outputs):
-                    assert np.array_equal(first.view(np.uint8), moved.view(np.uint8)), (
-                        f"{spec.name} {count} {kwargs}: {output.name} changed with outputs {step} and inputs "
-                        f"{input_step} elements past a line"
-                    )
+                moved = operands.call(input_step, step)
+                operands.assert_same_bits(
+                    aligned, moved, f"with outputs {step} and inputs {input_step} elements past a line"
+                )
 
 
 @pytest.mark.parametrize("spec,row,attributes", list(cases()))
@@ -87,24 +104,13 @@ def test_same_bits_past_the_caches_on_two_threads(spec, row, attributes):
     """Calls moving more than plan.STREAM_BYTES stream their stores, and split their blocks
     between two threads: outputs and inputs 1 and 4 elements past a line give the bits of the
     line-aligned call on one thread."""
-    layout = spec.layout_attribute
-    kwargs = {**attributes, **({layout.name: "NCX"} if layout else {})}
-    moved = sum(dtype_of(row[t.name]).itemsize for t in (*spec.inputs, *spec.outputs))
-    count = STREAM_BYTES // moved + 3 * BLOCK + 5
-    shapes = {t.name: (count,) if t.kind == "channel" else (1, count) for t in (*spec.inputs, *spec.outputs)}
-    generator = rng("alignment, streamed", spec.name, row, attributes)
-    inputs = [data(generator, shapes[t.name], row[t.name], specials="all") for t in spec.inputs]
+    moved_bytes = sum(dtype_of(row[t.name]).itemsize for t in (*spec.inputs, *spec.outputs))
+    operands = Operands(spec, row, attributes, STREAM_BYTES // moved_bytes + 3 * BLOCK + 5, "alignment, streamed")
     with threads_set_to(1):
-        aligned = call(spec, row, kwargs, inputs, shapes, 0, 0)
-    expected = getattr(oracle, spec.name)(*inputs, **kwargs)
-    expected = [expected] if len(spec.outputs) == 1 else list(expected)
-    for output, got, want in zip(spec.outputs, aligned, expected):
-        assert_ulps(got, want, row[output.name], 1, f"{spec.name} {count} {kwargs} {output.name}")
+        aligned = operands.aligned_call()
     for step in (1, 4):
         with threads_set_to(2):
-            moved_outputs = call(spec, row, kwargs, inputs, shapes, step + 1, step)
-        for output, first, again in zip(spec.outputs, aligned, moved_outputs):
-            assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), (
-                f"{spec.name} {count} {kwargs}: {output.name} changed on two threads with outputs {step} and "
-                f"inputs {step + 1} elements past a line"
-            )
+            moved = operands.call(step + 1, step)
+        operands.assert_same_bits(
+            aligned, moved, f"on two threads with outputs {step} and inputs {step + 1} elements past a line"
+        )
