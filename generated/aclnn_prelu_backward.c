@@ -849,6 +849,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
+            opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start();
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -871,13 +872,15 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
                     grad_weight_block[lane] = (float)grad_weight_value;
                 }
                 opgen_store_block_f32(grad_input + index, grad_input_block, stream);
-                opgen_store_block_f32(grad_weight + index, grad_weight_block, stream);
+                opgen_lines_f32_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
             }
+            opgen_lines_f32_finish(&grad_weight_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start();
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
@@ -899,8 +902,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
                 grad_weight_block[lane] = (float)grad_weight_value;
             }
             opgen_store_block_f32(grad_input + index, grad_input_block, stream);
-            opgen_store_block_f32(grad_weight + index, grad_weight_block, stream);
+            opgen_lines_f32_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
         }
+        opgen_lines_f32_finish(&grad_weight_lines);
         opgen_fence();
     }
 

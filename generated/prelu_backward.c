@@ -849,6 +849,7 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
+            opgen_lines_f32 diff_slope_lines = opgen_lines_f32_start();
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -871,13 +872,15 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
                     diff_slope_block[lane] = (float)diff_slope_value;
                 }
                 opgen_store_block_f32(diff_src + index, diff_src_block, stream);
-                opgen_store_block_f32(diff_slope + index, diff_slope_block, stream);
+                opgen_lines_f32_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
             }
+            opgen_lines_f32_finish(&diff_slope_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_f32 diff_slope_lines = opgen_lines_f32_start();
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
@@ -899,8 +902,9 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
                 diff_slope_block[lane] = (float)diff_slope_value;
             }
             opgen_store_block_f32(diff_src + index, diff_src_block, stream);
-            opgen_store_block_f32(diff_slope + index, diff_slope_block, stream);
+            opgen_lines_f32_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
         }
+        opgen_lines_f32_finish(&diff_slope_lines);
         opgen_fence();
     }
 

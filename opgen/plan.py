@@ -249,6 +249,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "c_type": dtype.c_type,
                 "optional": tensor.optional,
                 "store_block": dtype.store_block,
+                "line_writer": dtype.line_writer,
                 "store": _store(
                     dtype,
                     f"{tensor.name}_{'value' if source == 'compute' or full else 'acc'}",

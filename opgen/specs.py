@@ -112,6 +112,7 @@ class DType:
     accumulate: str
     mantissa_bits: int
     min_exponent: int
+    line_writer: str | None = None  # C type (and function prefix) storing blocks as whole lines
     acl_name: str | None = None  # aclDataType enumerator of the aclnn-compatible API, if any
     acl_value: int | None = None
 
@@ -265,6 +266,7 @@ _DTYPE_KEYS = {
     "accumulate": True,
     "mantissa_bits": True,
     "min_exponent": True,
+    "line_writer": False,
     "acl_name": False,
     "acl_value": False,
 }
@@ -307,8 +309,8 @@ def load_dtype_table(path: Path) -> DTypeTable:
         for key in ("compute", "wide_compute", "accumulate"):
             if row[key] not in compute_types:
                 where.fail(f"{name}.{key}", f"'{row[key]}' is not in compute_types")
-        for key in ("c_type", "load_block", "store_block"):
-            if not _IDENTIFIER.fullmatch(_string(where, f"{name}.{key}", row[key])):
+        for key in ("c_type", "load_block", "store_block", "line_writer"):
+            if key in row and not _IDENTIFIER.fullmatch(_string(where, f"{name}.{key}", row[key])):
                 where.fail(f"{name}.{key}", "must be a C identifier")
         for key in ("load", "store"):
             if _string(where, f"{name}.{key}", row[key]).count("{}") != 1:

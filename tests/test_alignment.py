@@ -5,7 +5,8 @@ whose operand is as big as the tensor) run whole blocks from the first output's 
 line, and the elements before and after them one by one: which elements go which way changes
 with the output's address. For every such op, dtype combination and flag value, outputs at
 each element offset in a line, and inputs at other offsets than the outputs, give the bits of
-the call on line-aligned arrays; those match the oracle.
+the call on line-aligned arrays; those match the oracle. Outputs at different offsets from
+each other exercise the line writers (f32 outputs whose blocks do not start at a line).
 """
 
 from __future__ import annotations
@@ -46,6 +47,18 @@ def placed(array: np.ndarray, step: int) -> np.ndarray:
     return copy
 
 
+GUARD = 0xA5  # the bytes around each output, which no call may write
+
+
+def guarded_empty(shape: tuple[int, ...], dtype: np.dtype, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """An array `step` elements past a line with at least a line of GUARD bytes on each side,
+    and the buffer it lies in."""
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.full(size + 4 * LINE, GUARD, np.uint8)
+    start = (-raw.ctypes.data) % LINE + LINE + step * dtype.itemsize % LINE
+    return raw[start : start + size].view(dtype).reshape(shape), raw
+
+
 class Operands:
     """One op, dtype row and flag values on `count` elements, with fresh random inputs:
     tensors [1, count] and channel operands [count] (channels along dim 1, NCX), so that an
@@ -59,13 +72,20 @@ class Operands:
         generator = rng(salt, spec.name, row, attributes, count)
         self.inputs = [data(generator, self.shapes[t.name], row[t.name], specials="all") for t in spec.inputs]
 
-    def call(self, input_step: int, output_step: int) -> list[np.ndarray]:
-        """The op on copies of the inputs and on outputs placed `input_step` and `output_step` elements past a line."""
-        outputs = [
-            placed(np.empty(self.shapes[o.name], dtype_of(self.row[o.name])), output_step) for o in self.spec.outputs
+    def call(self, input_step: int, output_step: int, spread: int = 0) -> list[np.ndarray]:
+        """The op on copies of the inputs and on outputs placed `input_step` elements past a
+        line and `output_step` + k * `spread` (output k)."""
+        placed_outputs = [
+            guarded_empty(self.shapes[o.name], dtype_of(self.row[o.name]), output_step + k * spread)
+            for k, o in enumerate(self.spec.outputs)
         ]
+        outputs = [output for output, _ in placed_outputs]
         out = outputs[0] if len(outputs) == 1 else tuple(outputs)
         got = getattr(opgen, self.spec.name)(*(placed(a, input_step) for a in self.inputs), out=out, **self.kwargs)
+        for o, (output, raw) in zip(self.spec.outputs, placed_outputs):
+            start = output.ctypes.data - raw.ctypes.data
+            around = np.concatenate([raw[:start], raw[start + output.nbytes :]])
+            assert (around == GUARD).all(), f"{self.spec.name} {self.count} {self.kwargs}: wrote next to {o.name}"
         return [got] if len(outputs) == 1 else list(got)
 
     def aligned_call(self) -> list[np.ndarray]:
@@ -92,10 +112,13 @@ def test_same_bits_at_any_offset(spec, row, attributes):
         operands = Operands(spec, row, attributes, count, "alignment")
         aligned = operands.aligned_call()
         for step in range(1, LINE // min(dtype_of(row[t.name]).itemsize for t in spec.outputs)):
-            for input_step in (step, step + 5):
-                moved = operands.call(input_step, step)
+            # second: outputs at different offsets (a line writer's rotated lanes)
+            for input_step, spread in ((step, 0), (step + 5, 3)):
+                moved = operands.call(input_step, step, spread)
                 operands.assert_same_bits(
-                    aligned, moved, f"with outputs {step} and inputs {input_step} elements past a line"
+                    aligned,
+                    moved,
+                    f"with outputs {step} (+ {spread} per output) and inputs {input_step} elements past a line",
                 )
 
 
@@ -108,9 +131,13 @@ def test_same_bits_past_the_caches_on_two_threads(spec, row, attributes):
     operands = Operands(spec, row, attributes, STREAM_BYTES // moved_bytes + 3 * BLOCK + 5, "alignment, streamed")
     with threads_set_to(1):
         aligned = operands.aligned_call()
-    for step in (1, 4):
+    # (4, 13): the second output's first line starts before its first element (and before
+    # the array), where a writer may store only the lanes that are its own
+    for step, spread in ((1, 0), (4, 13)):
         with threads_set_to(2):
-            moved = operands.call(step + 1, step)
+            moved = operands.call(step + 1, step, spread)
         operands.assert_same_bits(
-            aligned, moved, f"on two threads with outputs {step} and inputs {step + 1} elements past a line"
+            aligned,
+            moved,
+            f"on two threads with outputs {step} (+ {spread} per output) and inputs {step + 1} elements past a line",
         )

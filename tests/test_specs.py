@@ -276,3 +276,29 @@ def test_mutated_specs_fail_cleanly(tmp_path_factory, which, edits):
         render_library(directory)
     except (SpecError, RenderError):
         pass
+
+
+def test_dtype_table_line_writer_must_be_a_c_identifier(tmp_path):
+    directory = spec_dir(tmp_path, RELU)
+    table = directory / "dtypes.toml"
+    text = table.read_text()
+    assert 'line_writer = "opgen_lines_f32"' in text
+    table.write_text(text.replace('line_writer = "opgen_lines_f32"', 'line_writer = "opgen lines"'))
+    with pytest.raises(SpecError) as caught:
+        load_specs(directory)
+    assert "dtypes.toml" in str(caught.value) and "f32.line_writer" in str(caught.value)
+    assert "must be a C identifier" in str(caught.value)
+
+
+def test_dtype_table_without_line_writers_stores_blocks_directly(tmp_path):
+    """PReLU's full form has two outputs; the second goes through the f32 line writer, unless
+    the dtype table names none."""
+    prelu = (BUNDLED_SPECS / "prelu_backward.toml").read_text()
+    directory = spec_dir(tmp_path, prelu, "prelu_backward")
+    table = directory / "dtypes.toml"
+    table.write_text(table.read_text().replace('line_writer = "opgen_lines_f32"\n', ""))
+    source = render_library(directory).files["prelu_backward.c"]
+    assert "opgen_lines_f32" not in source and "opgen_store_block_f32(diff_slope + index" in source
+    bundled = render_library(BUNDLED_SPECS).files["prelu_backward.c"]
+    assert "opgen_lines_f32_put(&diff_slope_lines, diff_slope + index" in bundled
+    assert "opgen_store_block_f32(diff_src + index" in bundled
