@@ -657,9 +657,8 @@ static inline void opgen_store_block_f32(float *OPGEN_RESTRICT out, const float 
 typedef struct {
     float *next; /* where a block that continues the run goes; NULL before the first */
 #if OPGEN_USE_AVX512F
-    float *line;    /* the line that block's first lanes complete */
-    unsigned shift; /* the run's elements before its first line; 0: ordinary stores */
-    __mmask16 mask; /* the lanes of that line to write: all but the run's first line */
+    unsigned shift; /* the run's elements before its first line (next - shift: a line); 0: ordinary stores */
+    __mmask16 mask; /* the lanes of the next line to write: all but in the run's first line */
     __m512i from;   /* line lane l: lane 16 - shift + l of the block before (l < shift), else lane l - shift of this one */
     __m512 last;    /* the block before */
 #endif
@@ -678,7 +677,7 @@ static inline void opgen_lines_f32_finish(opgen_lines_f32 *lines)
 #if OPGEN_USE_AVX512F
     if (lines->next && lines->shift) {
         const __m512 line = _mm512_permutex2var_ps(lines->last, lines->from, lines->last);
-        _mm512_mask_store_ps(lines->line, (__mmask16)((1u << lines->shift) - 1u), line);
+        _mm512_mask_store_ps(lines->next - lines->shift, (__mmask16)((1u << lines->shift) - 1u), line);
     }
 #endif
     lines->next = NULL;
@@ -690,7 +689,6 @@ static inline void opgen_lines_f32_begin(opgen_lines_f32 *lines, float *out)
     opgen_lines_f32_finish(lines);
     /* an output not aligned to its elements takes ordinary stores */
     lines->shift = opgen_aligned(out, sizeof(float)) ? (unsigned)(((uintptr_t)out & 63u) / sizeof(float)) : 0;
-    lines->line = out - lines->shift;
     lines->mask = (__mmask16)(0xFFFFu << lines->shift);
     /* lane + 16 - shift: bit 4 picks this block (lane >= shift), else the one before */
     lines->from = _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -710,13 +708,12 @@ static inline void opgen_lines_f32_put(opgen_lines_f32 *lines, float *out, const
         const __m512 block = _mm512_loadu_ps(in);
         const __m512 line = _mm512_permutex2var_ps(lines->last, lines->from, block);
         if (stream && lines->mask == 0xFFFFu) {
-            _mm512_stream_ps(lines->line, line);
+            _mm512_stream_ps(out - lines->shift, line);
         } else {
-            _mm512_mask_store_ps(lines->line, lines->mask, line);
+            _mm512_mask_store_ps(out - lines->shift, lines->mask, line);
         }
         lines->mask = 0xFFFFu;
         lines->last = block;
-        lines->line += OPGEN_BLOCK;
         return;
     }
 #else
