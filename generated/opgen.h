@@ -446,11 +446,11 @@ void sigmoid_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, co
 void sigmoid_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 
 /* sigmoid_backward_bf16_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude diff_dst in [2^-59, 2^42), src_or_dst in [2^-59, 2^42), else in double; use_dst=true) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude src_or_dst in [2^-118, 2^63) (diff_dst: any, multiplied in last), else in double; use_dst=true) */
 void sigmoid_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 
 /* sigmoid_backward_bf16_no_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude diff_dst in [2^-28, 2^126), src_or_dst in [2^-149, 2^6), else in double; use_dst=false) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude src_or_dst in [2^-149, 2^6) (diff_dst: any, multiplied in last), else in double; use_dst=false) */
 void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 
 /* tanh_backward_f32_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
@@ -470,11 +470,11 @@ void tanh_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const
 void tanh_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 
 /* tanh_backward_bf16_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude diff_dst in [2^-110, 2^43), src_or_dst in [2^-149, 2^41), else in double; use_dst=true) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude src_or_dst in [2^-149, 2^62) (diff_dst: any, multiplied in last), else in double; use_dst=true) */
 void tanh_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 
 /* tanh_backward_bf16_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude diff_dst in [2^-30, 2^123), src_or_dst in [2^-149, 2^4), else in double; use_dst=false) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude src_or_dst in [2^-149, 2^4) (diff_dst: any, multiplied in last), else in double; use_dst=false) */
 void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 
 /* opgen_probe_copy: memory bandwidth probe: out = in

@@ -363,7 +363,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* tanh_backward_bf16_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude diff_dst in [2^-110, 2^43), src_or_dst in [2^-149, 2^41), else in double; use_dst=true) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float where each input is 0 or of magnitude src_or_dst in [2^-149, 2^62) (diff_dst: any, multiplied in last), else in double; use_dst=true) */
 void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
@@ -388,7 +388,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x53FFFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x5E7FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -420,7 +420,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x53FFFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x08800000u, 0x54FFFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x5E7FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -449,7 +449,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
         for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
             const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
             const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
-            if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x53FFFFFFu) && opgen_in_range(diff_dst_float, 0x08800000u, 0x54FFFFFFu)) {
+            if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x5E7FFFFFu)) {
                 const float src_or_dst_value = (float)src_or_dst_float;
                 const float diff_dst_value = (float)diff_dst_float;
                 const float diff_src_value = (diff_dst_value * ((1.0f - src_or_dst_value) * (1.0f + src_or_dst_value)));
@@ -465,7 +465,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
 }
 
 /* tanh_backward_bf16_no_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
- * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude diff_dst in [2^-30, 2^123), src_or_dst in [2^-149, 2^4), else in double; use_dst=false) */
+ * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude src_or_dst in [2^-149, 2^4) (diff_dst: any, multiplied in last), else in double; use_dst=false) */
 void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
     /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
@@ -490,14 +490,14 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                 float diff_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(diff_dst_block, diff_dst + index);
                 float diff_src_block[OPGEN_BLOCK];
-                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
+                if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
                         const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -2.0f);
-                        const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                        const float diff_src_value = (diff_dst_value * ((4.0f * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value))));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
@@ -524,14 +524,14 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
             float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + index);
             float diff_src_block[OPGEN_BLOCK];
-            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu) & opgen_all_in_range(diff_dst_block, OPGEN_BLOCK, 0x30800000u, 0x7CFFFFFFu)) {
+            if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x417FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
                     const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -2.0f);
-                    const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                    const float diff_src_value = (diff_dst_value * ((4.0f * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value))));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
@@ -555,11 +555,11 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
         for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
             const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
             const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
-            if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu) && opgen_in_range(diff_dst_float, 0x30800000u, 0x7CFFFFFFu)) {
+            if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu)) {
                 const float src_or_dst_value = (float)src_or_dst_float;
                 const float diff_dst_value = (float)diff_dst_float;
                 const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -2.0f);
-                const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                const float diff_src_value = (diff_dst_value * ((4.0f * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value))));
                 diff_src[index] = opgen_f32_to_bf16(diff_src_value);
                 continue;
             }

@@ -16,6 +16,10 @@ clamp, one scaling, and a polynomial as short as the outputs allow; its error co
 (DOUBLE), where that exp is the gain: its 2^-28.3 counts as 2^24.7 roundings of 2^-53, and an
 f32 result allows 2^-25, some 2^28 of them.
 
+An input that multiplies a whole result needs no interval in a kernel computed wider (bf16 in
+double): its float blocks compute the rest, G, first and multiply by it last
+(`last_factors`), where an underflow or overflow is harmless (`_factor_is_safe`).
+
 Each node is summarised, for nonzero values, by [2^lo, 2^hi) bounding its magnitude, its
 significant bits when the arithmetic computes it exactly (None once rounded), the roundings
 it took (relative errors of 2^-24 each, 2^-53 in double: they add up through products and
@@ -203,28 +207,33 @@ def input_range(
     definitions: Mapping[str, ast.expr],
     output: DType,
     arithmetic: Arithmetic = FLOAT,
+    factor: DType | None = None,
 ) -> FloatRange | None:
     """An interval per input inside which `arithmetic` computes `tree` within 1 ulp of
     `output`; None when the formula has anything else (module docstring), or `output` is too
     precise for the roundings it takes. The intervals widen together while they can (no input
     favoured), then each alone, in name order: from src, |x| is held by exp while diff_dst
-    goes on."""
+    goes on. `factor`: the result is then multiplied by an unchecked value of that dtype
+    (`last_factors`), one rounding more, which must be safe at any magnitude."""
     names = sorted(_inputs(tree, definitions))
     low, high = dict.fromkeys(names, 1), dict.fromkeys(names, 1)
+    if factor is not None and not _factor_is_safe(factor, output, arithmetic):
+        return None
 
     def valid() -> bool:
         bounds = {name: (low[name], high[name]) for name in names}
-        return _summary(tree, dtypes, definitions, bounds, output, arithmetic) is not None
+        return _summary(tree, dtypes, definitions, bounds, output, arithmetic, factor) is not None
 
     if not valid():
         return None
     high_limit = min(INPUT_HIGH_LIMIT, arithmetic.max_exponent)
     low_limit = min(INPUT_LOW_LIMIT, arithmetic.bits - 1 - arithmetic.min_exponent)
     for bounds, limit in ((high, high_limit), (low, low_limit)):
-        _widen(bounds, names, limit, valid)
+        if names:
+            _widen(bounds, names, limit, valid)
         for name in names:
             _widen(bounds, [name], limit, valid)
-    node = _summary(tree, dtypes, definitions, {n: (low[n], high[n]) for n in names}, output, arithmetic)
+    node = _summary(tree, dtypes, definitions, {n: (low[n], high[n]) for n in names}, output, arithmetic, factor)
     assert node is not None
     return FloatRange({name: Interval(low[name], high[name]) for name in names}, node.roundings)
 
@@ -257,6 +266,67 @@ def only_a_factor(tree: ast.expr, name: str, definitions: Mapping[str, ast.expr]
     return isinstance(tree, ast.Name) or name not in _inputs(tree, definitions)
 
 
+def last_factor(tree: ast.expr, name: str, definitions: Mapping[str, ast.expr]) -> ast.expr | None:
+    """G such that `tree` is `name` * G, when `tree` reads `name` once, itself (no definition
+    it reads does), through products, dividends and negations from its root; else None.
+    (diff_dst * e) / w gives e / w: computing G first and the product last moves no rounding
+    onto a path that may underflow or overflow (`last_factors`)."""
+    reads = sum(isinstance(n, ast.Name) and n.id == name for n in ast.walk(tree))
+    through = [d for d in expr.names(tree) if d in definitions and name in _inputs(definitions[d], definitions)]
+    if reads != 1 or through:
+        return None
+    one = ast.Constant(1)
+
+    def pull(node: ast.expr) -> ast.expr | None:
+        if isinstance(node, ast.Name) and node.id == name:
+            return one
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            operand = pull(node.operand)
+            return None if operand is None else ast.UnaryOp(ast.USub(), operand)
+        if not isinstance(node, ast.BinOp) or not isinstance(node.op, (ast.Mult, ast.Div)):
+            return None
+        if name in expr.names(node.left):
+            left = pull(node.left)
+            if left is None or (left is one and isinstance(node.op, ast.Mult)):
+                return left and node.right
+            return ast.BinOp(left, node.op, node.right)
+        if isinstance(node.op, ast.Div):
+            return None  # a divisor
+        right = pull(node.right)
+        if right is None or right is one:
+            return right and node.left
+        return ast.BinOp(node.left, node.op, right)
+
+    pulled = pull(tree)
+    return None if pulled is None else ast.parse(ast.unparse(pulled), mode="eval").body
+
+
+def last_factors(
+    trees: Mapping[str, ast.expr],
+    dtypes: Mapping[str, DType],
+    definitions: Mapping[str, ast.expr],
+    arithmetic: Arithmetic,
+) -> dict[str, tuple[str, ast.expr, FloatRange]]:
+    """Per output (`trees`: name -> formula), an input that multiplies its whole result and no
+    other output's (`last_factor`), with G and G's intervals computed in `arithmetic`, the
+    product by that input last and unchecked (input_range's `factor`): the first input in
+    name order that has them, none where none does. Such an input needs no check at all."""
+    found: dict[str, tuple[str, ast.expr, FloatRange]] = {}
+    for name in sorted(set().union(*(_inputs(t, definitions) for t in trees.values()))):
+        readers = [o for o, t in trees.items() if name in _inputs(t, definitions)]
+        if any(o in found for o in readers):
+            continue
+        pulled = {o: last_factor(trees[o], name, definitions) for o in readers}
+        ranges = {
+            o: input_range(g, dtypes, definitions, dtypes[o], arithmetic, dtypes[name])
+            for o, g in pulled.items()
+            if g is not None
+        }
+        if len(ranges) == len(readers) and all(r is not None for r in ranges.values()):
+            found.update({o: (name, pulled[o], ranges[o]) for o in readers})  # type: ignore[misc]
+    return found
+
+
 def _inputs(tree: ast.expr, definitions: Mapping[str, ast.expr]) -> set[str]:
     """The names `tree` reads, through the definitions it reads."""
     result: set[str] = set()
@@ -284,16 +354,48 @@ def _widen(bounds: dict[str, int], names: list[str], limit: int, valid) -> None:
         bounds[name] = max(bounds[name], good)
 
 
-def _summary(tree, dtypes, definitions, bounds, output: DType, arithmetic: Arithmetic) -> _Node | None:
+def _summary(
+    tree, dtypes, definitions, bounds, output: DType, arithmetic: Arithmetic, factor: DType | None = None
+) -> _Node | None:
     node = _node(tree, dtypes, definitions, bounds, arithmetic)
     if node is None:
         return None
+    if factor is not None:
+        node = replace(node, roundings=node.roundings + 1)  # the product by the factor
     # relative error (1 + 2^-bits)^r - 1 under half an ulp of the output's precision: the
     # result then rounds to the output value the exact one rounds to, or a neighbour
     precision = output.mantissa_bits + 1
-    if math.expm1(node.roundings * math.log1p(2.0**-arithmetic.bits)) > 2.0 ** -(precision + 1):
+    relative = math.expm1(node.roundings * math.log1p(2.0**-arithmetic.bits))
+    if relative > 2.0 ** -(precision + 1):
+        return None
+    if factor is not None and _overflow_threshold(arithmetic.bits, arithmetic.max_exponent) < _overflow_threshold(
+        precision, output.end_exponent - 1
+    ) * (1 + relative):
         return None
     return node
+
+
+def _overflow_threshold(bits: int, max_exponent: int) -> float:
+    """The smallest magnitude that rounds to infinity with `bits` of significand and normal
+    exponents up to `max_exponent`: the largest finite value plus half its ulp."""
+    return math.ldexp(2.0 - 2.0**-bits, max_exponent)
+
+
+def _factor_is_safe(factor: DType, output: DType, arithmetic: Arithmetic) -> bool:
+    """A value of dtype `factor` times a result computed in `arithmetic` (relative error r,
+    nonzero results normal), rounded once more, is within 1 ulp of `output` at any magnitude
+    of the factor: the arithmetic holds every factor value exactly; where the product is
+    subnormal, its absolute error, half the arithmetic's smallest subnormal, is at most half
+    the output's; where it overflows, the exact product is at least the arithmetic's
+    overflow threshold over (1 + r), which `_summary` checks is the output's or more: the
+    output overflows too. An infinity or NaN factor gives what the exact product gives."""
+    grain = arithmetic.min_exponent - arithmetic.bits + 1  # the smallest subnormal: 2^grain
+    return (
+        factor.mantissa_bits + 1 <= arithmetic.bits
+        and factor.end_exponent <= arithmetic.max_exponent + 1
+        and factor.smallest_exponent >= grain
+        and output.smallest_exponent >= grain
+    )
 
 
 def _node(tree: ast.expr, dtypes, definitions, bounds, arithmetic: Arithmetic) -> _Node | None:
