@@ -287,15 +287,17 @@ def last_factor(tree: ast.expr, name: str, definitions: Mapping[str, ast.expr]) 
             return None
         if name in expr.names(node.left):
             left = pull(node.left)
-            if left is None or (left is one and isinstance(node.op, ast.Mult)):
-                return left and node.right
+            if left is None:
+                return None
+            if left is one and isinstance(node.op, ast.Mult):
+                return node.right  # name * b: b
             return ast.BinOp(left, node.op, node.right)
         if isinstance(node.op, ast.Div):
             return None  # a divisor
         right = pull(node.right)
-        if right is None or right is one:
-            return right and node.left
-        return ast.BinOp(node.left, node.op, right)
+        if right is None:
+            return None
+        return node.left if right is one else ast.BinOp(node.left, node.op, right)
 
     pulled = pull(tree)
     return None if pulled is None else ast.parse(ast.unparse(pulled), mode="eval").body
