@@ -229,8 +229,7 @@ def input_range(
     high_limit = min(INPUT_HIGH_LIMIT, arithmetic.max_exponent)
     low_limit = min(INPUT_LOW_LIMIT, arithmetic.bits - 1 - arithmetic.min_exponent)
     for bounds, limit in ((high, high_limit), (low, low_limit)):
-        if names:
-            _widen(bounds, names, limit, valid)
+        _widen(bounds, names, limit, valid)
         for name in names:
             _widen(bounds, [name], limit, valid)
     node = _summary(tree, dtypes, definitions, {n: (low[n], high[n]) for n in names}, output, arithmetic, factor)
@@ -339,7 +338,10 @@ def _inputs(tree: ast.expr, definitions: Mapping[str, ast.expr]) -> set[str]:
 
 def _widen(bounds: dict[str, int], names: list[str], limit: int, valid) -> None:
     """Raise bounds[name] for every name in `names` together, to the largest value up to
-    `limit` that is valid (validity only shrinks as a bound grows: a binary search)."""
+    `limit` that is valid (validity only shrinks as a bound grows: a binary search); none
+    for no names (a formula with no inputs, such as the rest of `a / 3` once `a` is pulled)."""
+    if not names:
+        return
     start = max(bounds[name] for name in names)
     good, bad = start, limit + 1
     while bad - good > 1:
