@@ -58,9 +58,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -75,9 +75,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -92,9 +92,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -109,9 +109,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -127,9 +127,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index);
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index);
+                                opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -214,9 +214,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -231,9 +231,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -248,9 +248,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -265,9 +265,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -283,9 +283,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(grad_output_block, grad_output + base + index);
+                            opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(self_block, self + base + index);
+                            opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -377,8 +377,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                         * at once are more than the hardware prefetchers keep up with */
+                         * Every block load prefetches ahead, near the range's end into the rows
+                         * that come next (opgen_range_ahead): four streams at once are more than
+                         * the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -403,11 +404,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
+                                        opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + pair + channel);
+                                        opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel);
+                                        opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -423,11 +424,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     }
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel);
+                                        opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + pair + channels + channel);
+                                        opgen_load_block_f32(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel);
+                                        opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -445,11 +446,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             } else {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
+                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + pair + channel);
+                                    opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -494,8 +495,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                     * at once are more than the hardware prefetchers keep up with */
+                     * Every block load prefetches ahead, near the range's end into the rows
+                     * that come next (opgen_range_ahead): four streams at once are more than
+                     * the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -520,11 +522,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
+                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + pair + channel);
+                                    opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -540,11 +542,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel);
+                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + pair + channels + channel);
+                                    opgen_load_block_f32(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -562,11 +564,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         } else {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + pair + channel);
+                                opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + pair + channel);
+                                opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(weight_block, weight + channel);
+                                opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -625,11 +627,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     const int64_t base = row * channels;
                                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                        opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + base + channel);
+                                        opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel);
+                                        opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -672,11 +674,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + channel);
+                                    opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -735,11 +737,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + channel);
+                                    opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel);
+                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -782,11 +784,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + channel);
+                                opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + channel);
+                                opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(weight_block, weight + channel);
+                                opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -854,11 +856,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float grad_output_block[OPGEN_BLOCK];
-                opgen_load_block_f32(grad_output_block, grad_output + index);
+                opgen_load_block_f32(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
                 float self_block[OPGEN_BLOCK];
-                opgen_load_block_f32(self_block, self + index);
+                opgen_load_block_f32(self_block, self + index, OPGEN_PREFETCH_BYTES);
                 float weight_block[OPGEN_BLOCK];
-                opgen_load_block_f32(weight_block, weight + index);
+                opgen_load_block_f32(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
                 float grad_input_block[OPGEN_BLOCK];
                 float grad_weight_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
@@ -884,11 +886,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
-            opgen_load_block_f32(grad_output_block, grad_output + index);
+            opgen_load_block_f32(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
             float self_block[OPGEN_BLOCK];
-            opgen_load_block_f32(self_block, self + index);
+            opgen_load_block_f32(self_block, self + index, OPGEN_PREFETCH_BYTES);
             float weight_block[OPGEN_BLOCK];
-            opgen_load_block_f32(weight_block, weight + index);
+            opgen_load_block_f32(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
             float grad_input_block[OPGEN_BLOCK];
             float grad_weight_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
@@ -970,9 +972,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -987,9 +989,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1004,9 +1006,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1021,9 +1023,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1039,9 +1041,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index);
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index);
+                                opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1131,9 +1133,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1148,9 +1150,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1165,9 +1167,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1182,9 +1184,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1200,9 +1202,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(grad_output_block, grad_output + base + index);
+                            opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(self_block, self + base + index);
+                            opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1301,8 +1303,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                         * at once are more than the hardware prefetchers keep up with */
+                         * Every block load prefetches ahead, near the range's end into the rows
+                         * that come next (opgen_range_ahead): four streams at once are more than
+                         * the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -1311,11 +1314,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
+                                        opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + pair + channel);
+                                        opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel);
+                                        opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1331,11 +1334,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     }
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel);
+                                        opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + pair + channels + channel);
+                                        opgen_load_block_f16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel);
+                                        opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1353,11 +1356,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             } else {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
+                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + pair + channel);
+                                    opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1412,8 +1415,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                     * at once are more than the hardware prefetchers keep up with */
+                     * Every block load prefetches ahead, near the range's end into the rows
+                     * that come next (opgen_range_ahead): four streams at once are more than
+                     * the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -1422,11 +1426,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
+                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + pair + channel);
+                                    opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1442,11 +1446,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel);
+                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + pair + channels + channel);
+                                    opgen_load_block_f16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1464,11 +1468,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         } else {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + pair + channel);
+                                opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + pair + channel);
+                                opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(weight_block, weight + channel);
+                                opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1534,11 +1538,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     const int64_t base = row * channels;
                                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                        opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + base + channel);
+                                        opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel);
+                                        opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1581,11 +1585,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + channel);
+                                    opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1644,11 +1648,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + channel);
+                                    opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel);
+                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1691,11 +1695,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + channel);
+                                opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + channel);
+                                opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(weight_block, weight + channel);
+                                opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1762,11 +1766,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float grad_output_block[OPGEN_BLOCK];
-                opgen_load_block_f16(grad_output_block, grad_output + index);
+                opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
                 float self_block[OPGEN_BLOCK];
-                opgen_load_block_f16(self_block, self + index);
+                opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
                 float weight_block[OPGEN_BLOCK];
-                opgen_load_block_f16(weight_block, weight + index);
+                opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
                 float grad_input_block[OPGEN_BLOCK];
                 float grad_weight_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
@@ -1790,11 +1794,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
-            opgen_load_block_f16(grad_output_block, grad_output + index);
+            opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
             float self_block[OPGEN_BLOCK];
-            opgen_load_block_f16(self_block, self + index);
+            opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
             float weight_block[OPGEN_BLOCK];
-            opgen_load_block_f16(weight_block, weight + index);
+            opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
             float grad_input_block[OPGEN_BLOCK];
             float grad_weight_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
@@ -1876,9 +1880,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1893,9 +1897,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1910,9 +1914,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1927,9 +1931,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1945,9 +1949,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index);
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index);
+                                opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1964,9 +1968,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                                 for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + again);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + again);
+                                    opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
@@ -2055,9 +2059,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2072,9 +2076,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2089,9 +2093,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2106,9 +2110,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2124,9 +2128,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(grad_output_block, grad_output + base + index);
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(self_block, self + base + index);
+                            opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2143,9 +2147,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                             for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + again);
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + again);
+                                opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
@@ -2242,8 +2246,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                         * at once are more than the hardware prefetchers keep up with */
+                         * Every block load prefetches ahead, near the range's end into the rows
+                         * that come next (opgen_range_ahead): four streams at once are more than
+                         * the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -2252,11 +2257,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
+                                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + pair + channel);
+                                        opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel);
+                                        opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2272,11 +2277,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     }
                                     {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel);
+                                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + pair + channels + channel);
+                                        opgen_load_block_bf16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel);
+                                        opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2294,11 +2299,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             } else {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + pair + channel);
+                                    opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2334,9 +2339,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 for (int64_t row = row_first; row < row_last; ++row) {
                                     const int64_t base = row * channels;
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
@@ -2371,8 +2376,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                     * at once are more than the hardware prefetchers keep up with */
+                     * Every block load prefetches ahead, near the range's end into the rows
+                     * that come next (opgen_range_ahead): four streams at once are more than
+                     * the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -2381,11 +2387,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + pair + channel);
+                                    opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2401,11 +2407,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + pair + channels + channel);
+                                    opgen_load_block_bf16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2423,11 +2429,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         } else {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + pair + channel);
+                                opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + pair + channel);
+                                opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(weight_block, weight + channel);
+                                opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2463,9 +2469,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             for (int64_t row = row_first; row < row_last; ++row) {
                                 const int64_t base = row * channels;
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel);
+                                opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float grad_output_value = (float)grad_output_block[lane];
@@ -2511,11 +2517,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     const int64_t base = row * channels;
                                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + channel);
+                                        opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel);
+                                        opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2548,9 +2554,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         for (int64_t row = group; row < group_end; ++row) {
                                             const int64_t base = row * channels;
                                             float grad_output_block[OPGEN_BLOCK];
-                                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                             float self_block[OPGEN_BLOCK];
-                                            opgen_load_block_bf16(self_block, self + base + channel);
+                                            opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                             OPGEN_SIMD_FLOAT
                                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                                 const float grad_output_value = (float)grad_output_block[lane];
@@ -2580,11 +2586,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2604,9 +2610,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     for (int64_t row = group; row < group_end; ++row) {
                                         const int64_t base = row * channels;
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + channel);
+                                        opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
@@ -2665,11 +2671,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel);
+                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2702,9 +2708,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     for (int64_t row = group; row < group_end; ++row) {
                                         const int64_t base = row * channels;
                                         float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                         float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + channel);
+                                        opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float grad_output_value = (float)grad_output_block[lane];
@@ -2734,11 +2740,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel);
+                                opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(weight_block, weight + channel);
+                                opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2758,9 +2764,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel);
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel);
+                                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float grad_output_value = (float)grad_output_block[lane];
@@ -2827,11 +2833,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float grad_output_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(grad_output_block, grad_output + index);
+                opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
                 float self_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(self_block, self + index);
+                opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
                 float weight_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(weight_block, weight + index);
+                opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
                 float grad_input_block[OPGEN_BLOCK];
                 float grad_weight_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
@@ -2855,11 +2861,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(grad_output_block, grad_output + index);
+            opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
             float self_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(self_block, self + index);
+            opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
             float weight_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(weight_block, weight + index);
+            opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
             float grad_input_block[OPGEN_BLOCK];
             float grad_weight_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT

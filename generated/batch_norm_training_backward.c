@@ -60,9 +60,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -75,9 +75,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -90,9 +90,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -105,9 +105,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -121,9 +121,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index);
+                            opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -138,9 +138,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                             for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + again);
+                                opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + again);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -222,9 +222,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + index);
+                        opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -274,9 +274,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                            opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -289,9 +289,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                            opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -304,9 +304,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                            opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -319,9 +319,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                            opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -335,9 +335,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     }
                     for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                         float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + index);
+                        opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
@@ -352,9 +352,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                         for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + again);
+                            opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + again);
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -436,9 +436,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + index);
+                    opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                     float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -511,11 +511,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -548,11 +548,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     for (int64_t row = group; row < group_end; ++row) {
                                         const int64_t base = row * channels;
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + channel);
+                                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel);
+                                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -589,11 +589,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel);
+                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -612,11 +612,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -690,11 +690,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             const int64_t base = row * channels;
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel);
+                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -727,11 +727,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -768,11 +768,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel);
+                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel);
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -791,11 +791,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel);
+                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -891,11 +891,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + channel);
+                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                     float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                     float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel);
+                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -931,11 +931,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
             int64_t channel = 0;
             for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + base + channel);
+                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                 float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel);
+                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1007,9 +1007,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1022,9 +1022,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1037,9 +1037,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1052,9 +1052,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1068,9 +1068,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index);
+                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -1085,9 +1085,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                             for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + again);
+                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1169,9 +1169,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + index);
+                        opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1221,9 +1221,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -1236,9 +1236,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -1251,9 +1251,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -1266,9 +1266,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -1282,9 +1282,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     }
                     for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                         float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + index);
+                        opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
@@ -1299,9 +1299,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                         for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + again);
+                            opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -1383,9 +1383,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
+                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                     float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1458,11 +1458,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1495,11 +1495,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     for (int64_t row = group; row < group_end; ++row) {
                                         const int64_t base = row * channels;
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel);
+                                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -1536,11 +1536,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1559,11 +1559,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1637,11 +1637,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             const int64_t base = row * channels;
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1674,11 +1674,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1715,11 +1715,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel);
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel);
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -1738,11 +1738,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1838,11 +1838,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel);
+                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                     float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                     float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel);
+                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1878,11 +1878,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
             int64_t channel = 0;
             for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel);
+                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                 float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel);
+                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1954,9 +1954,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1969,9 +1969,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1984,9 +1984,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1999,9 +1999,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2015,9 +2015,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index);
+                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2032,9 +2032,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                             for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + again);
+                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2116,9 +2116,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + index);
+                        opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2168,9 +2168,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2183,9 +2183,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2198,9 +2198,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2213,9 +2213,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2229,9 +2229,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     }
                     for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                         float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + index);
+                        opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
@@ -2246,9 +2246,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                         for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + again);
+                            opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2330,9 +2330,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index);
+                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                     float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2405,11 +2405,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel);
+                                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -2442,11 +2442,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     for (int64_t row = group; row < group_end; ++row) {
                                         const int64_t base = row * channels;
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(mean_block, mean + channel);
+                                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -2483,11 +2483,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel);
+                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2506,11 +2506,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel);
+                                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -2584,11 +2584,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             const int64_t base = row * channels;
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel);
+                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2621,11 +2621,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel);
+                                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -2662,11 +2662,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel);
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel);
+                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2685,11 +2685,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel);
+                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2785,11 +2785,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel);
+                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                     float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                     float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(mean_block, mean + channel);
+                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2825,11 +2825,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
             int64_t channel = 0;
             for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel);
+                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                 float mean_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(mean_block, mean + channel);
+                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2901,9 +2901,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2916,9 +2916,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2931,9 +2931,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2946,9 +2946,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2962,9 +2962,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index);
+                            opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2979,9 +2979,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                             for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + again);
+                                opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -3063,9 +3063,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     int64_t index = 0;
                     for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + index);
+                        opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3115,9 +3115,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                            opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -3130,9 +3130,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                            opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -3145,9 +3145,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                            opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -3160,9 +3160,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         }
                         {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                            opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -3176,9 +3176,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     }
                     for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                         float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + index);
+                        opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
@@ -3193,9 +3193,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                         for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + again);
+                            opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + again);
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -3277,9 +3277,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                 int64_t index = 0;
                 for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + index);
+                    opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                     float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3352,11 +3352,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -3389,11 +3389,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     for (int64_t row = group; row < group_end; ++row) {
                                         const int64_t base = row * channels;
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + channel);
+                                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel);
+                                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -3430,11 +3430,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel);
+                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -3453,11 +3453,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -3531,11 +3531,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             const int64_t base = row * channels;
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel);
+                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -3568,11 +3568,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel);
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -3609,11 +3609,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel);
+                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel);
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -3632,11 +3632,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel);
+                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel);
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -3732,11 +3732,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + channel);
+                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                     float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                     float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel);
+                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3772,11 +3772,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
             int64_t channel = 0;
             for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + base + channel);
+                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                 float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel);
+                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

@@ -27,9 +27,9 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + index);
+                opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -49,9 +49,9 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + index);
+            opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -100,9 +100,9 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + index);
+                opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -122,9 +122,9 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + index);
+            opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -173,9 +173,9 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + index);
+                opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -195,9 +195,9 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + index);
+            opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

@@ -20,7 +20,7 @@ void OPGEN_KERNEL(opgen_probe_copy)(const float *OPGEN_RESTRICT in, float *OPGEN
         OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             float values[OPGEN_BLOCK];
-            opgen_load_block_f32(values, in + block * OPGEN_BLOCK);
+            opgen_load_block_f32(values, in + block * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
             opgen_store_block_f32(out + block * OPGEN_BLOCK, values, stream);
         }
         opgen_fence();
@@ -39,8 +39,8 @@ void OPGEN_KERNEL(opgen_probe_add)(const float *OPGEN_RESTRICT first, const floa
         OPGEN_FOR
         for (int64_t block = 0; block < blocks; ++block) {
             float a[OPGEN_BLOCK], b[OPGEN_BLOCK], sum[OPGEN_BLOCK];
-            opgen_load_block_f32(a, first + block * OPGEN_BLOCK);
-            opgen_load_block_f32(b, second + block * OPGEN_BLOCK);
+            opgen_load_block_f32(a, first + block * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+            opgen_load_block_f32(b, second + block * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
             OPGEN_SIMD
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 sum[lane] = a[lane] + b[lane];
@@ -66,8 +66,8 @@ void OPGEN_KERNEL(opgen_probe_dot)(const float *OPGEN_RESTRICT first, const floa
             float lanes[OPGEN_BLOCK] = {0};
             for (int64_t block = blocks * part / 256; block < blocks * (part + 1) / 256; ++block) {
                 float a[OPGEN_BLOCK], b[OPGEN_BLOCK];
-                opgen_load_block_f32(a, first + block * OPGEN_BLOCK);
-                opgen_load_block_f32(b, second + block * OPGEN_BLOCK);
+                opgen_load_block_f32(a, first + block * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                opgen_load_block_f32(b, second + block * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                 OPGEN_SIMD
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     lanes[lane] += a[lane] * b[lane];

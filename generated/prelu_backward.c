@@ -58,9 +58,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -75,9 +75,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -92,9 +92,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -109,9 +109,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -127,9 +127,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index);
+                                opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -214,9 +214,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -231,9 +231,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -248,9 +248,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -265,9 +265,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -283,9 +283,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index);
+                            opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index);
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -377,8 +377,9 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                         * at once are more than the hardware prefetchers keep up with */
+                         * Every block load prefetches ahead, near the range's end into the rows
+                         * that come next (opgen_range_ahead): four streams at once are more than
+                         * the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -403,11 +404,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + pair + channel);
+                                        opgen_load_block_f32(src_block, src + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel);
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(slope_block, slope + channel);
+                                        opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -423,11 +424,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     }
                                     {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + pair + channels + channel);
+                                        opgen_load_block_f32(src_block, src + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + pair + channels + channel);
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(slope_block, slope + channel);
+                                        opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -445,11 +446,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             } else {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + pair + channel);
+                                    opgen_load_block_f32(src_block, src + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -494,8 +495,9 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                     * at once are more than the hardware prefetchers keep up with */
+                     * Every block load prefetches ahead, near the range's end into the rows
+                     * that come next (opgen_range_ahead): four streams at once are more than
+                     * the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -520,11 +522,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + pair + channel);
+                                    opgen_load_block_f32(src_block, src + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -540,11 +542,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + pair + channels + channel);
+                                    opgen_load_block_f32(src_block, src + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channels + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -562,11 +564,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         } else {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + pair + channel);
+                                opgen_load_block_f32(src_block, src + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *src));
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(slope_block, slope + channel);
+                                opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -625,11 +627,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     const int64_t base = row * channels;
                                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + channel);
+                                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(slope_block, slope + channel);
+                                        opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -672,11 +674,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -735,11 +737,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel);
+                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel);
+                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -782,11 +784,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel);
+                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(slope_block, slope + channel);
+                                opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -854,11 +856,11 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + index);
+                opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
                 float slope_block[OPGEN_BLOCK];
-                opgen_load_block_f32(slope_block, slope + index);
+                opgen_load_block_f32(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 float diff_slope_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
@@ -884,11 +886,11 @@ void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, cons
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + index);
+            opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
             float slope_block[OPGEN_BLOCK];
-            opgen_load_block_f32(slope_block, slope + index);
+            opgen_load_block_f32(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             float diff_slope_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
@@ -971,9 +973,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -988,9 +990,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1005,9 +1007,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1022,9 +1024,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1040,9 +1042,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index);
+                                opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1059,9 +1061,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                                 for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + again);
+                                    opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1150,9 +1152,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1167,9 +1169,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1184,9 +1186,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1201,9 +1203,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1219,9 +1221,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index);
+                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index);
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1238,9 +1240,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
                             for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + again);
+                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1337,8 +1339,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                         * at once are more than the hardware prefetchers keep up with */
+                         * Every block load prefetches ahead, near the range's end into the rows
+                         * that come next (opgen_range_ahead): four streams at once are more than
+                         * the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -1347,11 +1350,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + pair + channel);
+                                        opgen_load_block_bf16(src_block, src + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel);
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(slope_block, slope + channel);
+                                        opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1367,11 +1370,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     }
                                     {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + pair + channels + channel);
+                                        opgen_load_block_bf16(src_block, src + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channels + channel);
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(slope_block, slope + channel);
+                                        opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1389,11 +1392,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             } else {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + pair + channel);
+                                    opgen_load_block_bf16(src_block, src + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1429,9 +1432,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 for (int64_t row = row_first; row < row_last; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1466,8 +1469,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                     * at once are more than the hardware prefetchers keep up with */
+                     * Every block load prefetches ahead, near the range's end into the rows
+                     * that come next (opgen_range_ahead): four streams at once are more than
+                     * the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -1476,11 +1480,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + pair + channel);
+                                    opgen_load_block_bf16(src_block, src + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1496,11 +1500,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + pair + channels + channel);
+                                    opgen_load_block_bf16(src_block, src + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channels + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1518,11 +1522,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         } else {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + pair + channel);
+                                opgen_load_block_bf16(src_block, src + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *src));
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(slope_block, slope + channel);
+                                opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1558,9 +1562,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             for (int64_t row = row_first; row < row_last; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1606,11 +1610,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const int64_t base = row * channels;
                                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(slope_block, slope + channel);
+                                        opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1643,9 +1647,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         for (int64_t row = group; row < group_end; ++row) {
                                             const int64_t base = row * channels;
                                             float src_block[OPGEN_BLOCK];
-                                            opgen_load_block_bf16(src_block, src + base + channel);
+                                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                             float diff_dst_block[OPGEN_BLOCK];
-                                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                             OPGEN_SIMD_FLOAT
                                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                                 const float src_value = (float)src_block[lane];
@@ -1675,11 +1679,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1699,9 +1703,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     for (int64_t row = group; row < group_end; ++row) {
                                         const int64_t base = row * channels;
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -1760,11 +1764,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel);
+                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1797,9 +1801,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     for (int64_t row = group; row < group_end; ++row) {
                                         const int64_t base = row * channels;
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + channel);
+                                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -1829,11 +1833,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel);
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(slope_block, slope + channel);
+                                opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1853,9 +1857,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel);
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1922,11 +1926,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + index);
+                opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
                 float slope_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(slope_block, slope + index);
+                opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 float diff_slope_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
@@ -1950,11 +1954,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + index);
+            opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
             float slope_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(slope_block, slope + index);
+            opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             float diff_slope_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
@@ -2035,9 +2039,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2052,9 +2056,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2069,9 +2073,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2086,9 +2090,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2104,9 +2108,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index);
+                                opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2196,9 +2200,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2213,9 +2217,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2230,9 +2234,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2247,9 +2251,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2265,9 +2269,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
                             float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index);
+                            opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index);
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2366,8 +2370,9 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                          * rows costs more than the block): their terms go to a block of sums in
                          * turn, fetched once for both. Three or more rows at a time measured much
                          * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                         * at once are more than the hardware prefetchers keep up with */
+                         * Every block load prefetches ahead, near the range's end into the rows
+                         * that come next (opgen_range_ahead): four streams at once are more than
+                         * the hardware prefetchers keep up with */
                         for (int64_t rows = row_first; rows < row_last; rows += 2) {
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
@@ -2376,11 +2381,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + pair + channel);
+                                        opgen_load_block_f16(src_block, src + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel);
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(slope_block, slope + channel);
+                                        opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2396,11 +2401,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     }
                                     {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + pair + channels + channel);
+                                        opgen_load_block_f16(src_block, src + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + pair + channels + channel);
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(slope_block, slope + channel);
+                                        opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2418,11 +2423,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             } else {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + pair + channel);
+                                    opgen_load_block_f16(src_block, src + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2477,8 +2482,9 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                      * rows costs more than the block): their terms go to a block of sums in
                      * turn, fetched once for both. Three or more rows at a time measured much
                      * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead (opgen_prefetch_ahead): four streams
-                     * at once are more than the hardware prefetchers keep up with */
+                     * Every block load prefetches ahead, near the range's end into the rows
+                     * that come next (opgen_range_ahead): four streams at once are more than
+                     * the hardware prefetchers keep up with */
                     for (int64_t rows = row_first; rows < row_last; rows += 2) {
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
@@ -2487,11 +2493,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + pair + channel);
+                                    opgen_load_block_f16(src_block, src + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2507,11 +2513,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + pair + channels + channel);
+                                    opgen_load_block_f16(src_block, src + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *src));
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channels + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2529,11 +2535,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         } else {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + pair + channel);
+                                opgen_load_block_f16(src_block, src + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *src));
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(slope_block, slope + channel);
+                                opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2599,11 +2605,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const int64_t base = row * channels;
                                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                         float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + channel);
+                                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(slope_block, slope + channel);
+                                        opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2646,11 +2652,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2709,11 +2715,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const int64_t base = row * channels;
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                                     float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel);
+                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel);
+                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2756,11 +2762,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel);
+                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(slope_block, slope + channel);
+                                opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2827,11 +2833,11 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + index);
+                opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
                 float slope_block[OPGEN_BLOCK];
-                opgen_load_block_f16(slope_block, slope + index);
+                opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 float diff_slope_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
@@ -2855,11 +2861,11 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + index);
+            opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
             float slope_block[OPGEN_BLOCK];
-            opgen_load_block_f16(slope_block, slope + index);
+            opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             float diff_slope_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT

@@ -27,9 +27,9 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -48,9 +48,9 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -97,9 +97,9 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -118,9 +118,9 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -167,9 +167,9 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -188,9 +188,9 @@ void OPGEN_KERNEL(relu_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

@@ -27,9 +27,9 @@ void OPGEN_KERNEL(sigmoid_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -48,9 +48,9 @@ void OPGEN_KERNEL(sigmoid_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -98,9 +98,9 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + index);
+                opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x43FFFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): double stays in its normal range and within 1 ulp */
@@ -132,9 +132,9 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + index);
+            opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x43FFFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): double stays in its normal range and within 1 ulp */
@@ -205,9 +205,9 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -226,9 +226,9 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             OPGEN_SIMD_FLOAT
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -276,9 +276,9 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + index);
+                opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
@@ -310,9 +310,9 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + index);
+            opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
@@ -384,9 +384,9 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x04800000u, 0x5EFFFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
@@ -416,9 +416,9 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x04800000u, 0x5EFFFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
@@ -486,9 +486,9 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+                opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_src_block[OPGEN_BLOCK];
                 if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
@@ -520,9 +520,9 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index);
+            opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + index);
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_src_block[OPGEN_BLOCK];
             if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
