@@ -760,6 +760,29 @@ static void opgen_repeat(void *dst, const void *src, size_t size, int64_t count,
     }
 }
 
+/* Sums start at zero. A slope as big as a row has as many sums as the row has elements
+ * (6 MiB of doubles for 802 816 channels): zeroed by one thread, they took 0.2-0.3 ms of a
+ * 4.3 ms bf16 PReLU call on two threads. */
+static void opgen_zero_sums(double *sums, int64_t count)
+{
+    const int threads = opgen_threads_for(count);
+    (void)threads;
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int part = 0; part < threads; ++part) {
+                const int64_t first = count * part / threads, last = count * (part + 1) / threads;
+                memset(sums + first, 0, (size_t)(last - first) * sizeof(double));
+            }
+        }
+        return;
+    }
+#endif
+    memset(sums, 0, (size_t)count * sizeof(double));
+}
+
 static void opgen_narrow(opgen_dtype dtype, const double *sums, void *out, int64_t count)
 {
     switch (dtype) {
@@ -802,7 +825,7 @@ static void opgen_run_broadcast_reduce(const opgen_call *call, void **tensors, c
         }
         if (i >= op->input_count && op->operands[i].channel && call->tensors[i] != NULL) {
             sums[i] = (double *)(void *)(base + call->sums_at[i]);
-            memset(sums[i], 0, (size_t)(call->sums_size * call->repeat) * sizeof(double));
+            opgen_zero_sums(sums[i], call->sums_size * call->repeat);
             arguments[i] = sums[i];
         }
     }
