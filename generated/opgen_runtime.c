@@ -776,11 +776,17 @@ static void opgen_zero_sums(double *sums, int64_t count)
                 const int64_t first = count * part / threads, last = count * (part + 1) / threads;
                 memset(sums + first, 0, (size_t)(last - first) * sizeof(double));
             }
+            opgen_fence();
         }
-        return;
-    }
+    } else
 #endif
-    memset(sums, 0, (size_t)count * sizeof(double));
+    {
+        for (int part = 0; part < threads; ++part) {
+            const int64_t first = count * part / threads, last = count * (part + 1) / threads;
+            memset(sums + first, 0, (size_t)(last - first) * sizeof(double));
+        }
+        opgen_fence();
+    }
 }
 
 static void opgen_narrow(opgen_dtype dtype, const double *sums, void *out, int64_t count)
