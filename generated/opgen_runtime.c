@@ -766,7 +766,6 @@ static void opgen_repeat(void *dst, const void *src, size_t size, int64_t count,
 static void opgen_zero_sums(double *sums, int64_t count)
 {
     const int threads = opgen_threads_for(count);
-    (void)threads;
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
