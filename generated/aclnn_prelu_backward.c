@@ -361,16 +361,21 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t ranges = opgen_channel_ranges(channels, threads);
+         * ranges, so they are cut for the thread count, at least one per thread; and from
+         * grad_input's first cache line on (the channels before it join the first range), so
+         * that a range's streamed stores to each row start and end on lines when the rows do:
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+        const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads);
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                    const int64_t blocks_first = range == 0 ? head : first;
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         /* two rows at a time, block by block (written out: a loop over one or two
@@ -384,12 +389,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
-                            /* one channel at a time up to grad_output's next cache line, so that the
-                             * blocks' loads do not straddle two lines (NumPy's large arrays start 16
-                             * bytes past one); the sums come out the same either way */
-                            for (const int64_t lined = opgen_min(last, first + opgen_to_line(grad_output + pair + first, sizeof *grad_output)); channel < lined; ++channel) {
+                            /* the channels before grad_input's first line, one at a time: a
+                             * channel's outputs come out the same either way */
+                            for (; channel < blocks_first; ++channel) {
                                 const float weight_value = weight[channel];
-                                
                                 for (int64_t row = rows; row < rows_last; ++row) {
                                     const int64_t base = row * channels;
                                     const float grad_output_value = grad_output[base + channel];
@@ -467,7 +470,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             }
                             for (; channel < last; ++channel) {
                                 const float weight_value = weight[channel];
-                                
                                 for (int64_t row = rows; row < rows_last; ++row) {
                                     const int64_t base = row * channels;
                                     const float grad_output_value = grad_output[base + channel];
@@ -487,8 +489,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
+                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                const int64_t blocks_first = range == 0 ? head : first;
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     /* two rows at a time, block by block (written out: a loop over one or two
@@ -502,12 +505,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
-                        /* one channel at a time up to grad_output's next cache line, so that the
-                         * blocks' loads do not straddle two lines (NumPy's large arrays start 16
-                         * bytes past one); the sums come out the same either way */
-                        for (const int64_t lined = opgen_min(last, first + opgen_to_line(grad_output + pair + first, sizeof *grad_output)); channel < lined; ++channel) {
+                        /* the channels before grad_input's first line, one at a time: a
+                         * channel's outputs come out the same either way */
+                        for (; channel < blocks_first; ++channel) {
                             const float weight_value = weight[channel];
-                            
                             for (int64_t row = rows; row < rows_last; ++row) {
                                 const int64_t base = row * channels;
                                 const float grad_output_value = grad_output[base + channel];
@@ -585,7 +586,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         }
                         for (; channel < last; ++channel) {
                             const float weight_value = weight[channel];
-                            
                             for (int64_t row = rows; row < rows_last; ++row) {
                                 const int64_t base = row * channels;
                                 const float grad_output_value = grad_output[base + channel];
@@ -1283,8 +1283,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t ranges = opgen_channel_ranges(channels, threads);
+         * ranges, so they are cut for the thread count, at least one per thread; and from
+         * grad_input's first cache line on (the channels before it join the first range), so
+         * that a range's streamed stores to each row start and end on lines when the rows do:
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+        const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads);
         float *const grad_weight_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -1292,8 +1296,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                    const int64_t blocks_first = range == 0 ? head : first;
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         for (int64_t channel = first; channel < last; ++channel) {
@@ -1310,6 +1315,21 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
+                            /* the channels before grad_input's first line, one at a time: a
+                             * channel's outputs come out the same either way */
+                            for (; channel < blocks_first; ++channel) {
+                                const float weight_value = opgen_f16_to_f32(weight[channel]);
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                    /* the terms and float runs of a block's lanes, one channel */
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[channel] += grad_weight_term;
+                                }
+                            }
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
@@ -1377,23 +1397,30 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             for (; channel < last; ++channel) {
                                 const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                
                                 for (int64_t row = rows; row < rows_last; ++row) {
                                     const int64_t base = row * channels;
                                     const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
                                     const float self_value = opgen_f16_to_f32(self[base + channel]);
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    grad_weight_sums[channel] += grad_weight_term;
+                                    /* the terms and float runs of a block's lanes, one channel */
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[channel] += grad_weight_term;
                                 }
                             }
                         }
-                        /* the runs join the sums block by block */
-                        for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                        /* the runs join the sums */
+                        for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
+                            const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
+                            if (lanes == OPGEN_BLOCK) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                                }
+                                continue;
+                            }
+                            for (int64_t one = channel; one < channel + lanes; ++one) {
+                                grad_weight_sums[one] += grad_weight_run[one];
                             }
                         }
                     }
@@ -1404,8 +1431,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
+                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                const int64_t blocks_first = range == 0 ? head : first;
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     for (int64_t channel = first; channel < last; ++channel) {
@@ -1422,6 +1450,21 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
+                        /* the channels before grad_input's first line, one at a time: a
+                         * channel's outputs come out the same either way */
+                        for (; channel < blocks_first; ++channel) {
+                            const float weight_value = opgen_f16_to_f32(weight[channel]);
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                                /* the terms and float runs of a block's lanes, one channel */
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[channel] += grad_weight_term;
+                            }
+                        }
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
@@ -1489,23 +1532,30 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         }
                         for (; channel < last; ++channel) {
                             const float weight_value = opgen_f16_to_f32(weight[channel]);
-                            
                             for (int64_t row = rows; row < rows_last; ++row) {
                                 const int64_t base = row * channels;
                                 const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
                                 const float self_value = opgen_f16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                grad_weight_sums[channel] += grad_weight_term;
+                                /* the terms and float runs of a block's lanes, one channel */
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[channel] += grad_weight_term;
                             }
                         }
                     }
-                    /* the runs join the sums block by block */
-                    for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                    /* the runs join the sums */
+                    for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
+                        const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
+                        if (lanes == OPGEN_BLOCK) {
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                            }
+                            continue;
+                        }
+                        for (int64_t one = channel; one < channel + lanes; ++one) {
+                            grad_weight_sums[one] += grad_weight_run[one];
                         }
                     }
                 }
@@ -2226,8 +2276,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t ranges = opgen_channel_ranges(channels, threads);
+         * ranges, so they are cut for the thread count, at least one per thread; and from
+         * grad_input's first cache line on (the channels before it join the first range), so
+         * that a range's streamed stores to each row start and end on lines when the rows do:
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+        const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads);
         float *const grad_weight_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -2235,8 +2289,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                    const int64_t blocks_first = range == 0 ? head : first;
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         for (int64_t channel = first; channel < last; ++channel) {
@@ -2253,6 +2308,21 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
+                            /* the channels before grad_input's first line, one at a time: a
+                             * channel's outputs come out the same either way */
+                            for (; channel < blocks_first; ++channel) {
+                                const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                    /* the terms and float runs of a block's lanes, one channel */
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[channel] += grad_weight_term;
+                                }
+                            }
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
@@ -2320,41 +2390,42 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             for (; channel < last; ++channel) {
                                 const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                
                                 for (int64_t row = rows; row < rows_last; ++row) {
                                     const int64_t base = row * channels;
                                     const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
                                     const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_sums[channel] += grad_weight_term;
+                                    /* the terms and float runs of a block's lanes, one channel */
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_run[channel] += grad_weight_term;
                                 }
                             }
                         }
-                        /* the runs join the sums block by block; a block whose float sums
-                         * overflowed, or met an infinity or NaN, is summed again in double */
-                        for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            if (!(opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK))) {
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_sums[channel + lane] += grad_weight_term;
-                                    }
+                        /* the runs join the sums; a channel whose float sums overflowed, or met an
+                         * infinity or NaN, is summed again in double. Channel by channel alike, as
+                         * which channels share a block depends on where the arrays lie */
+                        for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
+                            const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
+                            if (lanes == OPGEN_BLOCK && opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
                                 }
                                 continue;
                             }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                            for (int64_t one = channel; one < channel + lanes; ++one) {
+                                if (!(opgen_all_finite(grad_weight_run + one, 1))) {
+                                    for (int64_t row = row_first; row < row_last; ++row) {
+                                        const int64_t base = row * channels;
+                                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + one]);
+                                        const float self_value = opgen_bf16_to_f32(self[base + one]);
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_sums[one] += grad_weight_term;
+                                    }
+                                    continue;
+                                }
+                                grad_weight_sums[one] += grad_weight_run[one];
                             }
                         }
                     }
@@ -2365,8 +2436,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
+                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                const int64_t blocks_first = range == 0 ? head : first;
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     for (int64_t channel = first; channel < last; ++channel) {
@@ -2383,6 +2455,21 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
+                        /* the channels before grad_input's first line, one at a time: a
+                         * channel's outputs come out the same either way */
+                        for (; channel < blocks_first; ++channel) {
+                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                                /* the terms and float runs of a block's lanes, one channel */
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[channel] += grad_weight_term;
+                            }
+                        }
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
@@ -2450,41 +2537,42 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         }
                         for (; channel < last; ++channel) {
                             const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                            
                             for (int64_t row = rows; row < rows_last; ++row) {
                                 const int64_t base = row * channels;
                                 const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
                                 const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_sums[channel] += grad_weight_term;
+                                /* the terms and float runs of a block's lanes, one channel */
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[channel] += grad_weight_term;
                             }
                         }
                     }
-                    /* the runs join the sums block by block; a block whose float sums
-                     * overflowed, or met an infinity or NaN, is summed again in double */
-                    for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        if (!(opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK))) {
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_sums[channel + lane] += grad_weight_term;
-                                }
+                    /* the runs join the sums; a channel whose float sums overflowed, or met an
+                     * infinity or NaN, is summed again in double. Channel by channel alike, as
+                     * which channels share a block depends on where the arrays lie */
+                    for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
+                        const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
+                        if (lanes == OPGEN_BLOCK && opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
                             }
                             continue;
                         }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            grad_weight_sums[channel + lane] += grad_weight_run[channel + lane];
+                        for (int64_t one = channel; one < channel + lanes; ++one) {
+                            if (!(opgen_all_finite(grad_weight_run + one, 1))) {
+                                for (int64_t row = row_first; row < row_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + one]);
+                                    const float self_value = opgen_bf16_to_f32(self[base + one]);
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_sums[one] += grad_weight_term;
+                                }
+                                continue;
+                            }
+                            grad_weight_sums[one] += grad_weight_run[one];
                         }
                     }
                 }

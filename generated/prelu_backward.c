@@ -361,16 +361,21 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t ranges = opgen_channel_ranges(channels, threads);
+         * ranges, so they are cut for the thread count, at least one per thread; and from
+         * diff_src's first cache line on (the channels before it join the first range), so
+         * that a range's streamed stores to each row start and end on lines when the rows do:
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+        const int64_t head = opgen_min(channels, opgen_to_line(diff_src, sizeof *diff_src));
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads);
 #if defined(_OPENMP)
         if (threads > 1) {
             OPGEN_PARALLEL(threads)
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                    const int64_t blocks_first = range == 0 ? head : first;
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         /* two rows at a time, block by block (written out: a loop over one or two
@@ -384,12 +389,10 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
-                            /* one channel at a time up to src's next cache line, so that the
-                             * blocks' loads do not straddle two lines (NumPy's large arrays start 16
-                             * bytes past one); the sums come out the same either way */
-                            for (const int64_t lined = opgen_min(last, first + opgen_to_line(src + pair + first, sizeof *src)); channel < lined; ++channel) {
+                            /* the channels before diff_src's first line, one at a time: a
+                             * channel's outputs come out the same either way */
+                            for (; channel < blocks_first; ++channel) {
                                 const float slope_value = slope[channel];
-                                
                                 for (int64_t row = rows; row < rows_last; ++row) {
                                     const int64_t base = row * channels;
                                     const float src_value = src[base + channel];
@@ -467,7 +470,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             }
                             for (; channel < last; ++channel) {
                                 const float slope_value = slope[channel];
-                                
                                 for (int64_t row = rows; row < rows_last; ++row) {
                                     const int64_t base = row * channels;
                                     const float src_value = src[base + channel];
@@ -487,8 +489,9 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
+                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                const int64_t blocks_first = range == 0 ? head : first;
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     /* two rows at a time, block by block (written out: a loop over one or two
@@ -502,12 +505,10 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
-                        /* one channel at a time up to src's next cache line, so that the
-                         * blocks' loads do not straddle two lines (NumPy's large arrays start 16
-                         * bytes past one); the sums come out the same either way */
-                        for (const int64_t lined = opgen_min(last, first + opgen_to_line(src + pair + first, sizeof *src)); channel < lined; ++channel) {
+                        /* the channels before diff_src's first line, one at a time: a
+                         * channel's outputs come out the same either way */
+                        for (; channel < blocks_first; ++channel) {
                             const float slope_value = slope[channel];
-                            
                             for (int64_t row = rows; row < rows_last; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = src[base + channel];
@@ -585,7 +586,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         }
                         for (; channel < last; ++channel) {
                             const float slope_value = slope[channel];
-                            
                             for (int64_t row = rows; row < rows_last; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = src[base + channel];
@@ -1319,8 +1319,12 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t ranges = opgen_channel_ranges(channels, threads);
+         * ranges, so they are cut for the thread count, at least one per thread; and from
+         * diff_src's first cache line on (the channels before it join the first range), so
+         * that a range's streamed stores to each row start and end on lines when the rows do:
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+        const int64_t head = opgen_min(channels, opgen_to_line(diff_src, sizeof *diff_src));
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads);
         float *const diff_slope_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -1328,8 +1332,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                    const int64_t blocks_first = range == 0 ? head : first;
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         for (int64_t channel = first; channel < last; ++channel) {
@@ -1346,6 +1351,21 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
+                            /* the channels before diff_src's first line, one at a time: a
+                             * channel's outputs come out the same either way */
+                            for (; channel < blocks_first; ++channel) {
+                                const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                    /* the terms and float runs of a block's lanes, one channel */
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[channel] += diff_slope_term;
+                                }
+                            }
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
@@ -1413,41 +1433,42 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             }
                             for (; channel < last; ++channel) {
                                 const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                                
                                 for (int64_t row = rows; row < rows_last; ++row) {
                                     const int64_t base = row * channels;
                                     const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_sums[channel] += diff_slope_term;
+                                    /* the terms and float runs of a block's lanes, one channel */
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[channel] += diff_slope_term;
                                 }
                             }
                         }
-                        /* the runs join the sums block by block; a block whose float sums
-                         * overflowed, or met an infinity or NaN, is summed again in double */
-                        for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            if (!(opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK))) {
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                        diff_slope_sums[channel + lane] += diff_slope_term;
-                                    }
+                        /* the runs join the sums; a channel whose float sums overflowed, or met an
+                         * infinity or NaN, is summed again in double. Channel by channel alike, as
+                         * which channels share a block depends on where the arrays lie */
+                        for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
+                            const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
+                            if (lanes == OPGEN_BLOCK && opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK)) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
                                 }
                                 continue;
                             }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
+                            for (int64_t one = channel; one < channel + lanes; ++one) {
+                                if (!(opgen_all_finite(diff_slope_run + one, 1))) {
+                                    for (int64_t row = row_first; row < row_last; ++row) {
+                                        const int64_t base = row * channels;
+                                        const float src_value = opgen_bf16_to_f32(src[base + one]);
+                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + one]);
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_sums[one] += diff_slope_term;
+                                    }
+                                    continue;
+                                }
+                                diff_slope_sums[one] += diff_slope_run[one];
                             }
                         }
                     }
@@ -1458,8 +1479,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
+                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                const int64_t blocks_first = range == 0 ? head : first;
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     for (int64_t channel = first; channel < last; ++channel) {
@@ -1476,6 +1498,21 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
+                        /* the channels before diff_src's first line, one at a time: a
+                         * channel's outputs come out the same either way */
+                        for (; channel < blocks_first; ++channel) {
+                            const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                                /* the terms and float runs of a block's lanes, one channel */
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                diff_slope_run[channel] += diff_slope_term;
+                            }
+                        }
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
@@ -1543,41 +1580,42 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         }
                         for (; channel < last; ++channel) {
                             const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                            
                             for (int64_t row = rows; row < rows_last; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                diff_slope_sums[channel] += diff_slope_term;
+                                /* the terms and float runs of a block's lanes, one channel */
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                diff_slope_run[channel] += diff_slope_term;
                             }
                         }
                     }
-                    /* the runs join the sums block by block; a block whose float sums
-                     * overflowed, or met an infinity or NaN, is summed again in double */
-                    for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        if (!(opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK))) {
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_sums[channel + lane] += diff_slope_term;
-                                }
+                    /* the runs join the sums; a channel whose float sums overflowed, or met an
+                     * infinity or NaN, is summed again in double. Channel by channel alike, as
+                     * which channels share a block depends on where the arrays lie */
+                    for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
+                        const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
+                        if (lanes == OPGEN_BLOCK && opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK)) {
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
                             }
                             continue;
                         }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
+                        for (int64_t one = channel; one < channel + lanes; ++one) {
+                            if (!(opgen_all_finite(diff_slope_run + one, 1))) {
+                                for (int64_t row = row_first; row < row_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = opgen_bf16_to_f32(src[base + one]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + one]);
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_sums[one] += diff_slope_term;
+                                }
+                                continue;
+                            }
+                            diff_slope_sums[one] += diff_slope_run[one];
                         }
                     }
                 }
@@ -2350,8 +2388,12 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
         /* few rows of many channels: each thread takes ranges of whole blocks of channels and
          * adds their terms straight to the sums, row after row (float sums: in runs of
          * OPGEN_FLOAT_RUN rows kept in `workspace`). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread. */
-        const int64_t ranges = opgen_channel_ranges(channels, threads);
+         * ranges, so they are cut for the thread count, at least one per thread; and from
+         * diff_src's first cache line on (the channels before it join the first range), so
+         * that a range's streamed stores to each row start and end on lines when the rows do:
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+        const int64_t head = opgen_min(channels, opgen_to_line(diff_src, sizeof *diff_src));
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads);
         float *const diff_slope_run = (float *)(void *)workspace + 0 * channels;
 #if defined(_OPENMP)
         if (threads > 1) {
@@ -2359,8 +2401,9 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
             {
                 OPGEN_FOR
                 for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                    const int64_t blocks_first = range == 0 ? head : first;
                     for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                         const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                         for (int64_t channel = first; channel < last; ++channel) {
@@ -2377,6 +2420,21 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             const int64_t rows_last = opgen_min(row_last, rows + 2);
                             const int64_t pair = rows * channels; /* the first row's elements */
                             int64_t channel = first;
+                            /* the channels before diff_src's first line, one at a time: a
+                             * channel's outputs come out the same either way */
+                            for (; channel < blocks_first; ++channel) {
+                                const float slope_value = opgen_f16_to_f32(slope[channel]);
+                                for (int64_t row = rows; row < rows_last; ++row) {
+                                    const int64_t base = row * channels;
+                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                    /* the terms and float runs of a block's lanes, one channel */
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[channel] += diff_slope_term;
+                                }
+                            }
                             if (rows_last - rows == 2) {
                                 for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                     {
@@ -2444,23 +2502,30 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             for (; channel < last; ++channel) {
                                 const float slope_value = opgen_f16_to_f32(slope[channel]);
-                                
                                 for (int64_t row = rows; row < rows_last; ++row) {
                                     const int64_t base = row * channels;
                                     const float src_value = opgen_f16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                    diff_slope_sums[channel] += diff_slope_term;
+                                    /* the terms and float runs of a block's lanes, one channel */
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_run[channel] += diff_slope_term;
                                 }
                             }
                         }
-                        /* the runs join the sums block by block */
-                        for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
+                        /* the runs join the sums */
+                        for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
+                            const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
+                            if (lanes == OPGEN_BLOCK) {
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
+                                }
+                                continue;
+                            }
+                            for (int64_t one = channel; one < channel + lanes; ++one) {
+                                diff_slope_sums[one] += diff_slope_run[one];
                             }
                         }
                     }
@@ -2471,8 +2536,9 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
 #endif
         {
             for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
+                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
+                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
+                const int64_t blocks_first = range == 0 ? head : first;
                 for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
                     const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
                     for (int64_t channel = first; channel < last; ++channel) {
@@ -2489,6 +2555,21 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         const int64_t rows_last = opgen_min(row_last, rows + 2);
                         const int64_t pair = rows * channels; /* the first row's elements */
                         int64_t channel = first;
+                        /* the channels before diff_src's first line, one at a time: a
+                         * channel's outputs come out the same either way */
+                        for (; channel < blocks_first; ++channel) {
+                            const float slope_value = opgen_f16_to_f32(slope[channel]);
+                            for (int64_t row = rows; row < rows_last; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                                /* the terms and float runs of a block's lanes, one channel */
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                diff_slope_run[channel] += diff_slope_term;
+                            }
+                        }
                         if (rows_last - rows == 2) {
                             for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                                 {
@@ -2556,23 +2637,30 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         }
                         for (; channel < last; ++channel) {
                             const float slope_value = opgen_f16_to_f32(slope[channel]);
-                            
                             for (int64_t row = rows; row < rows_last; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = opgen_f16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                diff_slope_sums[channel] += diff_slope_term;
+                                /* the terms and float runs of a block's lanes, one channel */
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                diff_slope_run[channel] += diff_slope_term;
                             }
                         }
                     }
-                    /* the runs join the sums block by block */
-                    for (int64_t channel = first; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
+                    /* the runs join the sums */
+                    for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
+                        const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
+                        if (lanes == OPGEN_BLOCK) {
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                diff_slope_sums[channel + lane] += diff_slope_run[channel + lane];
+                            }
+                            continue;
+                        }
+                        for (int64_t one = channel; one < channel + lanes; ++one) {
+                            diff_slope_sums[one] += diff_slope_run[one];
                         }
                     }
                 }

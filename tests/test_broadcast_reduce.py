@@ -179,8 +179,10 @@ def test_float_runs_that_overflow_are_summed_again(dtype, layout):
 def test_rows_of_many_channels(dtype):
     """Few rows of very many channels (a full-size PReLU slope) take the kernels' channel-range
     path: ranges cut per thread count, float runs of rows. Matches the oracle, gives the same
-    bits on 1 and 2 threads and for inputs on or past a cache line (f32 runs single channels up
-    to the line), and sums an overflowing bf16 block again in double."""
+    bits on 1 and 2 threads and for inputs on or past a cache line (single channels up to the
+    line, then blocks: which channels share a block moves with the address), and sums an
+    overflowing bf16 channel again in double: in a block, in the channels before the line
+    (inputs 16 bytes past one) and in the tail."""
     generator = rng("many channels", dtype)
     numpy_dtype = dtype_of(dtype)
     shape = (19, 2 * CHANNEL_SPLIT + 37)  # more rows than one float run, an odd number; a channel tail
@@ -189,7 +191,14 @@ def test_rows_of_many_channels(dtype):
     slope = data(generator, shape[-1:], dtype)
     if dtype == "bf16":
         huge = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) / 2
-        src[3, 40], diff_dst[3, 40], src[9, 40], diff_dst[9, 40] = -huge, 4.0, -huge, -4.0
+        for at in (40, 5, shape[-1] - 2):
+            src[3, at], diff_dst[3, at], src[9, at], diff_dst[9, at] = -huge, 4.0, -huge, -4.0
+            # its neighbour: terms 1, 2^-8, 2^-24, 2^-24, whose sum is 1 in bf16 when summed
+            # in float (each 2^-24 ties to even and is lost, then 1 + 2^-8 ties to 1) and
+            # 1 + 2^-7 when summed in double: a channel summed the other way shows
+            src[:, at + 1] = np.abs(src[:, at + 1]) + 1
+            src[2:6, at + 1] = -1.0, -1.0, -(2.0**-12), -(2.0**-12)
+            diff_dst[2:6, at + 1] = -1.0, -(2.0**-8), -(2.0**-12), -(2.0**-12)
     with threads_set_to(1):
         one = opgen.prelu_backward(src, slope, diff_dst, data_format="NXC")
     with threads_set_to(2):
