@@ -29,6 +29,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
     if ((int)opgen_min(threads, tiles) > 1) {
         OPGEN_PARALLEL((int)opgen_min(threads, tiles))
         {
+            opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
             OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
@@ -71,7 +72,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                         grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f32(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -88,7 +89,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                         grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f32(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -105,7 +106,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                         grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f32(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -122,7 +123,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                         grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f32(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -140,7 +141,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                             }
                         }
                         for (; index < inner_last; ++index) {
@@ -181,11 +182,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                     }
                 }
             }
+            opgen_lines_f32_finish(&grad_input_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -227,7 +230,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f32(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -244,7 +247,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f32(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -261,7 +264,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f32(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -278,7 +281,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f32(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -296,7 +299,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                            opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                         }
                     }
                     for (; index < inner_last; ++index) {
@@ -337,6 +340,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                 }
             }
         }
+        opgen_lines_f32_finish(&grad_input_lines);
         opgen_fence();
     }
     /* the tiles' partial sums, in tile order */
@@ -364,7 +368,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
          * ranges, so they are cut for the thread count, at least one per thread; and from
          * grad_input's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
-         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
         const int64_t ranges = opgen_channel_ranges(channels - head, threads);
 #if defined(_OPENMP)
@@ -607,6 +611,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
         if ((int)opgen_min(threads, tiles) > 1) {
             OPGEN_PARALLEL((int)opgen_min(threads, tiles))
             {
+                opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
                 OPGEN_FOR
                 for (int64_t tile = 0; tile < tiles; ++tile) {
                     double *partial = workspace + tile * 1 * channels;
@@ -643,7 +648,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                             grad_weight_group[channel - segment + lane] += grad_weight_term;
                                         }
-                                        opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
                                     for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
@@ -713,11 +718,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         }
                     }
                 }
+                opgen_lines_f32_finish(&grad_input_lines);
                 opgen_fence();
             }
         } else
 #endif
         {
+            opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -753,7 +760,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                         grad_weight_group[channel - segment + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
@@ -823,6 +830,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                     }
                 }
             }
+            opgen_lines_f32_finish(&grad_input_lines);
             opgen_fence();
         }
     }
@@ -851,7 +859,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
-            opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start();
+            opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start(1);
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -882,7 +890,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
     } else
 #endif
     {
-        opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start();
+        opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start(1);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
@@ -1286,7 +1294,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
          * ranges, so they are cut for the thread count, at least one per thread; and from
          * grad_input's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
-         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
         const int64_t ranges = opgen_channel_ranges(channels - head, threads);
         float *const grad_weight_run = (float *)(void *)workspace + 0 * channels;
@@ -2279,7 +2287,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
          * ranges, so they are cut for the thread count, at least one per thread; and from
          * grad_input's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
-         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 7 % */
+         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
         const int64_t ranges = opgen_channel_ranges(channels - head, threads);
         float *const grad_weight_run = (float *)(void *)workspace + 0 * channels;

@@ -666,9 +666,11 @@ static inline void opgen_store_block_f32(float *OPGEN_RESTRICT out, const float 
  * of this block, and only a run's first and last lines take masked stores. A 64-byte store
  * across two lines measured 1.4x as slow in cache, two masked ones 1.3x. A block that does
  * not continue the run before it starts a new run, so any split of the blocks stays correct.
- * Elsewhere, and for an output that starts at a line, each block is an ordinary store. */
+ * Elsewhere, for an output that starts at a line, and for a writer started with `whole` 0,
+ * each block is an ordinary store. */
 typedef struct {
     float *next; /* where a block that continues the run goes; NULL before the first */
+    int whole;   /* whole lines (else each block as it comes) */
 #if OPGEN_USE_AVX512F
     unsigned shift; /* the run's elements before its first line (next - shift: a line); 0: ordinary stores */
     __mmask16 mask; /* the lanes of the next line to write: all but in the run's first line */
@@ -677,10 +679,11 @@ typedef struct {
 #endif
 } opgen_lines_f32;
 
-static inline opgen_lines_f32 opgen_lines_f32_start(void)
+static inline opgen_lines_f32 opgen_lines_f32_start(int whole)
 {
     opgen_lines_f32 lines;
     memset(&lines, 0, sizeof lines);
+    lines.whole = whole;
     return lines;
 }
 
@@ -701,7 +704,7 @@ static inline void opgen_lines_f32_begin(opgen_lines_f32 *lines, float *out)
 {
     opgen_lines_f32_finish(lines);
     /* an output not aligned to its elements takes ordinary stores */
-    lines->shift = opgen_aligned(out, sizeof(float)) ? (unsigned)(((uintptr_t)out & 63u) / sizeof(float)) : 0;
+    lines->shift = lines->whole && opgen_aligned(out, sizeof(float)) ? (unsigned)(((uintptr_t)out & 63u) / sizeof(float)) : 0;
     lines->mask = (__mmask16)(0xFFFFu << lines->shift);
     /* lane + 16 - shift: bit 4 picks this block (lane >= shift), else the one before */
     lines->from = _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),

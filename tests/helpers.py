@@ -57,6 +57,24 @@ def misaligned_empty(shape: tuple[int, ...], dtype: np.dtype, offset: int) -> np
     return raw[start : start + size].view(dtype).reshape(shape)
 
 
+GUARD = 0xA5  # the bytes around an output, which no call may write
+
+
+def guarded_empty(shape: tuple[int, ...], dtype: np.dtype, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """An array `step` elements past a 64-byte line with at least a line of GUARD bytes on each
+    side, and the buffer it lies in (for untouched_around)."""
+    size = math.prod(shape) * dtype.itemsize
+    raw = np.full(size + 4 * 64, GUARD, np.uint8)
+    start = (-raw.ctypes.data) % 64 + 64 + step * dtype.itemsize % 64
+    return raw[start : start + size].view(dtype).reshape(shape), raw
+
+
+def untouched_around(output: np.ndarray, raw: np.ndarray) -> bool:
+    """Whether every byte of `raw` outside `output` still holds GUARD."""
+    start = output.ctypes.data - raw.ctypes.data
+    return bool((raw[:start] == GUARD).all() and (raw[start + output.nbytes :] == GUARD).all())
+
+
 def finfo(name: str):
     return accuracy.finfo(TABLE.dtypes[name])
 

@@ -19,7 +19,16 @@ import pytest
 import opgen
 from opgen import oracle, plan
 from opgen.plan import BLOCK, STREAM_BYTES
-from tests.helpers import assert_ulps, data, dtype_of, misaligned_empty, rng, threads_set_to
+from tests.helpers import (
+    assert_ulps,
+    data,
+    dtype_of,
+    guarded_empty,
+    misaligned_empty,
+    rng,
+    threads_set_to,
+    untouched_around,
+)
 
 LINE = 64
 # fewer elements than a line holds; a line and a tail; several blocks and a tail
@@ -47,18 +56,6 @@ def placed(array: np.ndarray, step: int) -> np.ndarray:
     return copy
 
 
-GUARD = 0xA5  # the bytes around each output, which no call may write
-
-
-def guarded_empty(shape: tuple[int, ...], dtype: np.dtype, step: int) -> tuple[np.ndarray, np.ndarray]:
-    """An array `step` elements past a line with at least a line of GUARD bytes on each side,
-    and the buffer it lies in."""
-    size = int(np.prod(shape)) * dtype.itemsize
-    raw = np.full(size + 4 * LINE, GUARD, np.uint8)
-    start = (-raw.ctypes.data) % LINE + LINE + step * dtype.itemsize % LINE
-    return raw[start : start + size].view(dtype).reshape(shape), raw
-
-
 class Operands:
     """One op, dtype row and flag values on `count` elements, with fresh random inputs:
     tensors [1, count] and channel operands [count] (channels along dim 1, NCX), so that an
@@ -83,9 +80,7 @@ class Operands:
         out = outputs[0] if len(outputs) == 1 else tuple(outputs)
         got = getattr(opgen, self.spec.name)(*(placed(a, input_step) for a in self.inputs), out=out, **self.kwargs)
         for o, (output, raw) in zip(self.spec.outputs, placed_outputs):
-            start = output.ctypes.data - raw.ctypes.data
-            around = np.concatenate([raw[:start], raw[start + output.nbytes :]])
-            assert (around == GUARD).all(), f"{self.spec.name} {self.count} {self.kwargs}: wrote next to {o.name}"
+            assert untouched_around(output, raw), f"{self.spec.name} {self.count} {self.kwargs}: wrote next to {o.name}"
         return [got] if len(outputs) == 1 else list(got)
 
     def aligned_call(self) -> list[np.ndarray]:

@@ -22,10 +22,12 @@ from tests.helpers import (
     data,
     dtype_of,
     float_run,
+    guarded_empty,
     misaligned_empty,
     rng,
     sum_bound,
     threads_set_to,
+    untouched_around,
 )
 
 SPECS = [s for s in opgen.bundled.specs if s.pattern == "broadcast_reduce"]
@@ -225,9 +227,10 @@ def test_rows_of_many_channels(dtype):
 def test_nxc_tensors_past_the_caches(dtype, channels):
     """NXC tensors bigger than plan.STREAM_BYTES run rows in memory order with streamed stores
     (a segment of OPGEN_SEGMENT channels and a tail past the last whole block when there are
-    300; fewer than a block when 17). Outputs 16 bytes past a cache line, and one element (no
-    streaming), give the bits of freshly allocated ones on 1 and 2 threads, and match the
-    oracle; an overflowing bf16 group is summed again in double."""
+    300; fewer than a block when 17), f32 ones through a line writer. Outputs 16 bytes past a
+    cache line, and one element, give the bits of freshly allocated ones on 1 and 2 threads,
+    write nothing next to themselves, and match the oracle; an overflowing bf16 group is
+    summed again in double."""
     generator = rng("past the caches", dtype, channels)
     numpy_dtype = dtype_of(dtype)
     shape = (STREAM_BYTES // (numpy_dtype.itemsize * channels) + 3, channels)
@@ -239,12 +242,15 @@ def test_nxc_tensors_past_the_caches(dtype, channels):
         at = 40 if channels > 40 else channels - 2  # in a whole block
         src[3, at], diff_dst[3, at], src[9, at], diff_dst[9, at] = -huge, 4.0, -huge, -4.0
     results = []
-    for count, offset in ((1, None), (2, None), (1, 16), (2, numpy_dtype.itemsize)):
+    for count, step in ((1, None), (2, None), (1, 16 // numpy_dtype.itemsize), (2, 1)):
         out = None
-        if offset is not None:
-            out = (misaligned_empty(shape, numpy_dtype, offset), np.empty(shape[-1:], numpy_dtype))
+        if step is not None:
+            diff_src, raw = guarded_empty(shape, numpy_dtype, step)
+            out = (diff_src, np.empty(shape[-1:], numpy_dtype))
         with threads_set_to(count):
             results.append(opgen.prelu_backward(src, slope, diff_dst, data_format="NXC", out=out))
+        if step is not None:
+            assert untouched_around(diff_src, raw), f"{count} threads, diff_src {step} past a line: wrote around"
     for other in results[1:]:
         for first, again in zip(results[0], other):
             assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), "threads or alignment changed bits"
@@ -253,4 +259,36 @@ def test_nxc_tensors_past_the_caches(dtype, channels):
     arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
     abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
     bound = sum_bound(abs_sum, shape[0], float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
+    assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 8 * 16384), (3, 5, 200003)])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_ncx_tensors_past_the_caches(dtype, shape):
+    """NCX tensors bigger than plan.STREAM_BYTES stream their stores, f32 ones through a line
+    writer that carries a run of blocks across rows and tiles (inner dim a multiple of the
+    block) or starts one per row (a tail of single elements between). Outputs 1, 4 and 9
+    elements past a cache line give the bits of line-aligned ones on 1 and 2 threads, write
+    nothing next to themselves, and match the oracle."""
+    generator = rng("ncx past the caches", dtype, shape)
+    numpy_dtype = dtype_of(dtype)
+    assert math.prod(shape) * numpy_dtype.itemsize * 3 > STREAM_BYTES
+    src, diff_dst = data(generator, shape, dtype), data(generator, shape, dtype)
+    slope = data(generator, shape[1:2], dtype)
+    results = []
+    for count, step in ((1, 0), (2, 0), (1, 1), (2, 4), (1, 9), (2, 9)):
+        diff_src, raw = guarded_empty(shape, numpy_dtype, step)
+        with threads_set_to(count):
+            out = (diff_src, np.empty(shape[1:2], numpy_dtype))
+            got = opgen.prelu_backward(src, slope, diff_dst, data_format="NCX", out=out)
+        assert untouched_around(diff_src, raw), f"{count} threads, diff_src {step} elements past a line: wrote around"
+        results.append(got)
+    for (count, step), other in zip(((2, 0), (1, 1), (2, 4), (1, 9), (2, 9)), results[1:]):
+        for first, again in zip(results[0], other):
+            assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), f"{count} threads, step {step}: new bits"
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
+    assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
+    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NCX"}
+    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
+    bound = sum_bound(abs_sum, src.size // slope.size, float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
     assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
