@@ -403,6 +403,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     const float self_value = self[base + channel];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input[base + channel] = grad_input_value;
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_sums[channel] += grad_weight_term;
                                 }
@@ -480,6 +481,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     const float self_value = self[base + channel];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input[base + channel] = grad_input_value;
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                     grad_weight_sums[channel] += grad_weight_term;
                                 }
@@ -519,6 +521,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 const float self_value = self[base + channel];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = grad_input_value;
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_sums[channel] += grad_weight_term;
                             }
@@ -596,6 +599,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 const float self_value = self[base + channel];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = grad_input_value;
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_sums[channel] += grad_weight_term;
                             }
@@ -1333,7 +1337,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float self_value = opgen_f16_to_f32(self[base + channel]);
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                    /* the terms and float runs of a block's lanes, one channel */
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[channel] += grad_weight_term;
                                 }
@@ -1411,7 +1415,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float self_value = opgen_f16_to_f32(self[base + channel]);
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                    /* the terms and float runs of a block's lanes, one channel */
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[channel] += grad_weight_term;
                                 }
@@ -1468,7 +1472,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float self_value = opgen_f16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                /* the terms and float runs of a block's lanes, one channel */
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_run[channel] += grad_weight_term;
                             }
@@ -1546,7 +1550,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float self_value = opgen_f16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                /* the terms and float runs of a block's lanes, one channel */
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_run[channel] += grad_weight_term;
                             }
@@ -2326,7 +2330,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                    /* the terms and float runs of a block's lanes, one channel */
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[channel] += grad_weight_term;
                                 }
@@ -2404,15 +2408,15 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                     grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                    /* the terms and float runs of a block's lanes, one channel */
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[channel] += grad_weight_term;
                                 }
                             }
                         }
                         /* the runs join the sums; a channel whose float sums overflowed, or met an
-                         * infinity or NaN, is summed again in double. Channel by channel alike, as
-                         * which channels share a block depends on where the arrays lie */
+                         * infinity or NaN, is summed again in double, that channel alone: where the
+                         * ranges start, and so which channels share a block, moves with grad_input */
                         for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
                             const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
                             if (lanes == OPGEN_BLOCK && opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {
@@ -2473,7 +2477,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                /* the terms and float runs of a block's lanes, one channel */
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_run[channel] += grad_weight_term;
                             }
@@ -2551,15 +2555,15 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                /* the terms and float runs of a block's lanes, one channel */
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_run[channel] += grad_weight_term;
                             }
                         }
                     }
                     /* the runs join the sums; a channel whose float sums overflowed, or met an
-                     * infinity or NaN, is summed again in double. Channel by channel alike, as
-                     * which channels share a block depends on where the arrays lie */
+                     * infinity or NaN, is summed again in double, that channel alone: where the
+                     * ranges start, and so which channels share a block, moves with grad_input */
                     for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
                         const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
                         if (lanes == OPGEN_BLOCK && opgen_all_finite(grad_weight_run + channel, OPGEN_BLOCK)) {

@@ -403,6 +403,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     const float diff_dst_value = diff_dst[base + channel];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src[base + channel] = diff_src_value;
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                     diff_slope_sums[channel] += diff_slope_term;
                                 }
@@ -480,6 +481,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     const float diff_dst_value = diff_dst[base + channel];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src[base + channel] = diff_src_value;
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                     diff_slope_sums[channel] += diff_slope_term;
                                 }
@@ -519,6 +521,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 const float diff_dst_value = diff_dst[base + channel];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = diff_src_value;
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 diff_slope_sums[channel] += diff_slope_term;
                             }
@@ -596,6 +599,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 const float diff_dst_value = diff_dst[base + channel];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = diff_src_value;
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 diff_slope_sums[channel] += diff_slope_term;
                             }
@@ -1369,7 +1373,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                    /* the terms and float runs of a block's lanes, one channel */
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[channel] += diff_slope_term;
                                 }
@@ -1447,15 +1451,15 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                    /* the terms and float runs of a block's lanes, one channel */
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[channel] += diff_slope_term;
                                 }
                             }
                         }
                         /* the runs join the sums; a channel whose float sums overflowed, or met an
-                         * infinity or NaN, is summed again in double. Channel by channel alike, as
-                         * which channels share a block depends on where the arrays lie */
+                         * infinity or NaN, is summed again in double, that channel alone: where the
+                         * ranges start, and so which channels share a block, moves with diff_src */
                         for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
                             const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
                             if (lanes == OPGEN_BLOCK && opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK)) {
@@ -1516,7 +1520,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                /* the terms and float runs of a block's lanes, one channel */
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_run[channel] += diff_slope_term;
                             }
@@ -1594,15 +1598,15 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                /* the terms and float runs of a block's lanes, one channel */
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_run[channel] += diff_slope_term;
                             }
                         }
                     }
                     /* the runs join the sums; a channel whose float sums overflowed, or met an
-                     * infinity or NaN, is summed again in double. Channel by channel alike, as
-                     * which channels share a block depends on where the arrays lie */
+                     * infinity or NaN, is summed again in double, that channel alone: where the
+                     * ranges start, and so which channels share a block, moves with diff_src */
                     for (int64_t channel = first; channel < last; channel += OPGEN_BLOCK) {
                         const int64_t lanes = opgen_min(OPGEN_BLOCK, last - channel);
                         if (lanes == OPGEN_BLOCK && opgen_all_finite(diff_slope_run + channel, OPGEN_BLOCK)) {
@@ -2438,7 +2442,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                    /* the terms and float runs of a block's lanes, one channel */
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[channel] += diff_slope_term;
                                 }
@@ -2516,7 +2520,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                     diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                    /* the terms and float runs of a block's lanes, one channel */
+                                    /* the terms of a block's lanes, into the same float runs or sums */
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[channel] += diff_slope_term;
                                 }
@@ -2573,7 +2577,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                /* the terms and float runs of a block's lanes, one channel */
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_run[channel] += diff_slope_term;
                             }
@@ -2651,7 +2655,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                /* the terms and float runs of a block's lanes, one channel */
+                                /* the terms of a block's lanes, into the same float runs or sums */
                                 const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_run[channel] += diff_slope_term;
                             }
