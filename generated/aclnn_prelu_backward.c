@@ -953,6 +953,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
     if ((int)opgen_min(threads, tiles) > 1) {
         OPGEN_PARALLEL((int)opgen_min(threads, tiles))
         {
+            opgen_lines_f16 grad_input_lines = opgen_lines_f16_start(stream);
             OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
@@ -997,7 +998,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f16(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -1014,7 +1015,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f16(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -1031,7 +1032,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f16(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -1048,7 +1049,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_f16(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -1066,7 +1067,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                             }
                             for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                                 grad_weight_lanes[lane] += grad_weight_run[lane];
@@ -1110,11 +1111,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     }
                 }
             }
+            opgen_lines_f16_finish(&grad_input_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_f16 grad_input_lines = opgen_lines_f16_start(stream);
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -1158,7 +1161,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f16(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -1175,7 +1178,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f16(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -1192,7 +1195,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f16(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -1209,7 +1212,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_f16(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -1227,7 +1230,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                            opgen_lines_f16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                         }
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                             grad_weight_lanes[lane] += grad_weight_run[lane];
@@ -1271,6 +1274,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                 }
             }
         }
+        opgen_lines_f16_finish(&grad_input_lines);
         opgen_fence();
     }
     /* the tiles' partial sums, in tile order */
@@ -1824,6 +1828,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
+            opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -1846,13 +1851,15 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
                     grad_weight_block[lane] = (float)grad_weight_value;
                 }
                 opgen_store_block_f16(grad_input + index, grad_input_block, stream);
-                opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
+                opgen_lines_f16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
             }
+            opgen_lines_f16_finish(&grad_weight_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
@@ -1874,8 +1881,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
                 grad_weight_block[lane] = (float)grad_weight_value;
             }
             opgen_store_block_f16(grad_input + index, grad_input_block, stream);
-            opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
+            opgen_lines_f16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
         }
+        opgen_lines_f16_finish(&grad_weight_lines);
         opgen_fence();
     }
 
@@ -1910,6 +1918,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
     if ((int)opgen_min(threads, tiles) > 1) {
         OPGEN_PARALLEL((int)opgen_min(threads, tiles))
         {
+            opgen_lines_bf16 grad_input_lines = opgen_lines_bf16_start(stream);
             OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
@@ -1955,7 +1964,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_bf16(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -1972,7 +1981,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_bf16(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -1989,7 +1998,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_bf16(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                                 {
                                     float grad_output_block[OPGEN_BLOCK];
@@ -2006,7 +2015,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                         const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                         grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                                     }
-                                    opgen_store_block_bf16(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                                 }
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -2024,7 +2033,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                             }
                             if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                                 /* a float sum overflowed, or met an infinity or NaN: this run again in double */
@@ -2085,11 +2094,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                     }
                 }
             }
+            opgen_lines_bf16_finish(&grad_input_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_bf16 grad_input_lines = opgen_lines_bf16_start(stream);
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -2134,7 +2145,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_bf16(grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -2151,7 +2162,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_bf16(grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -2168,7 +2179,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_bf16(grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                             {
                                 float grad_output_block[OPGEN_BLOCK];
@@ -2185,7 +2196,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                     grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                                 }
-                                opgen_store_block_bf16(grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                             }
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -2203,7 +2214,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
                                 grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                            opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                         }
                         if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
@@ -2264,6 +2275,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                 }
             }
         }
+        opgen_lines_bf16_finish(&grad_input_lines);
         opgen_fence();
     }
     /* the tiles' partial sums, in tile order */
@@ -2929,6 +2941,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
+            opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -2951,13 +2964,15 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
                     grad_weight_block[lane] = (float)grad_weight_value;
                 }
                 opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
-                opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
+                opgen_lines_bf16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
             }
+            opgen_lines_bf16_finish(&grad_weight_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
@@ -2979,8 +2994,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
                 grad_weight_block[lane] = (float)grad_weight_value;
             }
             opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
-            opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
+            opgen_lines_bf16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
         }
+        opgen_lines_bf16_finish(&grad_weight_lines);
         opgen_fence();
     }
 

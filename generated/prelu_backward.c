@@ -953,6 +953,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
     if ((int)opgen_min(threads, tiles) > 1) {
         OPGEN_PARALLEL((int)opgen_min(threads, tiles))
         {
+            opgen_lines_bf16 diff_src_lines = opgen_lines_bf16_start(stream);
             OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
@@ -998,7 +999,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_bf16(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                    opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
@@ -1015,7 +1016,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_bf16(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                    opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
@@ -1032,7 +1033,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_bf16(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                    opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
@@ -1049,7 +1050,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_bf16(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                    opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -1067,7 +1068,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                             }
                             if (!(opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                                 /* a float sum overflowed, or met an infinity or NaN: this run again in double */
@@ -1128,11 +1129,13 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                     }
                 }
             }
+            opgen_lines_bf16_finish(&diff_src_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_bf16 diff_src_lines = opgen_lines_bf16_start(stream);
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -1177,7 +1180,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_bf16(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
@@ -1194,7 +1197,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_bf16(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
@@ -1211,7 +1214,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_bf16(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
@@ -1228,7 +1231,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_bf16(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
                             }
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -1246,7 +1249,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                             }
-                            opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                            opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                         }
                         if (!(opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
@@ -1307,6 +1310,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                 }
             }
         }
+        opgen_lines_bf16_finish(&diff_src_lines);
         opgen_fence();
     }
     /* the tiles' partial sums, in tile order */
@@ -1972,6 +1976,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
+            opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(1);
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -1994,13 +1999,15 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
                     diff_slope_block[lane] = (float)diff_slope_value;
                 }
                 opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
-                opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
+                opgen_lines_bf16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
             }
+            opgen_lines_bf16_finish(&diff_slope_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(1);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
@@ -2022,8 +2029,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
                 diff_slope_block[lane] = (float)diff_slope_value;
             }
             opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
-            opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
+            opgen_lines_bf16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
         }
+        opgen_lines_bf16_finish(&diff_slope_lines);
         opgen_fence();
     }
 
@@ -2058,6 +2066,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
     if ((int)opgen_min(threads, tiles) > 1) {
         OPGEN_PARALLEL((int)opgen_min(threads, tiles))
         {
+            opgen_lines_f16 diff_src_lines = opgen_lines_f16_start(stream);
             OPGEN_FOR
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
@@ -2102,7 +2111,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_f16(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                    opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
@@ -2119,7 +2128,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_f16(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                    opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
@@ -2136,7 +2145,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_f16(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                    opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
                                 {
                                     float src_block[OPGEN_BLOCK];
@@ -2153,7 +2162,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                         diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
                                     }
-                                    opgen_store_block_f16(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                    opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
                                 }
                             }
                             for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -2171,7 +2180,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                             }
                             for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                                 diff_slope_lanes[lane] += diff_slope_run[lane];
@@ -2215,11 +2224,13 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     }
                 }
             }
+            opgen_lines_f16_finish(&diff_src_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_f16 diff_src_lines = opgen_lines_f16_start(stream);
         for (int64_t tile = 0; tile < tiles; ++tile) {
             double *partial = workspace + tile * 1 * channels;
             /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
@@ -2263,7 +2274,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_f16(diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
@@ -2280,7 +2291,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_f16(diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
@@ -2297,7 +2308,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_f16(diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
                             }
                             {
                                 float src_block[OPGEN_BLOCK];
@@ -2314,7 +2325,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                     diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
                                 }
-                                opgen_store_block_f16(diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
                             }
                         }
                         for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
@@ -2332,7 +2343,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
                                 diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
                             }
-                            opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                            opgen_lines_f16_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                         }
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
                             diff_slope_lanes[lane] += diff_slope_run[lane];
@@ -2376,6 +2387,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                 }
             }
         }
+        opgen_lines_f16_finish(&diff_src_lines);
         opgen_fence();
     }
     /* the tiles' partial sums, in tile order */
@@ -2929,6 +2941,7 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
+            opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(1);
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -2951,13 +2964,15 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
                     diff_slope_block[lane] = (float)diff_slope_value;
                 }
                 opgen_store_block_f16(diff_src + index, diff_src_block, stream);
-                opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
+                opgen_lines_f16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
             }
+            opgen_lines_f16_finish(&diff_slope_lines);
             opgen_fence();
         }
     } else
 #endif
     {
+        opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(1);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float src_block[OPGEN_BLOCK];
@@ -2979,8 +2994,9 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
                 diff_slope_block[lane] = (float)diff_slope_value;
             }
             opgen_store_block_f16(diff_src + index, diff_src_block, stream);
-            opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
+            opgen_lines_f16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
         }
+        opgen_lines_f16_finish(&diff_slope_lines);
         opgen_fence();
     }
 

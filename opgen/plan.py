@@ -250,6 +250,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "optional": tensor.optional,
                 "store_block": dtype.store_block,
                 "line_writer": dtype.line_writer,
+                "line_writer_cheap": dtype.line_writer_cheap,
                 "store": _store(
                     dtype,
                     f"{tensor.name}_{'value' if source == 'compute' or full else 'acc'}",

@@ -113,6 +113,7 @@ class DType:
     mantissa_bits: int
     min_exponent: int
     line_writer: str | None = None  # C type (and function prefix) storing blocks as whole lines
+    line_writer_cheap: bool = False  # the writer also pays in loops short of issue slots
     acl_name: str | None = None  # aclDataType enumerator of the aclnn-compatible API, if any
     acl_value: int | None = None
 
@@ -267,6 +268,7 @@ _DTYPE_KEYS = {
     "mantissa_bits": True,
     "min_exponent": True,
     "line_writer": False,
+    "line_writer_cheap": False,
     "acl_name": False,
     "acl_value": False,
 }
@@ -315,6 +317,11 @@ def load_dtype_table(path: Path) -> DTypeTable:
         for key in ("load", "store"):
             if _string(where, f"{name}.{key}", row[key]).count("{}") != 1:
                 where.fail(f"{name}.{key}", "must contain '{}' exactly once (the operand)")
+        if "line_writer_cheap" in row:
+            if not isinstance(row["line_writer_cheap"], bool):
+                where.fail(f"{name}.line_writer_cheap", "must be true or false")
+            if "line_writer" not in row:
+                where.fail(f"{name}.line_writer_cheap", "goes with line_writer")
         if ("acl_name" in row) != ("acl_value" in row):
             where.fail(f"{name}.acl_name", "acl_name and acl_value go together")
         if "acl_name" in row:

@@ -6,7 +6,7 @@ line, and the elements before and after them one by one: which elements go which
 with the output's address. For every such op, dtype combination and flag value, outputs at
 each element offset in a line, and inputs at other offsets than the outputs, give the bits of
 the call on line-aligned arrays; those match the oracle. Outputs at different offsets from
-each other exercise the line writers (f32 outputs whose blocks do not start at a line).
+each other exercise the line writers (outputs whose blocks do not start at a line).
 """
 
 from __future__ import annotations

@@ -265,25 +265,27 @@ def test_nxc_tensors_past_the_caches(dtype, channels):
 @pytest.mark.parametrize("shape", [(4, 6, 8 * 16384), (3, 5, 200003)])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_ncx_tensors_past_the_caches(dtype, shape):
-    """NCX tensors bigger than plan.STREAM_BYTES stream their stores, f32 ones through a line
-    writer that carries a run of blocks across rows and tiles (inner dim a multiple of the
-    block) or starts one per row (a tail of single elements between). Outputs 1, 4 and 9
-    elements past a cache line give the bits of line-aligned ones on 1 and 2 threads, write
-    nothing next to themselves, and match the oracle."""
+    """NCX tensors bigger than plan.STREAM_BYTES stream their stores through their dtype's line
+    writer, which carries a run of blocks across rows and tiles (inner dim a multiple of the
+    block) or starts one per row (a tail of single elements between). Outputs 1, 4, 9, 16 and
+    31 elements past a cache line (for halves, 16 is half a line: no rotation, but lines
+    still paired) give the bits of line-aligned ones on 1 and 2 threads, write nothing next
+    to themselves, and match the oracle."""
     generator = rng("ncx past the caches", dtype, shape)
     numpy_dtype = dtype_of(dtype)
     assert math.prod(shape) * numpy_dtype.itemsize * 3 > STREAM_BYTES
     src, diff_dst = data(generator, shape, dtype), data(generator, shape, dtype)
     slope = data(generator, shape[1:2], dtype)
     results = []
-    for count, step in ((1, 0), (2, 0), (1, 1), (2, 4), (1, 9), (2, 9)):
+    steps = ((1, 0), (2, 0), (1, 1), (2, 4), (1, 9), (2, 9), (1, 16), (2, 31))
+    for count, step in steps:
         diff_src, raw = guarded_empty(shape, numpy_dtype, step)
         with threads_set_to(count):
             out = (diff_src, np.empty(shape[1:2], numpy_dtype))
             got = opgen.prelu_backward(src, slope, diff_dst, data_format="NCX", out=out)
         assert untouched_around(diff_src, raw), f"{count} threads, diff_src {step} elements past a line: wrote around"
         results.append(got)
-    for (count, step), other in zip(((2, 0), (1, 1), (2, 4), (1, 9), (2, 9)), results[1:]):
+    for (count, step), other in zip(steps[1:], results[1:]):
         for first, again in zip(results[0], other):
             assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), f"{count} threads, step {step}: new bits"
     expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")

@@ -290,13 +290,45 @@ def test_dtype_table_line_writer_must_be_a_c_identifier(tmp_path):
     assert "must be a C identifier" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "row, rule",
+    [
+        ('line_writer = "opgen_lines_f32"\nline_writer_cheap = "yes"\n', "must be true or false"),
+        ("line_writer_cheap = true\n", "goes with line_writer"),
+    ],
+)
+def test_dtype_table_line_writer_cheap_is_a_flag_of_a_writer(tmp_path, row, rule):
+    directory = spec_dir(tmp_path, RELU)
+    table = directory / "dtypes.toml"
+    text = table.read_text()
+    old = 'line_writer = "opgen_lines_f32"\nline_writer_cheap = true\n'
+    assert old in text
+    table.write_text(text.replace(old, row))
+    with pytest.raises(SpecError) as caught:
+        load_specs(directory)
+    assert "f32.line_writer_cheap" in str(caught.value) and rule in str(caught.value)
+
+
+def test_nxc_rows_use_only_cheap_line_writers():
+    """broadcast_reduce's NXC rows in memory order store f32 outputs through their writer
+    (cheap), bf16 and f16 ones block by block; NCX runs use both writers."""
+    source = render_library(BUNDLED_SPECS).files["prelu_backward.c"]
+    for dtype in ("f32", "bf16", "f16"):
+        start = source.index(f"OPGEN_KERNEL(prelu_backward_{dtype}_nxc)")
+        nxc = source[start : source.index("OPGEN_KERNEL(", start + 1)]
+        start = source.index(f"OPGEN_KERNEL(prelu_backward_{dtype}_ncx)")
+        ncx = source[start : source.index("OPGEN_KERNEL(", start + 1)]
+        assert f"opgen_lines_{dtype}_put(&diff_src_lines" in ncx
+        assert (f"opgen_lines_{dtype}_put(&diff_src_lines" in nxc) == (dtype == "f32"), dtype
+
+
 def test_dtype_table_without_line_writers_stores_blocks_directly(tmp_path):
     """PReLU's full form has two outputs; the second goes through the f32 line writer, unless
     the dtype table names none."""
     prelu = (BUNDLED_SPECS / "prelu_backward.toml").read_text()
     directory = spec_dir(tmp_path, prelu, "prelu_backward")
     table = directory / "dtypes.toml"
-    table.write_text(table.read_text().replace('line_writer = "opgen_lines_f32"\n', ""))
+    table.write_text(table.read_text().replace('line_writer = "opgen_lines_f32"\nline_writer_cheap = true\n', ""))
     source = render_library(directory).files["prelu_backward.c"]
     assert "opgen_lines_f32" not in source and "opgen_store_block_f32(diff_slope + index" in source
     bundled = render_library(BUNDLED_SPECS).files["prelu_backward.c"]
