@@ -855,7 +855,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -1820,7 +1821,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -1828,7 +1830,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
-            opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
+            opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -1859,7 +1861,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
     } else
 #endif
     {
-        opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
+        opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];
@@ -2933,7 +2935,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -2941,7 +2944,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
-            opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
+            opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
@@ -2972,7 +2975,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
     } else
 #endif
     {
-        opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
+        opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
         for (int64_t block = 0; block < blocks; ++block) {
             const int64_t index = head + block * OPGEN_BLOCK;
             float grad_output_block[OPGEN_BLOCK];

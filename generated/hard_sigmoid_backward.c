@@ -15,7 +15,8 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -88,7 +89,8 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -161,7 +163,8 @@ void OPGEN_KERNEL(hard_sigmoid_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT s
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */

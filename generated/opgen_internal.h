@@ -110,6 +110,8 @@
 
 /* Total bytes a kernel moves above which its outputs are streamed past the caches. */
 #define OPGEN_STREAM_BYTES ((int64_t)16777216)
+/* ... from which line writers that are not cheap write whole lines in elementwise passes. */
+#define OPGEN_COSTLY_LINES_BYTES ((int64_t)4194304)
 
 /* A thread team with a static split of the loop that follows OPGEN_FOR; each thread fences
  * its streaming stores before the team ends. Without OpenMP: one thread, same code. */
@@ -776,32 +778,36 @@ static inline void opgen_load_block_bf16(float *OPGEN_RESTRICT out, const opgen_
 /* 1 when the avx512_bf16 target runs (set in opgen_dispatch.c before any kernel does). */
 extern int opgen_bf16_instruction;
 
-/* A block of f32 to bf16 in `halves`. */
-static inline void opgen_narrow_block_bf16(opgen_bf16 *OPGEN_RESTRICT halves, const float *OPGEN_RESTRICT in)
+#if OPGEN_USE_AVX512F
+/* 16 f32 lanes to bf16. */
+static inline __m256i opgen_narrow_vector_bf16(__m512 values)
 {
-#if OPGEN_USE_AVX512F && OPGEN_USE_AVX512DQ
+#if OPGEN_USE_AVX512DQ
     /* AVX512-BF16's conversion rounds as opgen_f32_to_bf16 does (NaNs made quiet alike) but
      * flushes subnormals to zero: used for blocks with none. Written as assembly so this
      * copy needs no AVX512-BF16 compiler flag; it runs only where CPUID reported the feature. */
-    if (OPGEN_ATOMIC_LOAD(opgen_bf16_instruction)) {
-        const __m512 values = _mm512_loadu_ps(in);
-        if (_mm512_fpclass_ps_mask(values, 0x20) == 0) {
-            __m256i narrow;
-            __asm__("vcvtneps2bf16 %1, %0" : "=v"(narrow) : "v"(values));
-            _mm256_storeu_si256((__m256i *)(void *)halves, narrow);
-            return;
-        }
+    if (OPGEN_ATOMIC_LOAD(opgen_bf16_instruction) && _mm512_fpclass_ps_mask(values, 0x20) == 0) {
+        __m256i narrow;
+        __asm__("vcvtneps2bf16 %1, %0" : "=v"(narrow) : "v"(values));
+        return narrow;
     }
 #endif
-#if OPGEN_USE_AVX512F
     /* the same integer rounding as opgen_f32_to_bf16, 16 lanes at a time */
-    const __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(in));
+    const __m512i bits = _mm512_castps_si512(values);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), 16);
     const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x0040));
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)),
                                                   _mm512_set1_epi32(0x7F800000));
-    _mm256_storeu_si256((__m256i *)(void *)halves, _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+#endif
+
+/* A block of f32 to bf16 in `halves`. */
+static inline void opgen_narrow_block_bf16(opgen_bf16 *OPGEN_RESTRICT halves, const float *OPGEN_RESTRICT in)
+{
+#if OPGEN_USE_AVX512F
+    _mm256_storeu_si256((__m256i *)(void *)halves, opgen_narrow_vector_bf16(_mm512_loadu_ps(in)));
 #elif OPGEN_USE_AVX2
     /* the same, 8 lanes at a time (the scalar loop ran at a seventh of the speed) */
     __m256i chosen[2];
@@ -856,12 +862,19 @@ static inline void opgen_load_block_f16(float *OPGEN_RESTRICT out, const opgen_f
 #endif
 }
 
+#if OPGEN_USE_AVX512F
+/* 16 f32 lanes to f16. */
+static inline __m256i opgen_narrow_vector_f16(__m512 values)
+{
+    return _mm512_cvtps_ph(values, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+#endif
+
 /* A block of f32 to f16 in `halves`. */
 static inline void opgen_narrow_block_f16(opgen_f16 *OPGEN_RESTRICT halves, const float *OPGEN_RESTRICT in)
 {
 #if OPGEN_USE_AVX512F
-    _mm256_storeu_si256((__m256i *)(void *)halves,
-                        _mm512_cvtps_ph(_mm512_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256((__m256i *)(void *)halves, opgen_narrow_vector_f16(_mm512_loadu_ps(in)));
 #elif OPGEN_USE_F16C
     _mm_storeu_si128((__m128i *)(void *)halves,
                      _mm256_cvtps_ph(_mm256_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -954,17 +967,6 @@ static inline opgen_lines_f16 opgen_lines_f16_start(int whole)
 }
 
 #if OPGEN_USE_AVX512BW
-static inline __m256i opgen_lines_f16_narrow(__m512 values)
-{
-    float block[OPGEN_BLOCK];
-    opgen_f16 halves[OPGEN_BLOCK];
-    _mm512_storeu_ps(block, values);
-    opgen_narrow_block_f16(halves, block);
-    return _mm256_loadu_si256((const __m256i *)(const void *)halves);
-}
-#endif
-
-#if OPGEN_USE_AVX512BW
 /* The last `count` lanes of `block` to `out`, one at a time. */
 static inline void opgen_lines_f16_tail(opgen_f16 *out, __m512 block, unsigned count)
 {
@@ -996,10 +998,15 @@ OPGEN_INLINE_WRITER void opgen_lines_f16_finish(opgen_lines_f16 *lines)
 OPGEN_INLINE_WRITER void opgen_lines_f16_put(opgen_lines_f16 *lines, opgen_f16 *out, const float *OPGEN_RESTRICT in, int stream)
 {
 #if OPGEN_USE_AVX512BW
+    /* first, so that a loop whose writer writes no whole lines is the loop without one */
+    if (!lines->whole) {
+        opgen_store_block_f16(out, in, stream);
+        return;
+    }
     if (out != lines->next) {
         opgen_lines_f16_finish(lines);
         /* blocks stored as they come at a line (two make one) and where not aligned to elements */
-        lines->active = lines->whole && opgen_aligned(out, sizeof(uint16_t)) && !opgen_aligned(out, 64);
+        lines->active = opgen_aligned(out, sizeof(uint16_t)) && !opgen_aligned(out, 64);
         lines->shift = (unsigned)(((uintptr_t)out & 31u) / sizeof(uint16_t));
         lines->mask = (__mmask16)(0xFFFFu << lines->shift);
         lines->own = 0;
@@ -1011,7 +1018,7 @@ OPGEN_INLINE_WRITER void opgen_lines_f16_put(opgen_lines_f16 *lines, opgen_f16 *
     if (lines->active) {
         const __m512 block = _mm512_loadu_ps(in);
         const __m512 half = lines->shift ? _mm512_permutex2var_ps(lines->last, lines->from, block) : block;
-        opgen_lines_halves_add(lines, out - lines->shift, opgen_lines_f16_narrow(half), lines->mask, stream);
+        opgen_lines_halves_add(lines, out - lines->shift, opgen_narrow_vector_f16(half), lines->mask, stream);
         lines->mask = 0xFFFFu;
         lines->last = block;
         return;
@@ -1029,17 +1036,6 @@ static inline opgen_lines_bf16 opgen_lines_bf16_start(int whole)
 {
     return opgen_lines_halves_start(whole);
 }
-
-#if OPGEN_USE_AVX512BW
-static inline __m256i opgen_lines_bf16_narrow(__m512 values)
-{
-    float block[OPGEN_BLOCK];
-    opgen_bf16 halves[OPGEN_BLOCK];
-    _mm512_storeu_ps(block, values);
-    opgen_narrow_block_bf16(halves, block);
-    return _mm256_loadu_si256((const __m256i *)(const void *)halves);
-}
-#endif
 
 #if OPGEN_USE_AVX512BW
 /* The last `count` lanes of `block` to `out`, one at a time. */
@@ -1073,10 +1069,15 @@ OPGEN_INLINE_WRITER void opgen_lines_bf16_finish(opgen_lines_bf16 *lines)
 OPGEN_INLINE_WRITER void opgen_lines_bf16_put(opgen_lines_bf16 *lines, opgen_bf16 *out, const float *OPGEN_RESTRICT in, int stream)
 {
 #if OPGEN_USE_AVX512BW
+    /* first, so that a loop whose writer writes no whole lines is the loop without one */
+    if (!lines->whole) {
+        opgen_store_block_bf16(out, in, stream);
+        return;
+    }
     if (out != lines->next) {
         opgen_lines_bf16_finish(lines);
         /* blocks stored as they come at a line (two make one) and where not aligned to elements */
-        lines->active = lines->whole && opgen_aligned(out, sizeof(uint16_t)) && !opgen_aligned(out, 64);
+        lines->active = opgen_aligned(out, sizeof(uint16_t)) && !opgen_aligned(out, 64);
         lines->shift = (unsigned)(((uintptr_t)out & 31u) / sizeof(uint16_t));
         lines->mask = (__mmask16)(0xFFFFu << lines->shift);
         lines->own = 0;
@@ -1088,7 +1089,7 @@ OPGEN_INLINE_WRITER void opgen_lines_bf16_put(opgen_lines_bf16 *lines, opgen_bf1
     if (lines->active) {
         const __m512 block = _mm512_loadu_ps(in);
         const __m512 half = lines->shift ? _mm512_permutex2var_ps(lines->last, lines->from, block) : block;
-        opgen_lines_halves_add(lines, out - lines->shift, opgen_lines_bf16_narrow(half), lines->mask, stream);
+        opgen_lines_halves_add(lines, out - lines->shift, opgen_narrow_vector_bf16(half), lines->mask, stream);
         lines->mask = 0xFFFFu;
         lines->last = block;
         return;

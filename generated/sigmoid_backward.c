@@ -15,7 +15,8 @@ void OPGEN_KERNEL(sigmoid_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -86,7 +87,8 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -193,7 +195,8 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -264,7 +267,8 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -372,7 +376,8 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */
@@ -474,7 +479,8 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
     const int64_t blocks = (count - head) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
-    const int stream = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    const int64_t moved = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
+    const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     /* whole blocks, split among the threads in contiguous ranges */

@@ -96,6 +96,7 @@ def render_library(
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
         "max_threads": plan.MAX_THREADS,
         "stream_bytes": plan.STREAM_BYTES,
+        "costly_lines_bytes": plan.COSTLY_LINES_BYTES,
         "prefetch_bytes": plan.PREFETCH_BYTES,
         "targets": plan.TARGETS,
         "spec_dir": label,

@@ -18,7 +18,7 @@ import pytest
 
 import opgen
 from opgen import oracle, plan
-from opgen.plan import BLOCK, STREAM_BYTES
+from opgen.plan import BLOCK, COSTLY_LINES_BYTES, STREAM_BYTES
 from tests.helpers import (
     assert_ulps,
     data,
@@ -136,3 +136,32 @@ def test_same_bits_past_the_caches_on_two_threads(spec, row, attributes):
             moved,
             f"on two threads with outputs {step} (+ {spread} per output) and inputs {step + 1} elements past a line",
         )
+
+
+def costly_writer_cases():
+    """The cases whose later outputs have a line writer that is not cheap (bf16, f16)."""
+    table = opgen.bundled.table.dtypes
+    for case in cases():
+        spec, row, _ = case.values
+        if len(spec.outputs) > 1 and not all(table[row[o.name]].line_writer_cheap for o in spec.outputs[1:]):
+            yield case
+
+
+@pytest.mark.parametrize("spec,row,attributes", list(costly_writer_cases()))
+def test_same_bits_past_l2_at_any_offset(spec, row, attributes):
+    """From plan.COSTLY_LINES_BYTES moved on (below STREAM_BYTES: ordinary stores), the later
+    outputs' writers for halves write whole lines: with the first output on a line and the
+    second at every element offset in a line (and inputs elsewhere), the bits of the aligned
+    call on one thread; and the first output past a line on two threads."""
+    moved_bytes = sum(dtype_of(row[t.name]).itemsize for t in (*spec.inputs, *spec.outputs))
+    count = COSTLY_LINES_BYTES // moved_bytes + 3 * BLOCK + 5
+    assert count * moved_bytes < STREAM_BYTES
+    operands = Operands(spec, row, attributes, count, "alignment, past L2")
+    with threads_set_to(1):
+        aligned = operands.aligned_call()
+        for spread in range(1, LINE // dtype_of(row[spec.outputs[1].name]).itemsize):
+            moved = operands.call(spread % 7, 0, spread)
+            operands.assert_same_bits(aligned, moved, f"with the second output {spread} elements past a line")
+    with threads_set_to(2):
+        moved = operands.call(3, 5, 11)
+    operands.assert_same_bits(aligned, moved, "on two threads, outputs 5 and 16 elements past a line")
