@@ -914,6 +914,16 @@ static inline void opgen_store_block_f16(opgen_f16 *OPGEN_RESTRICT out, const fl
     opgen_store_halves(out, halves, stream);
 }
 
+/* GCC inlines the halves' line writers wherever called, so their state can stay in
+ * registers: when it called the finish out of line, the state lived on the stack and the NXC
+ * PReLU loop ran 8 % slower. Not clang: forced into OpenMP's outlined functions, which do not
+ * carry a per-target copy's features, 512-bit code crashed clang 14's code generator. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define OPGEN_INLINE_WRITER static inline __attribute__((always_inline))
+#else
+#define OPGEN_INLINE_WRITER static inline
+#endif
+
 /* Stores the consecutive blocks of one output of halves as whole cache lines wherever the
  * output starts, as opgen_lines_f32 does: each f32 block is first rotated into the 32 bytes
  * (half a line) it ends in, taking its first lanes from the block before, then narrowed; the
@@ -921,18 +931,8 @@ static inline void opgen_store_block_f16(opgen_f16 *OPGEN_RESTRICT out, const fl
  * store. Each put adds one permutation (none at a 32-byte boundary) and, every other put, one
  * insertion (rotating the narrowed 16-bit lanes instead took five instructions more). PReLU
  * NCX per-channel, 16 or 32 bytes past a line, where blocks went out as 16-byte streamed
- * stores: 10-11 % faster on one and two threads. An output that starts at a line, and any
+ * stores: 9-13 % faster on one and two threads. An output that starts at a line, and any
  * without AVX-512, takes its blocks as they come. */
-/* GCC inlines the writer's functions wherever called, so its state can stay in registers:
- * when it called the finish out of line, the state lived on the stack and the NXC PReLU loop
- * ran 8 % slower. Not clang: forced into OpenMP's outlined functions, which do not carry a
- * per-target copy's features, 512-bit code crashed clang 14's code generator. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define OPGEN_INLINE_WRITER static inline __attribute__((always_inline))
-#else
-#define OPGEN_INLINE_WRITER static inline
-#endif
-
 typedef struct {
     uint16_t *next; /* where a block that continues the run goes; NULL before the first */
     int whole;      /* whole lines (else each block as it comes) */
