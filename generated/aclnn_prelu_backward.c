@@ -1825,13 +1825,45 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
     const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges */
+    /* whole blocks, split among the threads in contiguous ranges; through the line writers
+     * that are not cheap only where the data outgrow L2 (in it, they cost more than they save) */
+    if (moved >= OPGEN_COSTLY_LINES_BYTES) {
 #if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
+                OPGEN_FOR
+                for (int64_t block = 0; block < blocks; ++block) {
+                    const int64_t index = head + block * OPGEN_BLOCK;
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+                    float grad_input_block[OPGEN_BLOCK];
+                    float grad_weight_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        grad_weight_block[lane] = (float)grad_weight_value;
+                    }
+                    opgen_store_block_f16(grad_input + index, grad_input_block, stream);
+                    opgen_lines_f16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
+                }
+                opgen_lines_f16_finish(&grad_weight_lines);
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
-            OPGEN_FOR
+            opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float grad_output_block[OPGEN_BLOCK];
@@ -1858,35 +1890,65 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
             opgen_lines_f16_finish(&grad_weight_lines);
             opgen_fence();
         }
-    } else
-#endif
-    {
-        opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
-            float grad_output_block[OPGEN_BLOCK];
-            opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-            float self_block[OPGEN_BLOCK];
-            opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-            float weight_block[OPGEN_BLOCK];
-            opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-            float grad_input_block[OPGEN_BLOCK];
-            float grad_weight_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float grad_output_value = (float)grad_output_block[lane];
-                const float self_value = (float)self_block[lane];
-                const float weight_value = (float)weight_block[lane];
-                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                grad_input_block[lane] = (float)grad_input_value;
-                grad_weight_block[lane] = (float)grad_weight_value;
+    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t block = 0; block < blocks; ++block) {
+                    const int64_t index = head + block * OPGEN_BLOCK;
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+                    float grad_input_block[OPGEN_BLOCK];
+                    float grad_weight_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        grad_weight_block[lane] = (float)grad_weight_value;
+                    }
+                    opgen_store_block_f16(grad_input + index, grad_input_block, stream);
+                    opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
+                }
+                opgen_fence();
             }
-            opgen_store_block_f16(grad_input + index, grad_input_block, stream);
-            opgen_lines_f16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
+        } else
+#endif
+        {
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = head + block * OPGEN_BLOCK;
+                float grad_output_block[OPGEN_BLOCK];
+                opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+                float self_block[OPGEN_BLOCK];
+                opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+                float weight_block[OPGEN_BLOCK];
+                opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+                float grad_input_block[OPGEN_BLOCK];
+                float grad_weight_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float grad_output_value = (float)grad_output_block[lane];
+                    const float self_value = (float)self_block[lane];
+                    const float weight_value = (float)weight_block[lane];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_input_block[lane] = (float)grad_input_value;
+                    grad_weight_block[lane] = (float)grad_weight_value;
+                }
+                opgen_store_block_f16(grad_input + index, grad_input_block, stream);
+                opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
+            }
+            opgen_fence();
         }
-        opgen_lines_f16_finish(&grad_weight_lines);
-        opgen_fence();
     }
 
     /* the elements before the first block (part 0) and after the last one (part 1) */
@@ -2939,13 +3001,45 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
     const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges */
+    /* whole blocks, split among the threads in contiguous ranges; through the line writers
+     * that are not cheap only where the data outgrow L2 (in it, they cost more than they save) */
+    if (moved >= OPGEN_COSTLY_LINES_BYTES) {
 #if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
+                OPGEN_FOR
+                for (int64_t block = 0; block < blocks; ++block) {
+                    const int64_t index = head + block * OPGEN_BLOCK;
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+                    float grad_input_block[OPGEN_BLOCK];
+                    float grad_weight_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        grad_weight_block[lane] = (float)grad_weight_value;
+                    }
+                    opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
+                    opgen_lines_bf16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
+                }
+                opgen_lines_bf16_finish(&grad_weight_lines);
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
-            OPGEN_FOR
+            opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float grad_output_block[OPGEN_BLOCK];
@@ -2972,35 +3066,65 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRI
             opgen_lines_bf16_finish(&grad_weight_lines);
             opgen_fence();
         }
-    } else
-#endif
-    {
-        opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
-            float grad_output_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-            float self_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-            float weight_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-            float grad_input_block[OPGEN_BLOCK];
-            float grad_weight_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float grad_output_value = (float)grad_output_block[lane];
-                const float self_value = (float)self_block[lane];
-                const float weight_value = (float)weight_block[lane];
-                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                grad_input_block[lane] = (float)grad_input_value;
-                grad_weight_block[lane] = (float)grad_weight_value;
+    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t block = 0; block < blocks; ++block) {
+                    const int64_t index = head + block * OPGEN_BLOCK;
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+                    float grad_input_block[OPGEN_BLOCK];
+                    float grad_weight_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        grad_weight_block[lane] = (float)grad_weight_value;
+                    }
+                    opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
+                    opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
+                }
+                opgen_fence();
             }
-            opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
-            opgen_lines_bf16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
+        } else
+#endif
+        {
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = head + block * OPGEN_BLOCK;
+                float grad_output_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+                float self_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+                float weight_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+                float grad_input_block[OPGEN_BLOCK];
+                float grad_weight_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float grad_output_value = (float)grad_output_block[lane];
+                    const float self_value = (float)self_block[lane];
+                    const float weight_value = (float)weight_block[lane];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_input_block[lane] = (float)grad_input_value;
+                    grad_weight_block[lane] = (float)grad_weight_value;
+                }
+                opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
+                opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
+            }
+            opgen_fence();
         }
-        opgen_lines_bf16_finish(&grad_weight_lines);
-        opgen_fence();
     }
 
     /* the elements before the first block (part 0) and after the last one (part 1) */

@@ -110,7 +110,7 @@
 
 /* Total bytes a kernel moves above which its outputs are streamed past the caches. */
 #define OPGEN_STREAM_BYTES ((int64_t)16777216)
-/* ... from which line writers that are not cheap write whole lines in elementwise passes. */
+/* ... from which elementwise passes store through the line writers that are not cheap. */
 #define OPGEN_COSTLY_LINES_BYTES ((int64_t)4194304)
 
 /* A thread team with a static split of the loop that follows OPGEN_FOR; each thread fences

@@ -1973,13 +1973,45 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
     const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges */
+    /* whole blocks, split among the threads in contiguous ranges; through the line writers
+     * that are not cheap only where the data outgrow L2 (in it, they cost more than they save) */
+    if (moved >= OPGEN_COSTLY_LINES_BYTES) {
 #if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(1);
+                OPGEN_FOR
+                for (int64_t block = 0; block < blocks; ++block) {
+                    const int64_t index = head + block * OPGEN_BLOCK;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+                    float diff_src_block[OPGEN_BLOCK];
+                    float diff_slope_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_slope_block[lane] = (float)diff_slope_value;
+                    }
+                    opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+                    opgen_lines_bf16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
+                }
+                opgen_lines_bf16_finish(&diff_slope_lines);
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
-            OPGEN_FOR
+            opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(1);
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
@@ -2006,35 +2038,65 @@ void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src
             opgen_lines_bf16_finish(&diff_slope_lines);
             opgen_fence();
         }
-    } else
-#endif
-    {
-        opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-            float slope_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-            float diff_src_block[OPGEN_BLOCK];
-            float diff_slope_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float slope_value = (float)slope_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_slope_block[lane] = (float)diff_slope_value;
+    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t block = 0; block < blocks; ++block) {
+                    const int64_t index = head + block * OPGEN_BLOCK;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+                    float diff_src_block[OPGEN_BLOCK];
+                    float diff_slope_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_slope_block[lane] = (float)diff_slope_value;
+                    }
+                    opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+                    opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
+                }
+                opgen_fence();
             }
-            opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
-            opgen_lines_bf16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
+        } else
+#endif
+        {
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = head + block * OPGEN_BLOCK;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+                float slope_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+                float diff_src_block[OPGEN_BLOCK];
+                float diff_slope_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float slope_value = (float)slope_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_slope_block[lane] = (float)diff_slope_value;
+                }
+                opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+                opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
+            }
+            opgen_fence();
         }
-        opgen_lines_bf16_finish(&diff_slope_lines);
-        opgen_fence();
     }
 
     /* the elements before the first block (part 0) and after the last one (part 1) */
@@ -2939,13 +3001,45 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
     const int stream = moved >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges */
+    /* whole blocks, split among the threads in contiguous ranges; through the line writers
+     * that are not cheap only where the data outgrow L2 (in it, they cost more than they save) */
+    if (moved >= OPGEN_COSTLY_LINES_BYTES) {
 #if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(1);
+                OPGEN_FOR
+                for (int64_t block = 0; block < blocks; ++block) {
+                    const int64_t index = head + block * OPGEN_BLOCK;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+                    float diff_src_block[OPGEN_BLOCK];
+                    float diff_slope_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_slope_block[lane] = (float)diff_slope_value;
+                    }
+                    opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+                    opgen_lines_f16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
+                }
+                opgen_lines_f16_finish(&diff_slope_lines);
+                opgen_fence();
+            }
+        } else
+#endif
         {
-            opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
-            OPGEN_FOR
+            opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(1);
             for (int64_t block = 0; block < blocks; ++block) {
                 const int64_t index = head + block * OPGEN_BLOCK;
                 float src_block[OPGEN_BLOCK];
@@ -2972,35 +3066,65 @@ void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, 
             opgen_lines_f16_finish(&diff_slope_lines);
             opgen_fence();
         }
-    } else
-#endif
-    {
-        opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(moved >= OPGEN_COSTLY_LINES_BYTES);
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-            float slope_block[OPGEN_BLOCK];
-            opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-            float diff_src_block[OPGEN_BLOCK];
-            float diff_slope_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float slope_value = (float)slope_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_slope_block[lane] = (float)diff_slope_value;
+    } else {
+#if defined(_OPENMP)
+        if (threads > 1) {
+            OPGEN_PARALLEL(threads)
+            {
+                OPGEN_FOR
+                for (int64_t block = 0; block < blocks; ++block) {
+                    const int64_t index = head + block * OPGEN_BLOCK;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+                    float slope_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+                    float diff_src_block[OPGEN_BLOCK];
+                    float diff_slope_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float slope_value = (float)slope_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_slope_block[lane] = (float)diff_slope_value;
+                    }
+                    opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+                    opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
+                }
+                opgen_fence();
             }
-            opgen_store_block_f16(diff_src + index, diff_src_block, stream);
-            opgen_lines_f16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
+        } else
+#endif
+        {
+            for (int64_t block = 0; block < blocks; ++block) {
+                const int64_t index = head + block * OPGEN_BLOCK;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+                float slope_block[OPGEN_BLOCK];
+                opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+                float diff_src_block[OPGEN_BLOCK];
+                float diff_slope_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float slope_value = (float)slope_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_slope_block[lane] = (float)diff_slope_value;
+                }
+                opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+                opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
+            }
+            opgen_fence();
         }
-        opgen_lines_f16_finish(&diff_slope_lines);
-        opgen_fence();
     }
 
     /* the elements before the first block (part 0) and after the last one (part 1) */

@@ -40,10 +40,10 @@ PARALLEL_THRESHOLD = 65536  # elements below which a kernel runs on one thread
 EXP_WORK = 4
 MAX_THREADS = 1024  # a thread count above this is refused (Python) or capped (C): OpenMP exhausts memory
 STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stores
-# Bytes moved from which line writers that are not cheap (dtype table: line_writer_cheap) write
-# whole lines in the elementwise pass: below, the data sit in L2, where a 32-byte store across
-# two lines costs little and the writer's permutations more (PReLU full-shape bf16, one thread:
-# 2 MB moved 19 % slower through the writer, 4 MB 22 % faster).
+# Bytes moved from which the elementwise pass stores through line writers that are not cheap
+# (dtype table: line_writer_cheap): below, the data sit in L2, where a 32-byte store across two
+# lines costs little and the writer's permutations more (PReLU full-shape bf16, one thread: 2 MB
+# moved 19 % slower through the writer, 4 MB 22 % faster). The pass has a loop for each side.
 COSTLY_LINES_BYTES = 4 << 20
 PREFETCH_BYTES = 4096  # how far ahead of each block load the next lines are asked for
 # Compiled copies of every kernel, best last; chosen at run time by what the CPU supports.
