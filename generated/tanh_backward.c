@@ -83,8 +83,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
 {
     /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
      * must not depend on where the arrays lie */
-    const int64_t head = 0;
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
+    const int64_t blocks = count / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
@@ -98,7 +97,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
+                const int64_t index = block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -132,7 +131,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
+            const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
@@ -163,10 +162,9 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
         opgen_fence();
     }
 
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+    /* the elements after the last block (none come before the first) */
+    {
+        for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
             const float src_or_dst_float = src_or_dst[index];
             const float diff_dst_float = diff_dst[index];
             if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x42FFFFFFu)) {
@@ -263,8 +261,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 {
     /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
      * must not depend on where the arrays lie */
-    const int64_t head = 0;
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
+    const int64_t blocks = count / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
@@ -278,7 +275,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
+                const int64_t index = block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -312,7 +309,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
+            const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
@@ -343,10 +340,9 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
         opgen_fence();
     }
 
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+    /* the elements after the last block (none come before the first) */
+    {
+        for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
             const float src_or_dst_float = opgen_f16_to_f32(src_or_dst[index]);
             const float diff_dst_float = opgen_f16_to_f32(diff_dst[index]);
             if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu)) {
@@ -372,8 +368,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
 {
     /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
      * must not depend on where the arrays lie */
-    const int64_t head = 0;
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
+    const int64_t blocks = count / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count);
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
@@ -387,7 +382,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
+                const int64_t index = block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -419,7 +414,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
+            const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
@@ -448,10 +443,9 @@ void OPGEN_KERNEL(tanh_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRICT s
         opgen_fence();
     }
 
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+    /* the elements after the last block (none come before the first) */
+    {
+        for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
             const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
             const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
             if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x5E7FFFFFu)) {
@@ -475,8 +469,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
 {
     /* blocks from element 0: a block's inputs choose its path, and so its last bits, which
      * must not depend on where the arrays lie */
-    const int64_t head = 0;
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
+    const int64_t blocks = count / OPGEN_BLOCK;
     const int threads = opgen_threads_for(count * 5 /* its exp: the work of 5 plain elements */);
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
@@ -490,7 +483,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
         {
             OPGEN_FOR
             for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
+                const int64_t index = block * OPGEN_BLOCK;
                 float src_or_dst_block[OPGEN_BLOCK];
                 opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
                 float diff_dst_block[OPGEN_BLOCK];
@@ -524,7 +517,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
 #endif
     {
         for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
+            const int64_t index = block * OPGEN_BLOCK;
             float src_or_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
             float diff_dst_block[OPGEN_BLOCK];
@@ -555,10 +548,9 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
         opgen_fence();
     }
 
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
+    /* the elements after the last block (none come before the first) */
+    {
+        for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
             const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
             const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
             if (opgen_in_range(src_or_dst_float, 0x00000001u, 0x417FFFFFu)) {
