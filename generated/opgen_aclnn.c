@@ -382,6 +382,28 @@ static aclnnStatus opgen_aclnn_finish(aclOpExecutor *executor, const char *funct
     return ACLNN_SUCCESS;
 }
 
+aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)
+{
+    aclOpExecutor **link;
+    if (executor == NULL) {
+        opgen_error(OPGEN_NULL_POINTER, "aclDestroyAclOpExecutor", "executor", "is NULL");
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    opgen_lock();
+    for (link = &opgen_pending; *link != NULL && *link != executor; link = &(*link)->next) {
+    }
+    if (*link == NULL) {
+        opgen_unlock();
+        opgen_error(OPGEN_INVALID_COMBINATION, "aclDestroyAclOpExecutor", "executor",
+                    "is not a pending executor (it ran already, or was destroyed)");
+        return ACLNN_ERR_PARAM_INVALID;
+    }
+    *link = executor->next;
+    opgen_unlock();
+    free(executor);
+    return ACLNN_SUCCESS;
+}
+
 /* Phase two: runs a registered executor once (staging strided views), then frees it. */
 static aclnnStatus opgen_aclnn_execute(const char *function, void *workspace, uint64_t workspace_size,
                                        aclOpExecutor *executor)

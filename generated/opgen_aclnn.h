@@ -54,6 +54,9 @@ aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDimsNum, aclDat
                            int64_t offset, aclFormat format, const int64_t *storageDims, uint64_t storageDimsNum,
                            void *tensorData);
 aclnnStatus aclDestroyTensor(const aclTensor *tensor);
+/* Frees an executor that will not run (one that runs is freed by its run). NULL:
+ * ACLNN_ERR_PARAM_NULLPTR; an executor that ran already, or was destroyed: ACLNN_ERR_PARAM_INVALID. */
+aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
 
 /* aclnnPreluBackward: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0,
  * else weight * grad_output; grad_weight sums self * grad_output over the non-positive

@@ -405,8 +405,20 @@ def test_aclnn_statuses():
     if size[0]:
         assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), size[0] - 1, executor[0], ffi.NULL) == INVALID
     assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), size[0], executor[0], ffi.NULL) == SUCCESS
+    assert np.any(grad_input != 0)
+    grad_input[...] = 0  # the refused runs below must not write it
     assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), size[0], executor[0], ffi.NULL) == INVALID
     assert "ran already" in last_error()
+    # an executor that will not run is destroyed, once; then it cannot run
+    assert lib.aclDestroyAclOpExecutor(executor[0]) == INVALID  # it ran (and was freed)
+    assert "ran already" in last_error()
+    assert lib.aclDestroyAclOpExecutor(ffi.NULL) == NULLPTR
+    assert phase_one(*[t.pointer for t in tensors], size, executor) == SUCCESS, last_error()
+    assert lib.aclDestroyAclOpExecutor(executor[0]) == SUCCESS, last_error()
+    assert lib.aclDestroyAclOpExecutor(executor[0]) == INVALID
+    assert "was destroyed" in last_error()
+    assert lib.aclnnPreluBackward(ffi.from_buffer(workspace), size[0], executor[0], ffi.NULL) == INVALID
+    assert np.all(grad_input == 0)
 
 
 def test_aclnn_single_weight_and_empty():

@@ -114,6 +114,10 @@ static void aclnn_case(int rank, const int64_t *dims, int strided, int grad_rank
         status = aclnnPreluBackward(workspace, size, executor, NULL);
         expect("aclnn second run", aclnnPreluBackward(workspace, size, executor, NULL), ACLNN_ERR_PARAM_INVALID);
         free(workspace);
+        /* an executor that will not run: destroyed (ASan checks the free) */
+        expect("aclnn phase one again",
+               aclnnPreluBackwardGetWorkspaceSize(grad, self, weight, out, grad_weight, &size, &executor), ACLNN_SUCCESS);
+        expect("aclnn destroy", aclDestroyAclOpExecutor(executor), ACLNN_SUCCESS);
     }
     expect("aclnn", status, wanted);
     aclDestroyTensor(self);
