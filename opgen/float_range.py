@@ -30,6 +30,7 @@ zero.
 from __future__ import annotations
 
 import ast
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -137,7 +138,8 @@ REDUCED_BOUND = Fraction(7, 20)
 _TAYLOR_DEGREE = 20
 
 
-def exp_polynomial(degree: int) -> tuple[list[Fraction], float]:
+@functools.cache  # the analysis asks hundreds of times per build; the arithmetic is exact and slow
+def exp_polynomial(degree: int) -> tuple[tuple[Fraction, ...], float]:
     """e^r for |r| <= 0.35 by a polynomial of `degree` (coefficients lowest power first) and a
     bound on its relative error. Exact rational arithmetic, so the same on every machine:
     e^r's Taylor series to r^20, then its highest powers traded for lower ones (Chebyshev
@@ -151,7 +153,7 @@ def exp_polynomial(degree: int) -> tuple[list[Fraction], float]:
         factor = terms[power] / chebyshev[power]
         terms = [t - factor * c for t, c in zip(terms, chebyshev + [0] * len(terms))]
         moved += abs(factor)
-    coefficients = [terms[m] / REDUCED_BOUND**m for m in range(degree + 1)]
+    coefficients = tuple(terms[m] / REDUCED_BOUND**m for m in range(degree + 1))
     return coefficients, float(moved) * math.exp(0.35) * (1 + 2.0**-40)
 
 
