@@ -114,7 +114,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FALLBACK
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const double src_or_dst_value = (double)src_or_dst_block[lane];
                         const double diff_dst_value = (double)diff_dst_block[lane];
@@ -148,7 +148,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
-                OPGEN_SIMD
+                OPGEN_SIMD_FALLBACK
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
@@ -398,7 +398,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FALLBACK
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const double src_or_dst_value = (double)src_or_dst_block[lane];
                         const double diff_dst_value = (double)diff_dst_block[lane];
@@ -430,7 +430,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
-                OPGEN_SIMD
+                OPGEN_SIMD_FALLBACK
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
@@ -500,7 +500,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
-                    OPGEN_SIMD
+                    OPGEN_SIMD_FALLBACK
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const double src_or_dst_value = (double)src_or_dst_block[lane];
                         const double diff_dst_value = (double)diff_dst_block[lane];
@@ -534,7 +534,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
-                OPGEN_SIMD
+                OPGEN_SIMD_FALLBACK
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
