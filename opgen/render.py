@@ -153,7 +153,11 @@ def render_library(
         files["opgen_aclnn.c"] = _render(env, "aclnn.c.j2", **aclnn_settings)
     headers = [name for name in ("opgen.h", "opgen_aclnn.h") if name in files]
     files["CMakeLists.txt"] = _render(
-        env, "CMakeLists.txt.j2", sources=sorted(n for n in files if n.endswith(".c")), headers=headers
+        env,
+        "CMakeLists.txt.j2",
+        sources=sorted(n for n in files if n.endswith(".c")),
+        headers=headers,
+        targets=compiled_targets,
     )
     files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
     cdef = _render(env, "cdef.h.j2", kernels=kernels + support_kernels, apis=apis, aclnn_apis=aclnn_apis, **settings)
