@@ -187,6 +187,18 @@ def test_cmake_build_and_install(vendored, cc):
     assert CHECKS in result.stdout
 
 
+def test_cmake_without_build_type_optimizes(vendored):
+    """A configure with no build type (CMake's default) still compiles the kernels optimized,
+    with the rounding flags of opgen's own builds."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed (the test extra installs it)")
+    build = vendored / "build_default"
+    run(["cmake", "-S", str(vendored / "opgen"), "-B", str(build)])
+    flags = (build / "CMakeFiles" / "opgen_kernels.dir" / "flags.make").read_text()
+    c_flags = next(line for line in flags.splitlines() if line.startswith("C_FLAGS"))
+    assert "-O3" in c_flags and "-ffp-contract=off" in c_flags, c_flags
+
+
 def test_readme_example_compiles_and_runs(vendored):
     """The complete program in the README's "Use from C" builds warning-free and runs."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
