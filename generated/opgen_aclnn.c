@@ -382,6 +382,17 @@ static aclnnStatus opgen_aclnn_finish(aclOpExecutor *executor, const char *funct
     return ACLNN_SUCCESS;
 }
 
+/* The link that points at `executor` in the pending list, or the list's NULL end when it is
+ * not there (it ran, was destroyed, or never was one). The caller holds the lock. */
+static aclOpExecutor **opgen_pending_link(const aclOpExecutor *executor)
+{
+    aclOpExecutor **link = &opgen_pending;
+    while (*link != NULL && *link != executor) {
+        link = &(*link)->next;
+    }
+    return link;
+}
+
 aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)
 {
     aclOpExecutor **link;
@@ -390,8 +401,7 @@ aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor)
         return ACLNN_ERR_PARAM_NULLPTR;
     }
     opgen_lock();
-    for (link = &opgen_pending; *link != NULL && *link != executor; link = &(*link)->next) {
-    }
+    link = opgen_pending_link(executor);
     if (*link == NULL) {
         opgen_unlock();
         opgen_error(OPGEN_INVALID_COMBINATION, "aclDestroyAclOpExecutor", "executor",
@@ -416,8 +426,7 @@ static aclnnStatus opgen_aclnn_execute(const char *function, void *workspace, ui
         return ACLNN_ERR_PARAM_NULLPTR;
     }
     opgen_lock();
-    for (link = &opgen_pending; *link != NULL && *link != executor; link = &(*link)->next) {
-    }
+    link = opgen_pending_link(executor);
     if (*link == NULL || strcmp(executor->function, function) != 0) {
         opgen_unlock();
         opgen_error(OPGEN_INVALID_COMBINATION, function, "executor",

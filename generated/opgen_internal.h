@@ -147,11 +147,7 @@
  * kernel with one): rarely run, but where clang 14 unrolled them it also compiled the float
  * branch's loop partly a lane at a time, stores the block's 64-byte load could not be
  * forwarded from (bf16 sigmoid from dst 5 GB/s, GCC's build 21-25; kept as a loop: 21-23). */
-#if defined(__clang__)
-#define OPGEN_SIMD_FALLBACK OPGEN_SIMD _Pragma("clang loop unroll(disable)")
-#else
-#define OPGEN_SIMD_FALLBACK OPGEN_SIMD
-#endif
+#define OPGEN_SIMD_FALLBACK OPGEN_SIMD_FLOAT /* kept as a loop under clang, as float lanes are */
 
 /* Settings one thread may write while others read them (the thread count, the target chosen
  * on first use): relaxed atomic loads and stores where the compiler has them. */
