@@ -43,7 +43,7 @@ static void aclnn_prelu_backward_f32_ncx__adapter(void *const *tensors, const fl
     (void)numbers;
     (void)workspace;
     (void)dims;
-    aclnn_prelu_backward_f32_ncx((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1], dims[2]);
+    aclnn_prelu_backward_f32_ncx((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1], dims[2]);
 }
 
 static void aclnn_prelu_backward_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -52,7 +52,7 @@ static void aclnn_prelu_backward_f32_nxc__adapter(void *const *tensors, const fl
     (void)numbers;
     (void)workspace;
     (void)dims;
-    aclnn_prelu_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
+    aclnn_prelu_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1]);
 }
 
 static void aclnn_prelu_backward_f32_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -70,7 +70,7 @@ static void aclnn_prelu_backward_f16_ncx__adapter(void *const *tensors, const fl
     (void)numbers;
     (void)workspace;
     (void)dims;
-    aclnn_prelu_backward_f16_ncx((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1], dims[2]);
+    aclnn_prelu_backward_f16_ncx((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1], dims[2]);
 }
 
 static void aclnn_prelu_backward_f16_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -79,7 +79,7 @@ static void aclnn_prelu_backward_f16_nxc__adapter(void *const *tensors, const fl
     (void)numbers;
     (void)workspace;
     (void)dims;
-    aclnn_prelu_backward_f16_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
+    aclnn_prelu_backward_f16_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1]);
 }
 
 static void aclnn_prelu_backward_f16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -97,7 +97,7 @@ static void aclnn_prelu_backward_bf16_ncx__adapter(void *const *tensors, const f
     (void)numbers;
     (void)workspace;
     (void)dims;
-    aclnn_prelu_backward_bf16_ncx((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1], dims[2]);
+    aclnn_prelu_backward_bf16_ncx((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1], dims[2]);
 }
 
 static void aclnn_prelu_backward_bf16_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
@@ -106,7 +106,7 @@ static void aclnn_prelu_backward_bf16_nxc__adapter(void *const *tensors, const f
     (void)numbers;
     (void)workspace;
     (void)dims;
-    aclnn_prelu_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (double *)tensors[4], workspace, dims[0], dims[1]);
+    aclnn_prelu_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1]);
 }
 
 static void aclnn_prelu_backward_bf16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)

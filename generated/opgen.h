@@ -243,13 +243,17 @@ int opgen_get_num_threads(void);
 
 /* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
-void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+/* grad_weight: the sums rounded (to f32, then the dtype); or, where grad_weight_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and grad_weight is not written */
 /* doubles of `workspace` aclnn_prelu_backward_f32_ncx needs */
 int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_f32_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel innermost) */
-void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+/* grad_weight: the sums rounded (to f32, then the dtype); or, where grad_weight_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and grad_weight is not written */
 /* doubles of `workspace` aclnn_prelu_backward_f32_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
@@ -261,13 +265,17 @@ int64_t aclnn_prelu_backward_f32_full_workspace_size(int64_t outer, int64_t chan
 
 /* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+/* grad_weight: the sums rounded (to f32, then the dtype); or, where grad_weight_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and grad_weight is not written */
 /* doubles of `workspace` aclnn_prelu_backward_f16_ncx needs */
 int64_t aclnn_prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_f16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel innermost) */
-void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+/* grad_weight: the sums rounded (to f32, then the dtype); or, where grad_weight_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and grad_weight is not written */
 /* doubles of `workspace` aclnn_prelu_backward_f16_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
@@ -279,13 +287,17 @@ int64_t aclnn_prelu_backward_f16_full_workspace_size(int64_t outer, int64_t chan
 
 /* aclnn_prelu_backward_bf16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+/* grad_weight: the sums rounded (to f32, then the dtype); or, where grad_weight_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and grad_weight is not written */
 /* doubles of `workspace` aclnn_prelu_backward_bf16_ncx needs */
 int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_bf16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel innermost) */
-void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+/* grad_weight: the sums rounded (to f32, then the dtype); or, where grad_weight_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and grad_weight is not written */
 /* doubles of `workspace` aclnn_prelu_backward_bf16_nxc needs (pass inner = 1) */
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
@@ -365,13 +377,17 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */
-void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+/* diff_slope: the sums rounded (to f32, then the dtype); or, where diff_slope_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and diff_slope is not written */
 /* doubles of `workspace` prelu_backward_f32_ncx needs */
 int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_f32_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel innermost) */
-void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+/* diff_slope: the sums rounded (to f32, then the dtype); or, where diff_slope_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and diff_slope is not written */
 /* doubles of `workspace` prelu_backward_f32_nxc needs (pass inner = 1) */
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
@@ -383,13 +399,17 @@ int64_t prelu_backward_f32_full_workspace_size(int64_t outer, int64_t channels, 
 
 /* prelu_backward_bf16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+/* diff_slope: the sums rounded (to f32, then the dtype); or, where diff_slope_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and diff_slope is not written */
 /* doubles of `workspace` prelu_backward_bf16_ncx needs */
 int64_t prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_bf16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; sums in float runs, then double; channel innermost) */
-void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+/* diff_slope: the sums rounded (to f32, then the dtype); or, where diff_slope_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and diff_slope is not written */
 /* doubles of `workspace` prelu_backward_bf16_nxc needs (pass inner = 1) */
 int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
@@ -401,13 +421,17 @@ int64_t prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels,
 
 /* prelu_backward_f16_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+/* diff_slope: the sums rounded (to f32, then the dtype); or, where diff_slope_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and diff_slope is not written */
 /* doubles of `workspace` prelu_backward_f16_ncx needs */
 int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_f16_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; sums in float runs, then double; channel innermost) */
-void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+/* diff_slope: the sums rounded (to f32, then the dtype); or, where diff_slope_sums is not NULL,
+ * the sums are added to it (double: zeroed, or earlier calls' sums) and diff_slope is not written */
 /* doubles of `workspace` prelu_backward_f16_nxc needs (pass inner = 1) */
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 

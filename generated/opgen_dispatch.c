@@ -138,30 +138,30 @@ int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner)
     return tiles < 1 ? 1 : tiles;
 }
 
-void aclnn_prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
-void aclnn_prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
-void aclnn_prelu_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #endif
 
-void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     case 2:
-        aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     case 1:
-        aclnn_prelu_backward_f32_ncx__avx2(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_f32_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     default:
         break;
     }
 #endif
-    aclnn_prelu_backward_f32_ncx__baseline(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+    aclnn_prelu_backward_f32_ncx__baseline(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
 }
 
 int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
@@ -169,36 +169,41 @@ int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t chann
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
-void aclnn_prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
-void aclnn_prelu_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void aclnn_prelu_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #endif
 
-void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     case 2:
-        aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     case 1:
-        aclnn_prelu_backward_f32_nxc__avx2(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_f32_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     default:
         break;
     }
 #endif
-    aclnn_prelu_backward_f32_nxc__baseline(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+    aclnn_prelu_backward_f32_nxc__baseline(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
 }
 
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    if (opgen_split_channels(outer, channels, tiles)) {
+        /* each thread's share of the channels' sums and float runs */
+        return opgen_split_share(opgen_split_bound(channels), 1, 0);
+    }
+    return (0 + tiles * 1) * channels;
 }
 
 void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -235,30 +240,30 @@ int64_t aclnn_prelu_backward_f32_full_workspace_size(int64_t outer, int64_t chan
     return 0;
 }
 
-void aclnn_prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
-void aclnn_prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
-void aclnn_prelu_backward_f16_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_f16_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #endif
 
-void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     case 2:
-        aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     case 1:
-        aclnn_prelu_backward_f16_ncx__avx2(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_f16_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     default:
         break;
     }
 #endif
-    aclnn_prelu_backward_f16_ncx__baseline(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+    aclnn_prelu_backward_f16_ncx__baseline(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
 }
 
 int64_t aclnn_prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
@@ -266,36 +271,41 @@ int64_t aclnn_prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t chann
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
-void aclnn_prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
-void aclnn_prelu_backward_f16_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void aclnn_prelu_backward_f16_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_f16_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_f16_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #endif
 
-void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     case 2:
-        aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     case 1:
-        aclnn_prelu_backward_f16_nxc__avx2(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_f16_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     default:
         break;
     }
 #endif
-    aclnn_prelu_backward_f16_nxc__baseline(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+    aclnn_prelu_backward_f16_nxc__baseline(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
 }
 
 int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    if (opgen_split_channels(outer, channels, tiles)) {
+        /* each thread's share of the channels' sums and float runs */
+        return opgen_split_share(opgen_split_bound(channels), 1, 1);
+    }
+    return (0 + tiles * 1) * channels;
 }
 
 void aclnn_prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -332,30 +342,30 @@ int64_t aclnn_prelu_backward_f16_full_workspace_size(int64_t outer, int64_t chan
     return 0;
 }
 
-void aclnn_prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
-void aclnn_prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
-void aclnn_prelu_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void aclnn_prelu_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #endif
 
-void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     case 2:
-        aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     case 1:
-        aclnn_prelu_backward_bf16_ncx__avx2(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+        aclnn_prelu_backward_bf16_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
     default:
         break;
     }
 #endif
-    aclnn_prelu_backward_bf16_ncx__baseline(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels, inner);
+    aclnn_prelu_backward_bf16_ncx__baseline(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
 }
 
 int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
@@ -363,36 +373,41 @@ int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t chan
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
-void aclnn_prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
-void aclnn_prelu_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void aclnn_prelu_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void aclnn_prelu_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #endif
 
-void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     case 2:
-        aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     case 1:
-        aclnn_prelu_backward_bf16_nxc__avx2(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+        aclnn_prelu_backward_bf16_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
     default:
         break;
     }
 #endif
-    aclnn_prelu_backward_bf16_nxc__baseline(grad_output, self, weight, grad_input, grad_weight_sums, workspace, outer, channels);
+    aclnn_prelu_backward_bf16_nxc__baseline(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
 }
 
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    if (opgen_split_channels(outer, channels, tiles)) {
+        /* each thread's share of the channels' sums and float runs */
+        return opgen_split_share(opgen_split_bound(channels), 1, 1);
+    }
+    return (0 + tiles * 1) * channels;
 }
 
 void aclnn_prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -492,7 +507,8 @@ void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const
 int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (5 + opgen_tile_count(outer, channels, 1) * 2) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    return (5 + tiles * 2) * channels;
 }
 
 void batch_norm_training_backward_bf16_f32_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -558,7 +574,8 @@ void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT 
 int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (5 + opgen_tile_count(outer, channels, 1) * 2) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    return (5 + tiles * 2) * channels;
 }
 
 void batch_norm_training_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -624,7 +641,8 @@ void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src,
 int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (5 + opgen_tile_count(outer, channels, 1) * 2) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    return (5 + tiles * 2) * channels;
 }
 
 void batch_norm_training_backward_f16_f32_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -690,7 +708,8 @@ void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT sr
 int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (5 + opgen_tile_count(outer, channels, 1) * 2) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    return (5 + tiles * 2) * channels;
 }
 
 void hard_sigmoid_backward_f32__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
@@ -771,30 +790,30 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
     hard_sigmoid_backward_bf16__baseline(src, diff_dst, alpha, beta, diff_src, count);
 }
 
-void prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
-void prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
-void prelu_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #endif
 
-void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     case 2:
-        prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     case 1:
-        prelu_backward_f32_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_f32_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     default:
         break;
     }
 #endif
-    prelu_backward_f32_ncx__baseline(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+    prelu_backward_f32_ncx__baseline(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
 }
 
 int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
@@ -802,36 +821,41 @@ int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, i
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
-void prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
-void prelu_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void prelu_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #endif
 
-void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     case 2:
-        prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     case 1:
-        prelu_backward_f32_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_f32_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     default:
         break;
     }
 #endif
-    prelu_backward_f32_nxc__baseline(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+    prelu_backward_f32_nxc__baseline(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
 }
 
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    if (opgen_split_channels(outer, channels, tiles)) {
+        /* each thread's share of the channels' sums and float runs */
+        return opgen_split_share(opgen_split_bound(channels), 1, 0);
+    }
+    return (0 + tiles * 1) * channels;
 }
 
 void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -868,30 +892,30 @@ int64_t prelu_backward_f32_full_workspace_size(int64_t outer, int64_t channels, 
     return 0;
 }
 
-void prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
-void prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
-void prelu_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #endif
 
-void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     case 2:
-        prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     case 1:
-        prelu_backward_bf16_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_bf16_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     default:
         break;
     }
 #endif
-    prelu_backward_bf16_ncx__baseline(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+    prelu_backward_bf16_ncx__baseline(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
 }
 
 int64_t prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
@@ -899,36 +923,41 @@ int64_t prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, 
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
-void prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
-void prelu_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void prelu_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #endif
 
-void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     case 2:
-        prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     case 1:
-        prelu_backward_bf16_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_bf16_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     default:
         break;
     }
 #endif
-    prelu_backward_bf16_nxc__baseline(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+    prelu_backward_bf16_nxc__baseline(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
 }
 
 int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    if (opgen_split_channels(outer, channels, tiles)) {
+        /* each thread's share of the channels' sums and float runs */
+        return opgen_split_share(opgen_split_bound(channels), 1, 1);
+    }
+    return (0 + tiles * 1) * channels;
 }
 
 void prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -965,30 +994,30 @@ int64_t prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels,
     return 0;
 }
 
-void prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
-void prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
-void prelu_backward_f16_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+void prelu_backward_f16_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #endif
 
-void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     case 2:
-        prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     case 1:
-        prelu_backward_f16_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+        prelu_backward_f16_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
     default:
         break;
     }
 #endif
-    prelu_backward_f16_ncx__baseline(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels, inner);
+    prelu_backward_f16_ncx__baseline(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
 }
 
 int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
@@ -996,36 +1025,41 @@ int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, i
     return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
 }
 
-void prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
-void prelu_backward_f16_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
-void prelu_backward_f16_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_f16_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+void prelu_backward_f16_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #endif
 
-void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
+void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
     case 3:
-        prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     case 2:
-        prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     case 1:
-        prelu_backward_f16_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+        prelu_backward_f16_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
     default:
         break;
     }
 #endif
-    prelu_backward_f16_nxc__baseline(src, slope, diff_dst, diff_src, diff_slope_sums, workspace, outer, channels);
+    prelu_backward_f16_nxc__baseline(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
 }
 
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
     (void)inner; /* the nxc loop tiles rows alone */
-    return (0 + opgen_tile_count(outer, channels, 1) * 1) * channels;
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    if (opgen_split_channels(outer, channels, tiles)) {
+        /* each thread's share of the channels' sums and float runs */
+        return opgen_split_share(opgen_split_bound(channels), 1, 1);
+    }
+    return (0 + tiles * 1) * channels;
 }
 
 void prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);

@@ -36,6 +36,9 @@
 #if OPGEN_X86_DISPATCH
 #include <immintrin.h>
 #endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 /* The instructions the code being compiled may use: the compiler's feature macros (GCC's
  * target pragma in a per-target copy sets them too), or the OPGEN_ISA_* names a per-target
@@ -123,6 +126,17 @@
 #define OPGEN_PARALLEL(threads)
 #define OPGEN_FOR
 #endif
+
+/* This thread's number in the team of a team_loop for `threads` (0 when it runs on one). */
+static inline int opgen_team_member(int threads)
+{
+#if defined(_OPENMP)
+    return threads > 1 ? omp_get_thread_num() : 0;
+#else
+    (void)threads;
+    return 0;
+#endif
+}
 
 /* Ask for vectorization without requiring OpenMP: compiled out where unknown. */
 #if defined(_OPENMP) || defined(OPGEN_OPENMP_SIMD)
@@ -318,6 +332,29 @@ static inline int64_t opgen_range_first(int64_t channels, int64_t ranges, int64_
 static inline int64_t opgen_range_last(int64_t channels, int64_t ranges, int64_t range)
 {
     return range + 1 == ranges ? channels : opgen_range_first(channels, ranges, range + 1);
+}
+
+/* Channels a thread's share of a channel split's workspace holds: the most a range has (the
+ * first range also takes the `head` channels, the last those past the last whole block),
+ * rounded up to a block. With at most OPGEN_MAX_THREADS threads, each at most one range's
+ * worth (ranges >= threads), the shares fit in opgen_split_share(opgen_split_bound(all the
+ * channels), ...) doubles. */
+static inline int64_t opgen_split_span(int64_t channels, int64_t ranges, int64_t head)
+{
+    const int64_t most = (channels / OPGEN_BLOCK + ranges - 1) / ranges * OPGEN_BLOCK + channels % OPGEN_BLOCK + head;
+    return (most + OPGEN_BLOCK - 1) / OPGEN_BLOCK * OPGEN_BLOCK;
+}
+
+static inline int64_t opgen_split_bound(int64_t channels)
+{
+    /* per thread: a block from each rounding, one more block and under 64 head channels */
+    return channels + (int64_t)OPGEN_MAX_THREADS * (3 * OPGEN_BLOCK + 64);
+}
+
+/* Doubles of one share: `doubles` double sums and `floats` float runs per channel. */
+static inline int64_t opgen_split_share(int64_t span, int doubles, int floats)
+{
+    return doubles * span + (floats * span + 1) / 2;
 }
 
 /* The math's exp(): libm's is a call the compiler cannot vectorize (a from-src tanh gradient
@@ -1161,8 +1198,9 @@ typedef struct opgen_operand_info {
 } opgen_operand_info;
 
 /* One specialized kernel behind a uniform signature: tensors are the operands' data (inputs,
- * then outputs; the sums of broadcast_reduce channel outputs), numbers the f32 attributes,
- * dims count, or outer, channels and inner. */
+ * then outputs), and for broadcast_reduce, from OPGEN_MAX_OPERANDS on, each channel output's
+ * sums (NULL: the kernel rounds them into the output); numbers the f32 attributes, dims count,
+ * or outer, channels and inner. */
 typedef void (*opgen_adapter)(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims);
 typedef int64_t (*opgen_workspace_function)(int64_t outer, int64_t channels, int64_t inner);
 
@@ -1200,6 +1238,7 @@ typedef struct opgen_call {
     int64_t sums_size;       /* elements of the operand, the sums' length */
     int64_t repeat;          /* > 1: channel operands repeated along a short inner dim (nxc loop) */
     int full;                /* broadcast_reduce: the operand as big as the reference (form full) */
+    int rounded;             /* broadcast_reduce: one kernel call rounds the sums into the outputs */
     int lead_count;          /* leading dims the kernel does not cover: one kernel call each */
     int64_t lead_sizes[OPGEN_MAX_RANK];
     int lead_kept[OPGEN_MAX_RANK];

@@ -635,7 +635,10 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
             call->dims[0] = call->reference_count;
             form = 2;
         }
-        for (int i = op->input_count; !call->full && i < op->input_count + op->output_count; ++i) {
+        /* one kernel call, sums not folded: the kernel keeps them and rounds them into the
+         * outputs; else the calls add them to double sums here (zeroed, folded, rounded after) */
+        call->rounded = !call->full && call->lead_count == 0 && call->repeat == 1;
+        for (int i = op->input_count; !call->full && !call->rounded && i < op->input_count + op->output_count; ++i) {
             if (op->operands[i].channel && call->tensors[i] != NULL &&
                 !opgen_add_size(&total, (size_t)(call->sums_size * call->repeat) * sizeof(double), &call->sums_at[i])) {
                 return opgen_workspace_overflow(op);
@@ -828,10 +831,10 @@ static void opgen_run_broadcast_reduce(const opgen_call *call, void **tensors, c
         if (call->tensors[i] != NULL) {
             sizes[i] = opgen_dtype_size(call->tensors[i]->dtype);
         }
-        if (i >= op->input_count && op->operands[i].channel && call->tensors[i] != NULL) {
+        if (i >= op->input_count && op->operands[i].channel && call->tensors[i] != NULL && !call->rounded) {
             sums[i] = (double *)(void *)(base + call->sums_at[i]);
             opgen_zero_sums(sums[i], call->sums_size * call->repeat);
-            arguments[i] = sums[i];
+            arguments[i] = NULL;
         }
     }
     if (call->repeat > 1) {
@@ -846,7 +849,7 @@ static void opgen_run_broadcast_reduce(const opgen_call *call, void **tensors, c
             pieces *= call->lead_sizes[g];
         }
         for (int64_t piece = 0; piece < pieces; ++piece) {
-            void *shifted[OPGEN_MAX_OPERANDS];
+            void *shifted[2 * OPGEN_MAX_OPERANDS] = { NULL }; /* the operands, then their sums */
             int64_t operand_index = 0;
             for (int g = 0; g < call->lead_count; ++g) {
                 if (call->lead_kept[g]) {
@@ -855,11 +858,9 @@ static void opgen_run_broadcast_reduce(const opgen_call *call, void **tensors, c
             }
             const int64_t offset = piece * block, operand_offset = operand_index * call->dims[1];
             for (int i = 0; i < operands; ++i) {
-                if (arguments[i] == NULL) {
-                    shifted[i] = NULL;
-                } else if (sums[i] != NULL) {
-                    shifted[i] = sums[i] + operand_offset;
-                } else {
+                if (sums[i] != NULL) {
+                    shifted[OPGEN_MAX_OPERANDS + i] = sums[i] + operand_offset;
+                } else if (arguments[i] != NULL) {
                     const int64_t at = op->operands[i].channel ? operand_offset : offset;
                     shifted[i] = (char *)arguments[i] + (size_t)at * sizes[i];
                 }

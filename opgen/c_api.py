@@ -136,8 +136,11 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
             elif "*" not in c_type:
                 arguments.append(f"numbers[{numbers.index(name)}]")
             else:
-                operand = name[: -len("_sums")] if name.endswith("_sums") and name not in index else name
-                arguments.append(f"({c_type.strip()})tensors[{index[operand]}]")
+                if name.endswith("_sums") and name not in index:  # an operand's sums: after the operands
+                    at = f"OPGEN_MAX_OPERANDS + {index[name[: -len('_sums')]]}"
+                else:
+                    at = str(index[name])
+                arguments.append(f"({c_type.strip()})tensors[{at}]")
         adapters.append({"kernel": kernel["name"], "arguments": arguments, "pattern": kernel["pattern"]})
     aclnn_parameters = [f"{'const ' if o['input'] else ''}aclTensor *{o['camel']}" for o in operands]
     parameters = [f"const opgen_tensor *{t.name}" for t in tensors]

@@ -268,10 +268,10 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
     params = [(f"const {dtype_c(t.name)} *", t.name) for t in spec.inputs]
     params += [("float ", name) for name in numbers if any(name in reads[s] for s in order)]
     for tensor in spec.outputs:
+        params.append((f"{dtype_c(tensor.name)} *", tensor.name))
         if tensor.kind == "channel" and spec.pattern == "broadcast_reduce" and not full:
+            # NULL, or sums (double) the terms are added to instead of rounding them into the output
             params.append(("double *", f"{tensor.name}_sums"))
-        else:
-            params.append((f"{dtype_c(tensor.name)} *", tensor.name))
     if spec.pattern == "elementwise" or full:
         params.append(("int64_t ", "count"))
     else:

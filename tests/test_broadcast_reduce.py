@@ -222,6 +222,33 @@ def test_rows_of_many_channels(dtype):
     assert_within(one[1], expected[1], dtype, bound, f"{dtype} diff_slope")
 
 
+@pytest.mark.parametrize("shape", [(3, 5, CHANNEL_SPLIT + 37), (3, 40, 67)])
+@pytest.mark.parametrize("layout", ["NXC", "NCX"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_sums_over_several_kernel_calls(dtype, layout, shape):
+    """A slope that keeps a leading dim the kernel does not cover (one kernel call per index
+    there, each adding to double sums the call zeroes and rounds after) gives the bits of
+    separate calls on each index, where the kernel rounds its sums into the output itself:
+    through the channel-range path (few rows of many channels) and the tiled one."""
+    generator = rng("several kernel calls", dtype, layout, shape)
+    src, diff_dst = data(generator, shape, dtype), data(generator, shape, dtype)
+    slope = data(generator, (shape[0], 1, shape[2]), dtype)
+    for count in (1, 2):
+        with threads_set_to(count):
+            whole = opgen.prelu_backward(src, slope, diff_dst, data_format=layout)
+            for index in range(shape[0]):
+                part = opgen.prelu_backward(src[index], slope[index], diff_dst[index], data_format=layout)
+                for name, got, alone in zip(("diff_src", "diff_slope"), whole, part):
+                    message = f"{count} threads, index {index}: {name} differs from its own call"
+                    assert np.array_equal(got[index].view(np.uint8), alone.view(np.uint8)), message
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format=layout)
+    assert_ulps(whole[0], expected[0], dtype, 1, f"{dtype} {layout} diff_src")
+    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": layout}
+    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
+    bound = sum_bound(abs_sum, src.size // slope.size, float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
+    assert_within(whole[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
+
+
 @pytest.mark.parametrize("channels", [300, 17])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_nxc_tensors_past_the_caches(dtype, channels):

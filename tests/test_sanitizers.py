@@ -34,8 +34,12 @@ NXC += [(STREAM_BYTES // 4 // 67 + 1, 67)]  # past the caches: rows in memory or
 NXC_REPEAT = [(5, 3 * 7, 7), (BIG // 20 + 1, 4 * 5, 5)]  # (outer, channels, repeat): a short NCX inner dim
 
 
-def call(kernel: dict, dims: tuple[int, ...]) -> str:
-    """C statements that allocate exact-size buffers, call the kernel and free them."""
+def call(kernel: dict, dims: tuple[int, ...], sums_given: bool) -> str:
+    """C statements that allocate exact-size buffers, call the kernel and free them. A
+    broadcast_reduce kernel gets its channel outputs (rounded sums) or, `sums_given`, double
+    sums to add to instead, the other pointer NULL."""
+    sums = {name[: -len("_sums")] for _, name in kernel["params"] if name.endswith("_sums")}
+    absent = {f"{name}_sums" for name in sums} if not sums_given else sums
     if kernel["pattern"] == "elementwise" or kernel["form"] == "full":
         (count,) = dims
         total, channels = count, 0
@@ -54,6 +58,8 @@ def call(kernel: dict, dims: tuple[int, ...]) -> str:
             lines.append(f"int64_t {name}_n = {kernel['name']}_workspace_size({dims[0]}, {dims[1]}, {ncx_inner});")
             lines.append(f"double *{name} = (double *)checked_malloc((size_t){name}_n * sizeof(double));")
             frees.append(name)
+        elif name in absent:
+            pass
         elif "*" in type_:
             is_channel = name.endswith("_sums") or any(
                 t["name"] == name and t["kind"] == "channel" for t in (*kernel["inputs"], *kernel["outputs"])
@@ -65,7 +71,9 @@ def call(kernel: dict, dims: tuple[int, ...]) -> str:
         names.append(name)
     arguments = []
     for type_, name in kernel["params"]:
-        if "*" in type_:
+        if name in absent:
+            arguments.append("NULL")
+        elif "*" in type_:
             arguments.append(name)
         elif type_.startswith("float"):
             arguments.append("0.25f")
@@ -85,7 +93,7 @@ def driver() -> str:
         else:
             repeats = any(name == "repeat" for _, name in kernel["params"])
             shapes = NXC + (NXC_REPEAT if repeats else [])
-        body += [f"    {call(kernel, dims)}" for dims in shapes]
+        body += [f"    {call(kernel, dims, index % 2 == 1)}" for index, dims in enumerate(shapes)]
     return "\n".join(
         [
             "#include <stdio.h>",
