@@ -47,7 +47,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                     {
                         const int64_t channel = unit % channels;
                         const float weight_value = weight[channel];
-                        
                         const int64_t base = unit * inner;
                         double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
@@ -205,7 +204,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                 {
                     const int64_t channel = unit % channels;
                     const float weight_value = weight[channel];
-                    
                     const int64_t base = unit * inner;
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
@@ -731,7 +729,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     /* the channels after the last whole block, in the last segment */
                                     for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float weight_value = weight[channel];
-                                        
                                         const float grad_output_value = grad_output[base + channel];
                                         const float self_value = self[base + channel];
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
@@ -782,7 +779,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             }
                             for (; channel < channels; ++channel) {
                                 const float weight_value = weight[channel];
-                                
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     const float grad_output_value = grad_output[base + channel];
@@ -843,7 +839,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float weight_value = weight[channel];
-                                    
                                     const float grad_output_value = grad_output[base + channel];
                                     const float self_value = self[base + channel];
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
@@ -894,7 +889,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         }
                         for (; channel < channels; ++channel) {
                             const float weight_value = weight[channel];
-                            
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float grad_output_value = grad_output[base + channel];
@@ -1064,7 +1058,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                     {
                         const int64_t channel = unit % channels;
                         const float weight_value = opgen_f16_to_f32(weight[channel]);
-                        
                         const int64_t base = unit * inner;
                         double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
@@ -1227,7 +1220,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                 {
                     const int64_t channel = unit % channels;
                     const float weight_value = opgen_f16_to_f32(weight[channel]);
-                    
                     const int64_t base = unit * inner;
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
@@ -1793,7 +1785,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     /* the channels after the last whole block, in the last segment */
                                     for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                        
                                         const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
                                         const float self_value = opgen_f16_to_f32(self[base + channel]);
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
@@ -1844,7 +1835,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             }
                             for (; channel < channels; ++channel) {
                                 const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
@@ -1903,7 +1893,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                    
                                     const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
                                     const float self_value = opgen_f16_to_f32(self[base + channel]);
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
@@ -1954,7 +1943,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         }
                         for (; channel < channels; ++channel) {
                             const float weight_value = opgen_f16_to_f32(weight[channel]);
-                            
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
@@ -2185,7 +2173,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                     {
                         const int64_t channel = unit % channels;
                         const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                        
                         const int64_t base = unit * inner;
                         double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
@@ -2366,7 +2353,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                 {
                     const int64_t channel = unit % channels;
                     const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                    
                     const int64_t base = unit * inner;
                     double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double grad_weight_acc = 0;
@@ -2974,7 +2960,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     /* the channels after the last whole block, in the last segment */
                                     for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                        
                                         const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
                                         const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
@@ -3069,7 +3054,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             for (; channel < channels; ++channel) {
                                 const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
@@ -3128,7 +3112,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                    
                                     const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
                                     const float self_value = opgen_bf16_to_f32(self[base + channel]);
                                     const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
@@ -3223,7 +3206,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         }
                         for (; channel < channels; ++channel) {
                             const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                            
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);

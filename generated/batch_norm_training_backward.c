@@ -529,11 +529,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 }
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    
                                     const double mean_acc = (double)(mean[channel]);
                                     const float src_value = src[base + channel];
                                     const float diff_dst_value = diff_dst[base + channel];
-                                    
                                     const double sum_diff_dst_term = ((double)diff_dst_value);
                                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                     partial[0 * channels + channel] += sum_diff_dst_term;
@@ -642,13 +640,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             }
                         }
                         for (; channel < last; ++channel) {
-                            
                             const double mean_acc = (double)(mean[channel]);
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = src[base + channel];
                                 const float diff_dst_value = diff_dst[base + channel];
-                                
                                 const double sum_diff_dst_term = ((double)diff_dst_value);
                                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                 partial[0 * channels + channel] += sum_diff_dst_term;
@@ -708,11 +704,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             }
                             /* the channels after the last whole block, in the last segment */
                             for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                
                                 const double mean_acc = (double)(mean[channel]);
                                 const float src_value = src[base + channel];
                                 const float diff_dst_value = diff_dst[base + channel];
-                                
                                 const double sum_diff_dst_term = ((double)diff_dst_value);
                                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                 partial[0 * channels + channel] += sum_diff_dst_term;
@@ -821,13 +815,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         }
                     }
                     for (; channel < last; ++channel) {
-                        
                         const double mean_acc = (double)(mean[channel]);
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             const float src_value = src[base + channel];
                             const float diff_dst_value = diff_dst[base + channel];
-                            
                             const double sum_diff_dst_term = ((double)diff_dst_value);
                             const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                             partial[0 * channels + channel] += sum_diff_dst_term;
@@ -1476,11 +1468,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 }
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    
                                     const double mean_acc = (double)(mean[channel]);
                                     const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                    
                                     const double sum_diff_dst_term = ((double)diff_dst_value);
                                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                     partial[0 * channels + channel] += sum_diff_dst_term;
@@ -1589,13 +1579,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             }
                         }
                         for (; channel < last; ++channel) {
-                            
                             const double mean_acc = (double)(mean[channel]);
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                
                                 const double sum_diff_dst_term = ((double)diff_dst_value);
                                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                 partial[0 * channels + channel] += sum_diff_dst_term;
@@ -1655,11 +1643,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             }
                             /* the channels after the last whole block, in the last segment */
                             for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                
                                 const double mean_acc = (double)(mean[channel]);
                                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                
                                 const double sum_diff_dst_term = ((double)diff_dst_value);
                                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                 partial[0 * channels + channel] += sum_diff_dst_term;
@@ -1768,13 +1754,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         }
                     }
                     for (; channel < last; ++channel) {
-                        
                         const double mean_acc = (double)(mean[channel]);
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             const float src_value = opgen_bf16_to_f32(src[base + channel]);
                             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            
                             const double sum_diff_dst_term = ((double)diff_dst_value);
                             const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                             partial[0 * channels + channel] += sum_diff_dst_term;
@@ -2423,11 +2407,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 }
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    
                                     const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
                                     const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                    
                                     const double sum_diff_dst_term = ((double)diff_dst_value);
                                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                     partial[0 * channels + channel] += sum_diff_dst_term;
@@ -2536,13 +2518,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             }
                         }
                         for (; channel < last; ++channel) {
-                            
                             const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                
                                 const double sum_diff_dst_term = ((double)diff_dst_value);
                                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                 partial[0 * channels + channel] += sum_diff_dst_term;
@@ -2602,11 +2582,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             }
                             /* the channels after the last whole block, in the last segment */
                             for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                
                                 const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
                                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                
                                 const double sum_diff_dst_term = ((double)diff_dst_value);
                                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                 partial[0 * channels + channel] += sum_diff_dst_term;
@@ -2715,13 +2693,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         }
                     }
                     for (; channel < last; ++channel) {
-                        
                         const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             const float src_value = opgen_bf16_to_f32(src[base + channel]);
                             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            
                             const double sum_diff_dst_term = ((double)diff_dst_value);
                             const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                             partial[0 * channels + channel] += sum_diff_dst_term;
@@ -3370,11 +3346,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 }
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    
                                     const double mean_acc = (double)(mean[channel]);
                                     const float src_value = opgen_f16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                    
                                     const double sum_diff_dst_term = ((double)diff_dst_value);
                                     const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                     partial[0 * channels + channel] += sum_diff_dst_term;
@@ -3483,13 +3457,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             }
                         }
                         for (; channel < last; ++channel) {
-                            
                             const double mean_acc = (double)(mean[channel]);
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = opgen_f16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                
                                 const double sum_diff_dst_term = ((double)diff_dst_value);
                                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                 partial[0 * channels + channel] += sum_diff_dst_term;
@@ -3549,11 +3521,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             }
                             /* the channels after the last whole block, in the last segment */
                             for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                
                                 const double mean_acc = (double)(mean[channel]);
                                 const float src_value = opgen_f16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                
                                 const double sum_diff_dst_term = ((double)diff_dst_value);
                                 const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                                 partial[0 * channels + channel] += sum_diff_dst_term;
@@ -3662,13 +3632,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         }
                     }
                     for (; channel < last; ++channel) {
-                        
                         const double mean_acc = (double)(mean[channel]);
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
                             const float src_value = opgen_f16_to_f32(src[base + channel]);
                             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            
                             const double sum_diff_dst_term = ((double)diff_dst_value);
                             const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
                             partial[0 * channels + channel] += sum_diff_dst_term;

@@ -47,7 +47,6 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                     {
                         const int64_t channel = unit % channels;
                         const float slope_value = slope[channel];
-                        
                         const int64_t base = unit * inner;
                         double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
@@ -205,7 +204,6 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                 {
                     const int64_t channel = unit % channels;
                     const float slope_value = slope[channel];
-                    
                     const int64_t base = unit * inner;
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
@@ -731,7 +729,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     /* the channels after the last whole block, in the last segment */
                                     for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float slope_value = slope[channel];
-                                        
                                         const float src_value = src[base + channel];
                                         const float diff_dst_value = diff_dst[base + channel];
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
@@ -782,7 +779,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             }
                             for (; channel < channels; ++channel) {
                                 const float slope_value = slope[channel];
-                                
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     const float src_value = src[base + channel];
@@ -843,7 +839,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float slope_value = slope[channel];
-                                    
                                     const float src_value = src[base + channel];
                                     const float diff_dst_value = diff_dst[base + channel];
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
@@ -894,7 +889,6 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         }
                         for (; channel < channels; ++channel) {
                             const float slope_value = slope[channel];
-                            
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = src[base + channel];
@@ -1064,7 +1058,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                     {
                         const int64_t channel = unit % channels;
                         const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                        
                         const int64_t base = unit * inner;
                         double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
@@ -1245,7 +1238,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                 {
                     const int64_t channel = unit % channels;
                     const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                    
                     const int64_t base = unit * inner;
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
@@ -1853,7 +1845,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     /* the channels after the last whole block, in the last segment */
                                     for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                                        
                                         const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
@@ -1948,7 +1939,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             }
                             for (; channel < channels; ++channel) {
                                 const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                                
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     const float src_value = opgen_bf16_to_f32(src[base + channel]);
@@ -2007,7 +1997,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                                    
                                     const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
@@ -2102,7 +2091,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         }
                         for (; channel < channels; ++channel) {
                             const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                            
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
@@ -2333,7 +2321,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                     {
                         const int64_t channel = unit % channels;
                         const float slope_value = opgen_f16_to_f32(slope[channel]);
-                        
                         const int64_t base = unit * inner;
                         double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
@@ -2496,7 +2483,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                 {
                     const int64_t channel = unit % channels;
                     const float slope_value = opgen_f16_to_f32(slope[channel]);
-                    
                     const int64_t base = unit * inner;
                     double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                     double diff_slope_acc = 0;
@@ -3062,7 +3048,6 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     /* the channels after the last whole block, in the last segment */
                                     for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float slope_value = opgen_f16_to_f32(slope[channel]);
-                                        
                                         const float src_value = opgen_f16_to_f32(src[base + channel]);
                                         const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
@@ -3113,7 +3098,6 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             }
                             for (; channel < channels; ++channel) {
                                 const float slope_value = opgen_f16_to_f32(slope[channel]);
-                                
                                 for (int64_t row = group; row < group_end; ++row) {
                                     const int64_t base = row * channels;
                                     const float src_value = opgen_f16_to_f32(src[base + channel]);
@@ -3172,7 +3156,6 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 /* the channels after the last whole block, in the last segment */
                                 for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float slope_value = opgen_f16_to_f32(slope[channel]);
-                                    
                                     const float src_value = opgen_f16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                                     const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
@@ -3223,7 +3206,6 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         }
                         for (; channel < channels; ++channel) {
                             const float slope_value = opgen_f16_to_f32(slope[channel]);
-                            
                             for (int64_t row = group; row < group_end; ++row) {
                                 const int64_t base = row * channels;
                                 const float src_value = opgen_f16_to_f32(src[base + channel]);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import tempfile
 import traceback
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ def environment(template_dir: Path) -> jinja2.Environment:
 
 def _render(env: jinja2.Environment, name: str, **context: Any) -> str:
     try:
-        return env.get_template(name).render(**context)
+        # a line of indentation alone is a macro call that expanded to nothing: dropped
+        return re.sub(r"(?m)^[ \t]+\n", "", env.get_template(name).render(**context))
     except jinja2.TemplateSyntaxError as error:
         raise RenderError(f"{error.filename or name}:{error.lineno}: {error.message}") from None
     except (jinja2.TemplateError, RenderError, TypeError, ValueError) as error:
