@@ -350,22 +350,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
     }
     if (grad_weight_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += workspace[0 * channels + channel];
+            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_f32(grad_weight + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double grad_weight_acc = workspace[0 * channels + channel];
-            grad_weight[channel] = (float)(grad_weight_acc);
-        }
+        opgen_narrow_f32((workspace + 0 * channels), grad_weight, channels);
     }
 }
 
@@ -522,19 +510,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                             grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
                         }
                     } else {
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float values[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                values[lane] = (float)grad_weight_range_sums[(channel + lane) - first];
-                            }
-                            opgen_store_block_f32(grad_weight + channel, values, 0);
-                        }
-                        for (; channel < last; ++channel) {
-                            const double grad_weight_acc = grad_weight_range_sums[channel - first];
-                            grad_weight[channel] = (float)(grad_weight_acc);
-                        }
+                        opgen_narrow_f32(grad_weight_range_sums, grad_weight + first, last - first);
                     }
                 }
                 opgen_fence();
@@ -664,19 +640,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                         grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
                     }
                 } else {
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float values[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            values[lane] = (float)grad_weight_range_sums[(channel + lane) - first];
-                        }
-                        opgen_store_block_f32(grad_weight + channel, values, 0);
-                    }
-                    for (; channel < last; ++channel) {
-                        const double grad_weight_acc = grad_weight_range_sums[channel - first];
-                        grad_weight[channel] = (float)(grad_weight_acc);
-                    }
+                    opgen_narrow_f32(grad_weight_range_sums, grad_weight + first, last - first);
                 }
             }
             opgen_fence();
@@ -914,22 +878,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     }
     if (grad_weight_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += workspace[0 * channels + channel];
+            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_f32(grad_weight + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double grad_weight_acc = workspace[0 * channels + channel];
-            grad_weight[channel] = (float)(grad_weight_acc);
-        }
+        opgen_narrow_f32((workspace + 0 * channels), grad_weight, channels);
     }
 }
 
@@ -1371,22 +1323,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
     }
     if (grad_weight_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += workspace[0 * channels + channel];
+            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_f16(grad_weight + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double grad_weight_acc = workspace[0 * channels + channel];
-            grad_weight[channel] = opgen_f32_to_f16((float)(grad_weight_acc));
-        }
+        opgen_narrow_f16((workspace + 0 * channels), grad_weight, channels);
     }
 }
 
@@ -1561,19 +1501,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                             grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
                         }
                     } else {
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float values[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                values[lane] = (float)grad_weight_range_sums[(channel + lane) - first];
-                            }
-                            opgen_store_block_f16(grad_weight + channel, values, 0);
-                        }
-                        for (; channel < last; ++channel) {
-                            const double grad_weight_acc = grad_weight_range_sums[channel - first];
-                            grad_weight[channel] = opgen_f32_to_f16((float)(grad_weight_acc));
-                        }
+                        opgen_narrow_f16(grad_weight_range_sums, grad_weight + first, last - first);
                     }
                 }
                 opgen_fence();
@@ -1721,19 +1649,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                         grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
                     }
                 } else {
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float values[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            values[lane] = (float)grad_weight_range_sums[(channel + lane) - first];
-                        }
-                        opgen_store_block_f16(grad_weight + channel, values, 0);
-                    }
-                    for (; channel < last; ++channel) {
-                        const double grad_weight_acc = grad_weight_range_sums[channel - first];
-                        grad_weight[channel] = opgen_f32_to_f16((float)(grad_weight_acc));
-                    }
+                    opgen_narrow_f16(grad_weight_range_sums, grad_weight + first, last - first);
                 }
             }
             opgen_fence();
@@ -1967,22 +1883,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
     }
     if (grad_weight_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += workspace[0 * channels + channel];
+            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_f16(grad_weight + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double grad_weight_acc = workspace[0 * channels + channel];
-            grad_weight[channel] = opgen_f32_to_f16((float)(grad_weight_acc));
-        }
+        opgen_narrow_f16((workspace + 0 * channels), grad_weight, channels);
     }
 }
 
@@ -2522,22 +2426,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
     }
     if (grad_weight_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += workspace[0 * channels + channel];
+            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_bf16(grad_weight + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double grad_weight_acc = workspace[0 * channels + channel];
-            grad_weight[channel] = opgen_f32_to_bf16((float)(grad_weight_acc));
-        }
+        opgen_narrow_bf16((workspace + 0 * channels), grad_weight, channels);
     }
 }
 
@@ -2724,19 +2616,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                             grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
                         }
                     } else {
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float values[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                values[lane] = (float)grad_weight_range_sums[(channel + lane) - first];
-                            }
-                            opgen_store_block_bf16(grad_weight + channel, values, 0);
-                        }
-                        for (; channel < last; ++channel) {
-                            const double grad_weight_acc = grad_weight_range_sums[channel - first];
-                            grad_weight[channel] = opgen_f32_to_bf16((float)(grad_weight_acc));
-                        }
+                        opgen_narrow_bf16(grad_weight_range_sums, grad_weight + first, last - first);
                     }
                 }
                 opgen_fence();
@@ -2896,19 +2776,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                         grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
                     }
                 } else {
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float values[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            values[lane] = (float)grad_weight_range_sums[(channel + lane) - first];
-                        }
-                        opgen_store_block_bf16(grad_weight + channel, values, 0);
-                    }
-                    for (; channel < last; ++channel) {
-                        const double grad_weight_acc = grad_weight_range_sums[channel - first];
-                        grad_weight[channel] = opgen_f32_to_bf16((float)(grad_weight_acc));
-                    }
+                    opgen_narrow_bf16(grad_weight_range_sums, grad_weight + first, last - first);
                 }
             }
             opgen_fence();
@@ -3230,22 +3098,10 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
     }
     if (grad_weight_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += workspace[0 * channels + channel];
+            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_bf16(grad_weight + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double grad_weight_acc = workspace[0 * channels + channel];
-            grad_weight[channel] = opgen_f32_to_bf16((float)(grad_weight_acc));
-        }
+        opgen_narrow_bf16((workspace + 0 * channels), grad_weight, channels);
     }
 }
 

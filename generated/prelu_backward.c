@@ -350,22 +350,10 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
     }
     if (diff_slope_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            diff_slope_sums[channel] += workspace[0 * channels + channel];
+            diff_slope_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_f32(diff_slope + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double diff_slope_acc = workspace[0 * channels + channel];
-            diff_slope[channel] = (float)(diff_slope_acc);
-        }
+        opgen_narrow_f32((workspace + 0 * channels), diff_slope, channels);
     }
 }
 
@@ -522,19 +510,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                             diff_slope_sums[channel] += diff_slope_range_sums[channel - first];
                         }
                     } else {
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float values[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                values[lane] = (float)diff_slope_range_sums[(channel + lane) - first];
-                            }
-                            opgen_store_block_f32(diff_slope + channel, values, 0);
-                        }
-                        for (; channel < last; ++channel) {
-                            const double diff_slope_acc = diff_slope_range_sums[channel - first];
-                            diff_slope[channel] = (float)(diff_slope_acc);
-                        }
+                        opgen_narrow_f32(diff_slope_range_sums, diff_slope + first, last - first);
                     }
                 }
                 opgen_fence();
@@ -664,19 +640,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                         diff_slope_sums[channel] += diff_slope_range_sums[channel - first];
                     }
                 } else {
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float values[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            values[lane] = (float)diff_slope_range_sums[(channel + lane) - first];
-                        }
-                        opgen_store_block_f32(diff_slope + channel, values, 0);
-                    }
-                    for (; channel < last; ++channel) {
-                        const double diff_slope_acc = diff_slope_range_sums[channel - first];
-                        diff_slope[channel] = (float)(diff_slope_acc);
-                    }
+                    opgen_narrow_f32(diff_slope_range_sums, diff_slope + first, last - first);
                 }
             }
             opgen_fence();
@@ -914,22 +878,10 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
     }
     if (diff_slope_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            diff_slope_sums[channel] += workspace[0 * channels + channel];
+            diff_slope_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_f32(diff_slope + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double diff_slope_acc = workspace[0 * channels + channel];
-            diff_slope[channel] = (float)(diff_slope_acc);
-        }
+        opgen_narrow_f32((workspace + 0 * channels), diff_slope, channels);
     }
 }
 
@@ -1407,22 +1359,10 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
     }
     if (diff_slope_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            diff_slope_sums[channel] += workspace[0 * channels + channel];
+            diff_slope_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_bf16(diff_slope + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double diff_slope_acc = workspace[0 * channels + channel];
-            diff_slope[channel] = opgen_f32_to_bf16((float)(diff_slope_acc));
-        }
+        opgen_narrow_bf16((workspace + 0 * channels), diff_slope, channels);
     }
 }
 
@@ -1609,19 +1549,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                             diff_slope_sums[channel] += diff_slope_range_sums[channel - first];
                         }
                     } else {
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float values[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                values[lane] = (float)diff_slope_range_sums[(channel + lane) - first];
-                            }
-                            opgen_store_block_bf16(diff_slope + channel, values, 0);
-                        }
-                        for (; channel < last; ++channel) {
-                            const double diff_slope_acc = diff_slope_range_sums[channel - first];
-                            diff_slope[channel] = opgen_f32_to_bf16((float)(diff_slope_acc));
-                        }
+                        opgen_narrow_bf16(diff_slope_range_sums, diff_slope + first, last - first);
                     }
                 }
                 opgen_fence();
@@ -1781,19 +1709,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                         diff_slope_sums[channel] += diff_slope_range_sums[channel - first];
                     }
                 } else {
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float values[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            values[lane] = (float)diff_slope_range_sums[(channel + lane) - first];
-                        }
-                        opgen_store_block_bf16(diff_slope + channel, values, 0);
-                    }
-                    for (; channel < last; ++channel) {
-                        const double diff_slope_acc = diff_slope_range_sums[channel - first];
-                        diff_slope[channel] = opgen_f32_to_bf16((float)(diff_slope_acc));
-                    }
+                    opgen_narrow_bf16(diff_slope_range_sums, diff_slope + first, last - first);
                 }
             }
             opgen_fence();
@@ -2115,22 +2031,10 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
     }
     if (diff_slope_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            diff_slope_sums[channel] += workspace[0 * channels + channel];
+            diff_slope_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_bf16(diff_slope + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double diff_slope_acc = workspace[0 * channels + channel];
-            diff_slope[channel] = opgen_f32_to_bf16((float)(diff_slope_acc));
-        }
+        opgen_narrow_bf16((workspace + 0 * channels), diff_slope, channels);
     }
 }
 
@@ -2634,22 +2538,10 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
     }
     if (diff_slope_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            diff_slope_sums[channel] += workspace[0 * channels + channel];
+            diff_slope_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_f16(diff_slope + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double diff_slope_acc = workspace[0 * channels + channel];
-            diff_slope[channel] = opgen_f32_to_f16((float)(diff_slope_acc));
-        }
+        opgen_narrow_f16((workspace + 0 * channels), diff_slope, channels);
     }
 }
 
@@ -2824,19 +2716,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                             diff_slope_sums[channel] += diff_slope_range_sums[channel - first];
                         }
                     } else {
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float values[OPGEN_BLOCK];
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                values[lane] = (float)diff_slope_range_sums[(channel + lane) - first];
-                            }
-                            opgen_store_block_f16(diff_slope + channel, values, 0);
-                        }
-                        for (; channel < last; ++channel) {
-                            const double diff_slope_acc = diff_slope_range_sums[channel - first];
-                            diff_slope[channel] = opgen_f32_to_f16((float)(diff_slope_acc));
-                        }
+                        opgen_narrow_f16(diff_slope_range_sums, diff_slope + first, last - first);
                     }
                 }
                 opgen_fence();
@@ -2984,19 +2864,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                         diff_slope_sums[channel] += diff_slope_range_sums[channel - first];
                     }
                 } else {
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float values[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            values[lane] = (float)diff_slope_range_sums[(channel + lane) - first];
-                        }
-                        opgen_store_block_f16(diff_slope + channel, values, 0);
-                    }
-                    for (; channel < last; ++channel) {
-                        const double diff_slope_acc = diff_slope_range_sums[channel - first];
-                        diff_slope[channel] = opgen_f32_to_f16((float)(diff_slope_acc));
-                    }
+                    opgen_narrow_f16(diff_slope_range_sums, diff_slope + first, last - first);
                 }
             }
             opgen_fence();
@@ -3230,22 +3098,10 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
     }
     if (diff_slope_sums != NULL) {
         for (int64_t channel = 0; channel < channels; ++channel) {
-            diff_slope_sums[channel] += workspace[0 * channels + channel];
+            diff_slope_sums[channel] += (workspace + 0 * channels)[channel];
         }
     } else {
-        int64_t channel = 0;
-        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)workspace[0 * channels + (channel + lane)];
-            }
-            opgen_store_block_f16(diff_slope + channel, values, 0);
-        }
-        for (; channel < channels; ++channel) {
-            const double diff_slope_acc = workspace[0 * channels + channel];
-            diff_slope[channel] = opgen_f32_to_f16((float)(diff_slope_acc));
-        }
+        opgen_narrow_f16((workspace + 0 * channels), diff_slope, channels);
     }
 }
 

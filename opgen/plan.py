@@ -252,6 +252,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "name": tensor.name,
                 "kind": "tensor" if full else tensor.kind,
                 "c_type": dtype.c_type,
+                "dtype": dtype.name,
                 "optional": tensor.optional,
                 "store_block": dtype.store_block,
                 "line_writer": dtype.line_writer,
