@@ -4,9 +4,10 @@
  */
 /*
  * Sums (double) to each dtype, rounded as the kernels' stores round (to f32, then to the
- * dtype), for the `*_sums` of the broadcast_reduce kernels when an op call adds up several
- * kernel calls (a slope with leading dims, a short NCX inner dim). Compiled per target, like
- * the kernels: such a slope can have as many sums as a row has elements.
+ * dtype): the broadcast_reduce kernels' sums into their outputs, and the op calls' `*_sums`
+ * when they add up several kernel calls (a slope with leading dims, a short NCX inner dim).
+ * Compiled per target, like the kernels: such a slope can have as many sums as a row has
+ * elements.
  */
 #include "opgen.h"
 #include "opgen_internal.h"
