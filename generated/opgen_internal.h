@@ -580,54 +580,52 @@ static inline float opgen_bf16_to_f32(opgen_bf16 value)
 }
 
 /* Round to nearest even; NaN stays NaN (made quiet), overflow goes to infinity, subnormals
- * are kept. Integer arithmetic: the AVX512-BF16 instruction would flush subnormals. */
+ * are kept. Integer arithmetic: the AVX512-BF16 instruction would flush subnormals. Choices
+ * by masks, not branches, here and in the f16 conversions: compilers vectorize these for
+ * the portable blocks (SSE2, NEON), where a branch kept them one element at a time. */
 static inline opgen_bf16 opgen_f32_to_bf16(float value)
 {
-    uint32_t bits = opgen_float_bits(value);
-    uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    uint32_t quiet_nan = (bits >> 16) | 0x0040u;
-    return (opgen_bf16)(((bits & 0x7FFFFFFFu) > 0x7F800000u) ? quiet_nan : rounded);
+    const uint32_t bits = opgen_float_bits(value);
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+    const uint32_t is_nan = 0u - (uint32_t)((bits & 0x7FFFFFFFu) > 0x7F800000u); /* all ones or none */
+    return (opgen_bf16)((is_nan & quiet_nan) | (~is_nan & rounded));
 }
 
 /* IEEE binary16 to f32: every half value, subnormals included, is exact in f32. */
 static inline float opgen_f16_to_f32(opgen_f16 value)
 {
-    uint32_t sign = (uint32_t)(value & 0x8000u) << 16;
-    uint32_t exponent = (value >> 10) & 0x1Fu;
-    uint32_t mantissa = value & 0x3FFu;
-    if (exponent == 0) {
-        /* zero or subnormal: mantissa * 2^-24, exact */
-        float magnitude = (float)mantissa * 5.9604644775390625e-8f;
-        return opgen_bits_float(opgen_float_bits(magnitude) | sign);
-    }
-    if (exponent == 31) {
-        return opgen_bits_float(sign | 0x7F800000u | (mantissa << 13));
-    }
-    return opgen_bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+    const uint32_t sign = (uint32_t)(value & 0x8000u) << 16;
+    const uint32_t rest = (uint32_t)(value & 0x7FFFu) << 13; /* exponent and mantissa at f32's places */
+    /* zero or subnormal: mantissa * 2^-24, exact (and a normal f32) */
+    const uint32_t tiny = opgen_float_bits((float)(int32_t)(value & 0x3FFu) * 5.9604644775390625e-8f);
+    const uint32_t is_tiny = 0u - (uint32_t)(rest < 0x00800000u);
+    /* normal: rebias the exponent (15 -> 127); infinity and NaN (all ones) move twice as far */
+    const uint32_t is_special = 0u - (uint32_t)(rest >= 0x0F800000u);
+    const uint32_t rebias = (uint32_t)(127 - 15) << 23;
+    const uint32_t wide = rest + rebias + (is_special & rebias);
+    return opgen_bits_float(sign | (is_tiny & tiny) | (~is_tiny & wide));
 }
 
 /* f32 to IEEE binary16, round to nearest even, with subnormals, infinities and quiet NaNs. */
 static inline opgen_f16 opgen_f32_to_f16(float value)
 {
-    uint32_t bits = opgen_float_bits(value);
-    uint32_t sign = (bits >> 16) & 0x8000u;
-    uint32_t magnitude = bits & 0x7FFFFFFFu;
-    if (magnitude > 0x7F800000u) {
-        return (opgen_f16)(sign | 0x7E00u | ((magnitude >> 13) & 0x3FFu));
-    }
-    if (magnitude >= 0x477FF000u) {
-        /* 65520 and above round to infinity */
-        return (opgen_f16)(sign | 0x7C00u);
-    }
-    if (magnitude < 0x38800000u) {
-        /* below the smallest normal half (2^-14): adding 0.5 puts the half subnormal's
-         * last bit at the float's last bit, so the float addition rounds it correctly */
-        float shifted = opgen_bits_float(magnitude) + 0.5f;
-        return (opgen_f16)(sign | (opgen_float_bits(shifted) - 0x3F000000u));
-    }
+    const uint32_t bits = opgen_float_bits(value);
+    const uint32_t sign = (bits >> 16) & 0x8000u;
+    const uint32_t magnitude = bits & 0x7FFFFFFFu;
+    const uint32_t quiet_nan = 0x7E00u | ((magnitude >> 13) & 0x3FFu);
+    /* below the smallest normal half (2^-14): adding 0.5 puts the half subnormal's last bit
+     * at the float's last bit, so the float addition rounds it correctly */
+    const uint32_t subnormal = opgen_float_bits(opgen_bits_float(magnitude) + 0.5f) - 0x3F000000u;
     /* normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits */
-    magnitude += ((uint32_t)(15 - 127) << 23) + 0x0FFFu + ((magnitude >> 13) & 1u);
-    return (opgen_f16)(sign | (magnitude >> 13));
+    const uint32_t normal = (magnitude + ((uint32_t)(15 - 127) << 23) + 0x0FFFu + ((magnitude >> 13) & 1u)) >> 13;
+    const uint32_t is_subnormal = 0u - (uint32_t)(magnitude < 0x38800000u);
+    const uint32_t is_infinite = 0u - (uint32_t)(magnitude >= 0x477FF000u); /* 65520 and above */
+    const uint32_t is_nan = 0u - (uint32_t)(magnitude > 0x7F800000u);
+    uint32_t half = (is_subnormal & subnormal) | (~is_subnormal & normal);
+    half = (is_infinite & 0x7C00u) | (~is_infinite & half);
+    half = (is_nan & quiet_nan) | (~is_nan & half);
+    return (opgen_f16)(sign | half);
 }
 
 /* Blocks of OPGEN_BLOCK elements to and from f32: the kernels' unit of work. */
@@ -887,6 +885,7 @@ static inline void opgen_narrow_block_bf16(opgen_bf16 *OPGEN_RESTRICT halves, co
     _mm256_storeu_si256((__m256i *)(void *)halves,
                         _mm256_permute4x64_epi64(_mm256_packus_epi32(chosen[0], chosen[1]), 0xD8));
 #else
+    OPGEN_SIMD
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         halves[lane] = opgen_f32_to_bf16(in[lane]);
     }
@@ -900,7 +899,8 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
     opgen_store_halves(out, halves, stream);
 }
 
-/* F16C and AVX-512 convert halves exactly (RNE, subnormals kept); elsewhere, the scalar code. */
+/* F16C and AVX-512 convert halves exactly (RNE, subnormals kept); elsewhere, the portable
+ * conversions above, which the compiler vectorizes. */
 static inline void opgen_load_block_f16(float *OPGEN_RESTRICT out, const opgen_f16 *OPGEN_RESTRICT in, int64_t ahead)
 {
     opgen_prefetch_ahead(in, ahead);
@@ -918,6 +918,7 @@ static inline void opgen_load_block_f16(float *OPGEN_RESTRICT out, const opgen_f
     _mm256_storeu_ps(out, low);
     _mm256_storeu_ps(out + 8, high);
 #else
+    OPGEN_SIMD
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         out[lane] = opgen_f16_to_f32(in[lane]);
     }
@@ -943,6 +944,7 @@ static inline void opgen_narrow_block_f16(opgen_f16 *OPGEN_RESTRICT halves, cons
     _mm_storeu_si128((__m128i *)(void *)(halves + 8),
                      _mm256_cvtps_ph(_mm256_loadu_ps(in + 8), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 #else
+    OPGEN_SIMD
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         halves[lane] = opgen_f32_to_f16(in[lane]);
     }

@@ -58,9 +58,17 @@ SCRIPT = textwrap.dedent("""
                 data(generator, (c,), stats), epsilon=1e-3, data_format=layout)
             results[f"bn_{dtype}_{layout}"] = np.concatenate([bn[0].astype(np.float64).ravel(),
                                                                bn[1].astype(np.float64).ravel()])
-    from tests.test_conversions import edge_sums, narrow_sums
+    from tests.test_conversions import all_values, edge_sums, narrow_sums
     for dtype in ("f32", "f16", "bf16"):
         results[f"narrow_{dtype}"] = narrow_sums(dtype, np.tile(edge_sums(dtype), 3))
+    for dtype in ("f16", "bf16"):
+        # every 16-bit value widened and narrowed again, and times slopes whose products round
+        # (ties, subnormals, overflow): each target's conversions, the portable ones included
+        values = all_values(dtype)
+        results[f"every_{dtype}"] = opgen.relu_backward(np.ones_like(values), values)
+        for slope in (0.75, 2.0**-13, 1.0 + 2.0**-7, 6.0e4):
+            weight = np.array([slope], dtype=values.dtype)
+            results[f"every_{dtype}_{slope}"] = opgen.prelu_backward(-np.ones_like(values), weight, values).diff_src
     arrays = {k: np.asarray(v).astype(np.float64) for k, v in results.items()}  # exact for every dtype
     arrays.update({f"input_{k}": np.asarray(v).astype(np.float64) for k, v in inputs.items()})
     np.savez(sys.argv[1], target=np.array(opgen.info()["cpu_target"]), **arrays)
