@@ -90,6 +90,11 @@ def names(tree: ast.expr) -> set[str]:
     return {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and id(node) not in called}
 
 
+def calls(tree: ast.expr, function: str) -> int:
+    """How many times the expression calls `function`."""
+    return sum(isinstance(n, ast.Call) and getattr(n.func, "id", None) == function for n in ast.walk(tree))
+
+
 def fold(tree: ast.expr, constants: Mapping[str, bool]) -> ast.expr:
     """Replace compile-time constants and drop the branches they rule out."""
 

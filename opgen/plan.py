@@ -311,7 +311,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
         "float_first": float_first,
-        "work_per_element": 1 + EXP_WORK * sum(_calls(t, "exp") for s in order for _, t in sections[s]),
+        "work_per_element": 1 + EXP_WORK * sum(expr.calls(t, "exp") for s in order for _, t in sections[s]),
         "block": BLOCK,
     }
 
@@ -340,7 +340,7 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
     (bf16 outputs); else, if the math calls exp, double. Inside the intervals exp is
     opgen_exp_short(f): unclamped, one scaling, a polynomial as short as the outputs allow. A
     kernel computed in float gains that exp alone, so it gets the path only if it calls exp."""
-    calls_exp = any(_calls(tree, "exp") for _, tree in elements)
+    calls_exp = any(expr.calls(tree, "exp") for _, tree in elements)
     if compute == "float" and not calls_exp:
         return None
     definitions = dict(elements)
@@ -418,11 +418,6 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
             for name, tree in ((n, definitions[n]) for n, _ in elements)
         ],
     }
-
-
-def _calls(tree: Any, function: str) -> int:
-    """How many times `tree` calls `function`."""
-    return sum(isinstance(n, ast.Call) and getattr(n.func, "id", None) == function for n in ast.walk(tree))
 
 
 def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
