@@ -24,10 +24,14 @@ FORMS = ("ncx", "nxc")
 # Reductions run in tiles fixed by the shape alone, so sums never depend on the thread count.
 TILE_ELEMENTS = 65536
 MAX_TILES = 64
-# Rows of at least this many channels are split by channel instead, in ranges of at most this
-# many: a range's float runs and double sums (192 KiB) then stay in a core's L2 while the rows
-# stream past (262144, 3 MiB of sums, measured PReLU with a [C, H, W] slope 12-16 % slower on a Xeon).
+# Rows of at least this many channels are split by channel instead (which shapes split decides
+# the order of their sums, so it is part of the results' bits).
 CHANNEL_SPLIT = 16384
+# ... in ranges of at most this many channels: a range's float runs and double sums (192 KiB)
+# then stay in a core's L2 while the rows stream past (262144, 3 MiB of sums, measured PReLU
+# with a [C, H, W] slope 12-16 % slower on a Xeon). Speed only: a channel's sum is the same
+# whichever range holds it, as the ranges already change with the thread count.
+CHANNEL_RANGE = 16384
 # Sum terms exact in float (products of two f16 or bf16 values, say) are added in float, at
 # most FLOAT_RUN of them per float partial sum, before the double sums: converting every term
 # to double costs more than the rest of a PReLU. Where terms can leave f32's range (bf16), a

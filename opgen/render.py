@@ -94,6 +94,7 @@ def render_library(
         "tile_elements": plan.TILE_ELEMENTS,
         "max_tiles": plan.MAX_TILES,
         "channel_split": plan.CHANNEL_SPLIT,
+        "channel_range": plan.CHANNEL_RANGE,
         "float_run": plan.FLOAT_RUN,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
         "max_threads": plan.MAX_THREADS,
