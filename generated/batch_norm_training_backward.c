@@ -472,7 +472,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
@@ -1411,7 +1411,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
@@ -2350,7 +2350,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
@@ -3289,7 +3289,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads) : tiles;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;

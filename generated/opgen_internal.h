@@ -105,8 +105,10 @@
 #define OPGEN_MAX_PARTIALS ((int64_t)1 << 20)
 /* Rows of at least this many channels are split by channel, not by row... */
 #define OPGEN_CHANNEL_SPLIT 16384
-/* ... in ranges of at most this many channels (per thread, at least one range). */
+/* ... in ranges of at most this many channels (per thread, at least one range), or of this
+ * many where the split loop's sums go through float runs (which then stay in L1). */
 #define OPGEN_CHANNEL_RANGE 16384
+#define OPGEN_FLOAT_RUN_RANGE 4096
 /* Sum terms exact in float go through float partial sums of at most this many terms. */
 #define OPGEN_FLOAT_RUN 16
 #if OPGEN_ROW_GROUP > OPGEN_FLOAT_RUN
@@ -276,11 +278,11 @@ static inline int opgen_split_channels(int64_t outer, int64_t channels, int64_t 
     return tiles == 1 ? channels >= OPGEN_CHANNEL_SPLIT : outer < tiles * OPGEN_ROW_GROUP;
 }
 
-/* Ranges of whole blocks of channels for a channel split: at least one per OPGEN_CHANNEL_RANGE
- * channels and per thread. */
-static inline int64_t opgen_channel_ranges(int64_t channels, int threads)
+/* Ranges of whole blocks of channels for a channel split: at least one per `length` channels
+ * and per thread. */
+static inline int64_t opgen_channel_ranges(int64_t channels, int threads, int64_t length)
 {
-    const int64_t ranges = (channels + OPGEN_CHANNEL_RANGE - 1) / OPGEN_CHANNEL_RANGE;
+    const int64_t ranges = (channels + length - 1) / length;
     return (ranges + threads - 1) / threads * threads;
 }
 

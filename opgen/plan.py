@@ -27,11 +27,16 @@ MAX_TILES = 64
 # Rows of at least this many channels are split by channel instead (which shapes split decides
 # the order of their sums, so it is part of the results' bits).
 CHANNEL_SPLIT = 16384
-# ... in ranges of at most this many channels: a range's float runs and double sums (192 KiB)
-# then stay in a core's L2 while the rows stream past (262144, 3 MiB of sums, measured PReLU
+# ... in ranges of at most this many channels: a range's double sums (128 KiB) then stay in a
+# core's L2 while the rows stream past (262144, 3 MiB of sums, measured PReLU
 # with a [C, H, W] slope 12-16 % slower on a Xeon). Speed only: a channel's sum is the same
 # whichever range holds it, as the ranges already change with the thread count.
 CHANNEL_RANGE = 16384
+# ... or of this many where the split loop's sums go through float runs (f16, bf16 PReLU): its
+# runs are loaded and stored for every pair of rows, and at 4096 channels (16 KiB a run) they
+# stay in L1. Timed from C on a Xeon, 32 rows of 802 816 channels: bf16 and f16 1-4 % faster
+# on one thread, 3-5 % on two, than with 16384; f32 (double sums, no runs) 2-5 % slower.
+FLOAT_RUN_RANGE = 4096
 # Sum terms exact in float (products of two f16 or bf16 values, say) are added in float, at
 # most FLOAT_RUN of them per float partial sum, before the double sums: converting every term
 # to double costs more than the rest of a PReLU. Where terms can leave f32's range (bf16), a

@@ -95,6 +95,7 @@ def render_library(
         "max_tiles": plan.MAX_TILES,
         "channel_split": plan.CHANNEL_SPLIT,
         "channel_range": plan.CHANNEL_RANGE,
+        "float_run_range": plan.FLOAT_RUN_RANGE,
         "float_run": plan.FLOAT_RUN,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
         "max_threads": plan.MAX_THREADS,
