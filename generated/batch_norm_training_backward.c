@@ -12,7 +12,8 @@
  * Form ncx gives each thread whole channels: both passes over a channel run back to back,
  * so the second pass finds the channel's data in cache when it fits.
  * Form nxc workspace: the sums and the element pass's per-channel values (`channels`
- * doubles each), then the partial sums of each tile of rows. Form nxc also runs NCX tensors
+ * doubles each), then the partial sums of each tile of rows. Few rows of many channels run
+ * both passes range of channels by range, each range's values in cache for its rows. Form nxc also runs NCX tensors
  * with a short inner dim: each of their channels is `repeat` channels here.
  */
 #include "opgen.h"
@@ -472,12 +473,309 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, OPGEN_CHANNEL_RANGE) : tiles;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, repeat == 1 ? opgen_reread_range(outer, (int64_t)(sizeof(float) + sizeof(float) + sizeof(float))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
+    if (split_channels && repeat == 1) {
+        /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
+         * values are then as many as a row's elements, too many to stay in cache while every
+         * row reads them all. So each range of channels runs pass 1, its channels' values and
+         * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
+#if defined(_OPENMP)
+        if ((int)opgen_min(threads, ranges) > 1) {
+            OPGEN_PARALLEL((int)opgen_min(threads, ranges))
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = opgen_range_first(channels, ranges, range);
+                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    for (int64_t sum = 0; sum < 2; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            sums[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[lane] = 0;
+                                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const double mean_acc = (double)(mean[channel]);
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sums[0 * channels + channel] += sum_diff_dst_term;
+                                sums[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        const double variance_acc = (double)(variance[channel]);
+                        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                        const double sum_diff_dst_acc = sums[0 * channels + channel];
+                        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+                        const double diff_beta_acc = sum_diff_dst_acc;
+                        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                        const double scale_acc = (gamma_acc * inv_std_acc);
+                        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                        if (diff_gamma) {
+                            diff_gamma[channel] = (float)(diff_gamma_acc);
+                        }
+                        if (diff_beta) {
+                            diff_beta[channel] = (float)(diff_beta_acc);
+                        }
+                        channel_values[0 * channels + channel] = (float)scale_acc;
+                        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+                        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+                    }
+                    for (int64_t row = 0; row < outer; ++row) {
+                        const int64_t base = row * channels;
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (; channel < last; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + channel] = diff_src_value;
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = opgen_range_first(channels, ranges, range);
+                const int64_t last = opgen_range_last(channels, ranges, range);
+                for (int64_t sum = 0; sum < 2; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        sums[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double mean_acc = (double)mean_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                sum_diff_dst_group[lane] = 0;
+                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                sum_diff_dst_centered_group[lane] = 0;
+                            }
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                            sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                        }
+                    }
+                    for (; channel < last; ++channel) {
+                        const double mean_acc = (double)(mean[channel]);
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sums[0 * channels + channel] += sum_diff_dst_term;
+                            sums[1 * channels + channel] += sum_diff_dst_centered_term;
+                        }
+                    }
+                }
+                for (int64_t channel = first; channel < last; ++channel) {
+                    const double variance_acc = (double)(variance[channel]);
+                    const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                    const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                    const double sum_diff_dst_acc = sums[0 * channels + channel];
+                    const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+                    const double diff_beta_acc = sum_diff_dst_acc;
+                    const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                    const double scale_acc = (gamma_acc * inv_std_acc);
+                    const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                    const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                    if (diff_gamma) {
+                        diff_gamma[channel] = (float)(diff_gamma_acc);
+                    }
+                    if (diff_beta) {
+                        diff_beta[channel] = (float)(diff_beta_acc);
+                    }
+                    channel_values[0 * channels + channel] = (float)scale_acc;
+                    channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+                    channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < last; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = src[base + channel];
+                        const float diff_dst_value = diff_dst[base + channel];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = diff_src_value;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+        return;
+    }
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
     if ((int)opgen_min(threads, ranges) > 1) {
@@ -1411,12 +1709,309 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, OPGEN_CHANNEL_RANGE) : tiles;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, repeat == 1 ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
+    if (split_channels && repeat == 1) {
+        /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
+         * values are then as many as a row's elements, too many to stay in cache while every
+         * row reads them all. So each range of channels runs pass 1, its channels' values and
+         * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
+#if defined(_OPENMP)
+        if ((int)opgen_min(threads, ranges) > 1) {
+            OPGEN_PARALLEL((int)opgen_min(threads, ranges))
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = opgen_range_first(channels, ranges, range);
+                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    for (int64_t sum = 0; sum < 2; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            sums[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[lane] = 0;
+                                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const double mean_acc = (double)(mean[channel]);
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sums[0 * channels + channel] += sum_diff_dst_term;
+                                sums[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        const double variance_acc = (double)(variance[channel]);
+                        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                        const double sum_diff_dst_acc = sums[0 * channels + channel];
+                        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+                        const double diff_beta_acc = sum_diff_dst_acc;
+                        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                        const double scale_acc = (gamma_acc * inv_std_acc);
+                        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                        if (diff_gamma) {
+                            diff_gamma[channel] = (float)(diff_gamma_acc);
+                        }
+                        if (diff_beta) {
+                            diff_beta[channel] = (float)(diff_beta_acc);
+                        }
+                        channel_values[0 * channels + channel] = (float)scale_acc;
+                        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+                        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+                    }
+                    for (int64_t row = 0; row < outer; ++row) {
+                        const int64_t base = row * channels;
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (; channel < last; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = opgen_range_first(channels, ranges, range);
+                const int64_t last = opgen_range_last(channels, ranges, range);
+                for (int64_t sum = 0; sum < 2; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        sums[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double mean_acc = (double)mean_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                sum_diff_dst_group[lane] = 0;
+                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                sum_diff_dst_centered_group[lane] = 0;
+                            }
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                            sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                        }
+                    }
+                    for (; channel < last; ++channel) {
+                        const double mean_acc = (double)(mean[channel]);
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sums[0 * channels + channel] += sum_diff_dst_term;
+                            sums[1 * channels + channel] += sum_diff_dst_centered_term;
+                        }
+                    }
+                }
+                for (int64_t channel = first; channel < last; ++channel) {
+                    const double variance_acc = (double)(variance[channel]);
+                    const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                    const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                    const double sum_diff_dst_acc = sums[0 * channels + channel];
+                    const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+                    const double diff_beta_acc = sum_diff_dst_acc;
+                    const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                    const double scale_acc = (gamma_acc * inv_std_acc);
+                    const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                    const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                    if (diff_gamma) {
+                        diff_gamma[channel] = (float)(diff_gamma_acc);
+                    }
+                    if (diff_beta) {
+                        diff_beta[channel] = (float)(diff_beta_acc);
+                    }
+                    channel_values[0 * channels + channel] = (float)scale_acc;
+                    channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+                    channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < last; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+        return;
+    }
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
     if ((int)opgen_min(threads, ranges) > 1) {
@@ -2350,12 +2945,309 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, OPGEN_CHANNEL_RANGE) : tiles;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, repeat == 1 ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
+    if (split_channels && repeat == 1) {
+        /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
+         * values are then as many as a row's elements, too many to stay in cache while every
+         * row reads them all. So each range of channels runs pass 1, its channels' values and
+         * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
+#if defined(_OPENMP)
+        if ((int)opgen_min(threads, ranges) > 1) {
+            OPGEN_PARALLEL((int)opgen_min(threads, ranges))
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = opgen_range_first(channels, ranges, range);
+                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    for (int64_t sum = 0; sum < 2; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            sums[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[lane] = 0;
+                                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sums[0 * channels + channel] += sum_diff_dst_term;
+                                sums[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
+                        const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
+                        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                        const double sum_diff_dst_acc = sums[0 * channels + channel];
+                        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+                        const double diff_beta_acc = sum_diff_dst_acc;
+                        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                        const double scale_acc = (gamma_acc * inv_std_acc);
+                        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                        if (diff_gamma) {
+                            diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
+                        }
+                        if (diff_beta) {
+                            diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
+                        }
+                        channel_values[0 * channels + channel] = (float)scale_acc;
+                        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+                        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+                    }
+                    for (int64_t row = 0; row < outer; ++row) {
+                        const int64_t base = row * channels;
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (; channel < last; ++channel) {
+                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = opgen_range_first(channels, ranges, range);
+                const int64_t last = opgen_range_last(channels, ranges, range);
+                for (int64_t sum = 0; sum < 2; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        sums[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double mean_acc = (double)mean_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                sum_diff_dst_group[lane] = 0;
+                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                sum_diff_dst_centered_group[lane] = 0;
+                            }
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                            sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                        }
+                    }
+                    for (; channel < last; ++channel) {
+                        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sums[0 * channels + channel] += sum_diff_dst_term;
+                            sums[1 * channels + channel] += sum_diff_dst_centered_term;
+                        }
+                    }
+                }
+                for (int64_t channel = first; channel < last; ++channel) {
+                    const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
+                    const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
+                    const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                    const double sum_diff_dst_acc = sums[0 * channels + channel];
+                    const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+                    const double diff_beta_acc = sum_diff_dst_acc;
+                    const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                    const double scale_acc = (gamma_acc * inv_std_acc);
+                    const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                    const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                    if (diff_gamma) {
+                        diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
+                    }
+                    if (diff_beta) {
+                        diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
+                    }
+                    channel_values[0 * channels + channel] = (float)scale_acc;
+                    channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+                    channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < last; ++channel) {
+                        const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+        return;
+    }
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
     if ((int)opgen_min(threads, ranges) > 1) {
@@ -3289,12 +4181,309 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, OPGEN_CHANNEL_RANGE) : tiles;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, repeat == 1 ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
+    if (split_channels && repeat == 1) {
+        /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
+         * values are then as many as a row's elements, too many to stay in cache while every
+         * row reads them all. So each range of channels runs pass 1, its channels' values and
+         * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
+#if defined(_OPENMP)
+        if ((int)opgen_min(threads, ranges) > 1) {
+            OPGEN_PARALLEL((int)opgen_min(threads, ranges))
+            {
+                OPGEN_FOR
+                for (int64_t range = 0; range < ranges; ++range) {
+                    const int64_t first = opgen_range_first(channels, ranges, range);
+                    const int64_t last = opgen_range_last(channels, ranges, range);
+                    for (int64_t sum = 0; sum < 2; ++sum) {
+                        for (int64_t channel = first; channel < last; ++channel) {
+                            sums[sum * channels + channel] = 0;
+                        }
+                    }
+                    for (int64_t group = 0; group < outer; group += 1) {
+                        const int64_t group_end = opgen_min(group + 1, outer);
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float mean_value = (float)mean_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                                for (int64_t row = group; row < group_end; ++row) {
+                                    const int64_t base = row * channels;
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                    float mean_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double mean_acc = (double)mean_block[lane];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                    }
+                                }
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                    sum_diff_dst_group[lane] = 0;
+                                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                    sum_diff_dst_centered_group[lane] = 0;
+                                }
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                            }
+                        }
+                        for (; channel < last; ++channel) {
+                            const double mean_acc = (double)(mean[channel]);
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sums[0 * channels + channel] += sum_diff_dst_term;
+                                sums[1 * channels + channel] += sum_diff_dst_centered_term;
+                            }
+                        }
+                    }
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        const double variance_acc = (double)(variance[channel]);
+                        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                        const double sum_diff_dst_acc = sums[0 * channels + channel];
+                        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+                        const double diff_beta_acc = sum_diff_dst_acc;
+                        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                        const double scale_acc = (gamma_acc * inv_std_acc);
+                        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                        if (diff_gamma) {
+                            diff_gamma[channel] = (float)(diff_gamma_acc);
+                        }
+                        if (diff_beta) {
+                            diff_beta[channel] = (float)(diff_beta_acc);
+                        }
+                        channel_values[0 * channels + channel] = (float)scale_acc;
+                        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+                        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+                    }
+                    for (int64_t row = 0; row < outer; ++row) {
+                        const int64_t base = row * channels;
+                        int64_t channel = first;
+                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (; channel < last; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                        }
+                    }
+                }
+                opgen_fence();
+            }
+        } else
+#endif
+        {
+            for (int64_t range = 0; range < ranges; ++range) {
+                const int64_t first = opgen_range_first(channels, ranges, range);
+                const int64_t last = opgen_range_last(channels, ranges, range);
+                for (int64_t sum = 0; sum < 2; ++sum) {
+                    for (int64_t channel = first; channel < last; ++channel) {
+                        sums[sum * channels + channel] = 0;
+                    }
+                }
+                for (int64_t group = 0; group < outer; group += 1) {
+                    const int64_t group_end = opgen_min(group + 1, outer);
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_group[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                            for (int64_t row = group; row < group_end; ++row) {
+                                const int64_t base = row * channels;
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                                float mean_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double mean_acc = (double)mean_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                                sum_diff_dst_group[lane] = 0;
+                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                                sum_diff_dst_centered_group[lane] = 0;
+                            }
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                            sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                        }
+                    }
+                    for (; channel < last; ++channel) {
+                        const double mean_acc = (double)(mean[channel]);
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sums[0 * channels + channel] += sum_diff_dst_term;
+                            sums[1 * channels + channel] += sum_diff_dst_centered_term;
+                        }
+                    }
+                }
+                for (int64_t channel = first; channel < last; ++channel) {
+                    const double variance_acc = (double)(variance[channel]);
+                    const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+                    const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+                    const double sum_diff_dst_acc = sums[0 * channels + channel];
+                    const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+                    const double diff_beta_acc = sum_diff_dst_acc;
+                    const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+                    const double scale_acc = (gamma_acc * inv_std_acc);
+                    const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+                    const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+                    if (diff_gamma) {
+                        diff_gamma[channel] = (float)(diff_gamma_acc);
+                    }
+                    if (diff_beta) {
+                        diff_beta[channel] = (float)(diff_beta_acc);
+                    }
+                    channel_values[0 * channels + channel] = (float)scale_acc;
+                    channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+                    channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+                }
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = row * channels;
+                    int64_t channel = first;
+                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < last; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_f16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+        return;
+    }
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
 #if defined(_OPENMP)
     if ((int)opgen_min(threads, ranges) > 1) {

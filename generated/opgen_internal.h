@@ -109,6 +109,10 @@
  * many where the split loop's sums go through float runs (which then stay in L1). */
 #define OPGEN_CHANNEL_RANGE 16384
 #define OPGEN_FLOAT_RUN_RANGE 4096
+/* A split running both its passes range by range keeps a range's rows in this many bytes, to
+ * read them again from cache, where that leaves at least OPGEN_REREAD_MIN channels. */
+#define OPGEN_REREAD_BYTES 393216
+#define OPGEN_REREAD_MIN 1024
 /* Sum terms exact in float go through float partial sums of at most this many terms. */
 #define OPGEN_FLOAT_RUN 16
 #if OPGEN_ROW_GROUP > OPGEN_FLOAT_RUN
@@ -284,6 +288,15 @@ static inline int64_t opgen_channel_ranges(int64_t channels, int threads, int64_
 {
     const int64_t ranges = (channels + length - 1) / length;
     return (ranges + threads - 1) / threads * threads;
+}
+
+/* The range length for a split that reads its rows twice (`row_bytes`: a channel's bytes in
+ * every tensor of one row): short enough for `outer` rows of a range to stay in cache between
+ * the passes, or OPGEN_CHANNEL_RANGE where that would be shorter than OPGEN_REREAD_MIN. */
+static inline int64_t opgen_reread_range(int64_t outer, int64_t row_bytes)
+{
+    const int64_t fit = OPGEN_REREAD_BYTES / ((outer > 1 ? outer : 1) * row_bytes) / OPGEN_BLOCK * OPGEN_BLOCK;
+    return fit >= OPGEN_REREAD_MIN ? opgen_min(fit, OPGEN_CHANNEL_RANGE) : OPGEN_CHANNEL_RANGE;
 }
 
 /* Elements of `size` bytes from `pointer` to the next 64-byte boundary: 0 when it is on one,

@@ -96,6 +96,8 @@ def render_library(
         "channel_split": plan.CHANNEL_SPLIT,
         "channel_range": plan.CHANNEL_RANGE,
         "float_run_range": plan.FLOAT_RUN_RANGE,
+        "reread_bytes": plan.REREAD_BYTES,
+        "reread_min": plan.REREAD_MIN,
         "float_run": plan.FLOAT_RUN,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
         "max_threads": plan.MAX_THREADS,

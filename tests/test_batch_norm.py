@@ -203,3 +203,44 @@ def test_nxc_tensors_past_the_caches(row, channels):
     assert_within(one.diff_src, expected[0], row["diff_src"], src_bound, context + " diff_src")
     assert_within(one.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, context + " diff_gamma")
     assert_within(one.diff_beta, expected[2], row["diff_beta"], beta_bound, context + " diff_beta")
+
+
+@pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
+@pytest.mark.parametrize(
+    "shape,layout",
+    [
+        # few rows of many channels: both passes range by range, ranges short enough for a
+        # range's rows to be read again from cache (opgen_reread_range), a channel tail
+        ((3, 2 * plan.CHANNEL_SPLIT + 21), "NXC"),
+        # one tile of rows (over 2^19 channels) and more bytes than plan.STREAM_BYTES: streamed
+        ((6, (1 << 19) + 37), "NXC"),
+        # NCX with a short inner dim: channels of `repeat` copies keep the two separate passes
+        ((2, 20000, 3), "NCX"),
+    ],
+    ids=["reread", "streamed", "repeat"],
+)
+def test_few_rows_of_many_channels(row, shape, layout):
+    """Shapes that split by channels (opgen_split_channels): within the oracle's bounds, and
+    the same bits on 1, 2 and 3 threads."""
+    generator = rng("bn few rows", row, shape, layout)
+    channels = shape[channel_axis(len(shape), layout)]
+    src = data(generator, shape, row["src"])
+    diff_dst = data(generator, shape, row["diff_dst"])
+    mean = data(generator, (channels,), row["mean"], specials="none")
+    variance = np.abs(data(generator, (channels,), row["variance"]))
+    gamma = data(generator, (channels,), row["gamma"])
+    kwargs = {"epsilon": 1e-5, "data_format": layout, "with_diff_gamma_beta": True}
+    results = []
+    for threads in (1, 2, 3):
+        with threads_set_to(threads):
+            results.append(opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs))
+    for other in results[1:]:
+        for got_one, got_other in zip(results[0], other):
+            assert np.array_equal(got_one.view(np.uint8), got_other.view(np.uint8)), "threads changed bits"
+    one = results[0]
+    expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
+    src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, gamma, 1e-5, layout)
+    context = f"bn {shape} {layout} {row}"
+    assert_within(one.diff_src, expected[0], row["diff_src"], src_bound, context + " diff_src")
+    assert_within(one.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, context + " diff_gamma")
+    assert_within(one.diff_beta, expected[2], row["diff_beta"], beta_bound, context + " diff_beta")
