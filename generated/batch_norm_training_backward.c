@@ -1170,13 +1170,224 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs, rows split among the threads */
+    /* pass 2: the elementwise outputs, rows split among the threads; with many channels, two
+     * rows block by block, so that the second row finds the block's per-channel values in L1 */
+    const int paired = channels >= OPGEN_PAIRED_ROWS;
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
             OPGEN_FOR
-            for (int64_t row = 0; row < outer; ++row) {
+            for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
+                const int64_t row = paired ? 2 * step : step;
+                if (paired && row + 1 < outer) {
+                    const int64_t base = row * channels;
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_f32(diff_src + base + channels + channel, diff_src_block, stream);
+                        }
+                    }
+                    for (int64_t at = row; at < row + 2; ++at) {
+                        const int64_t base = at * channels;
+                        int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + channel] = diff_src_value;
+                        }
+                    }
+                } else {
+                    const int64_t base = row * channels;
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = src[base + channel];
+                        const float diff_dst_value = diff_dst[base + channel];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = diff_src_value;
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
+            const int64_t row = paired ? 2 * step : step;
+            if (paired && row + 1 < outer) {
+                const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f32(diff_src + base + channels + channel, diff_src_block, stream);
+                    }
+                }
+                for (int64_t at = row; at < row + 2; ++at) {
+                    const int64_t base = at * channels;
+                    int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = src[base + channel];
+                        const float diff_dst_value = diff_dst[base + channel];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = diff_src_value;
+                    }
+                }
+            } else {
                 const int64_t base = row * channels;
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
@@ -1210,45 +1421,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
                     diff_src[base + channel] = diff_src_value;
                 }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float scale_value = channel_values[0 * channels + channel + lane];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-            }
-            for (; channel < channels; ++channel) {
-                const float mean_value = mean[channel];
-                const float scale_value = channel_values[0 * channels + channel];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                const float src_value = src[base + channel];
-                const float diff_dst_value = diff_dst[base + channel];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + channel] = diff_src_value;
             }
         }
         opgen_fence();
@@ -2406,13 +2578,224 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs, rows split among the threads */
+    /* pass 2: the elementwise outputs, rows split among the threads; with many channels, two
+     * rows block by block, so that the second row finds the block's per-channel values in L1 */
+    const int paired = channels >= OPGEN_PAIRED_ROWS;
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
             OPGEN_FOR
-            for (int64_t row = 0; row < outer; ++row) {
+            for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
+                const int64_t row = paired ? 2 * step : step;
+                if (paired && row + 1 < outer) {
+                    const int64_t base = row * channels;
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
+                        }
+                    }
+                    for (int64_t at = row; at < row + 2; ++at) {
+                        const int64_t base = at * channels;
+                        int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                        }
+                    }
+                } else {
+                    const int64_t base = row * channels;
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
+            const int64_t row = paired ? 2 * step : step;
+            if (paired && row + 1 < outer) {
+                const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
+                    }
+                }
+                for (int64_t at = row; at < row + 2; ++at) {
+                    const int64_t base = at * channels;
+                    int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    }
+                }
+            } else {
                 const int64_t base = row * channels;
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
@@ -2446,45 +2829,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
                     diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
                 }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float scale_value = channel_values[0 * channels + channel + lane];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-            }
-            for (; channel < channels; ++channel) {
-                const float mean_value = mean[channel];
-                const float scale_value = channel_values[0 * channels + channel];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
             }
         }
         opgen_fence();
@@ -3642,13 +3986,224 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs, rows split among the threads */
+    /* pass 2: the elementwise outputs, rows split among the threads; with many channels, two
+     * rows block by block, so that the second row finds the block's per-channel values in L1 */
+    const int paired = channels >= OPGEN_PAIRED_ROWS;
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
             OPGEN_FOR
-            for (int64_t row = 0; row < outer; ++row) {
+            for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
+                const int64_t row = paired ? 2 * step : step;
+                if (paired && row + 1 < outer) {
+                    const int64_t base = row * channels;
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
+                        }
+                    }
+                    for (int64_t at = row; at < row + 2; ++at) {
+                        const int64_t base = at * channels;
+                        int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                        }
+                    }
+                } else {
+                    const int64_t base = row * channels;
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
+            const int64_t row = paired ? 2 * step : step;
+            if (paired && row + 1 < outer) {
+                const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
+                    }
+                }
+                for (int64_t at = row; at < row + 2; ++at) {
+                    const int64_t base = at * channels;
+                    int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    }
+                }
+            } else {
                 const int64_t base = row * channels;
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
@@ -3682,45 +4237,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
                     diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
                 }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float scale_value = channel_values[0 * channels + channel + lane];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-            }
-            for (; channel < channels; ++channel) {
-                const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                const float scale_value = channel_values[0 * channels + channel];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
             }
         }
         opgen_fence();
@@ -4878,13 +5394,224 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs, rows split among the threads */
+    /* pass 2: the elementwise outputs, rows split among the threads; with many channels, two
+     * rows block by block, so that the second row finds the block's per-channel values in L1 */
+    const int paired = channels >= OPGEN_PAIRED_ROWS;
 #if defined(_OPENMP)
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
             OPGEN_FOR
-            for (int64_t row = 0; row < outer; ++row) {
+            for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
+                const int64_t row = paired ? 2 * step : step;
+                if (paired && row + 1 < outer) {
+                    const int64_t base = row * channels;
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_f16(diff_src + base + channels + channel, diff_src_block, stream);
+                        }
+                    }
+                    for (int64_t at = row; at < row + 2; ++at) {
+                        const int64_t base = at * channels;
+                        int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float mean_value = (float)mean_block[lane];
+                                const float scale_value = channel_values[0 * channels + channel + lane];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_block[lane] = (float)diff_src_value;
+                            }
+                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                        }
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                        }
+                    }
+                } else {
+                    const int64_t base = row * channels;
+                    int64_t channel = 0;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_f16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                    }
+                }
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
+            const int64_t row = paired ? 2 * step : step;
+            if (paired && row + 1 < outer) {
+                const int64_t base = row * channels;
+                int64_t channel = 0;
+                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                    {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f16(diff_src + base + channels + channel, diff_src_block, stream);
+                    }
+                }
+                for (int64_t at = row; at < row + 2; ++at) {
+                    const int64_t base = at * channels;
+                    int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float mean_value = (float)mean_block[lane];
+                            const float scale_value = channel_values[0 * channels + channel + lane];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                    }
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_f16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                    }
+                }
+            } else {
                 const int64_t base = row * channels;
                 int64_t channel = 0;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
@@ -4918,45 +5645,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
                     diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
                 }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t row = 0; row < outer; ++row) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float scale_value = channel_values[0 * channels + channel + lane];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-            }
-            for (; channel < channels; ++channel) {
-                const float mean_value = mean[channel];
-                const float scale_value = channel_values[0 * channels + channel];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
             }
         }
         opgen_fence();

@@ -113,6 +113,8 @@
  * read them again from cache, where that leaves at least OPGEN_REREAD_MIN channels. */
 #define OPGEN_REREAD_BYTES 393216
 #define OPGEN_REREAD_MIN 1024
+/* BatchNorm's element pass (nxc, in tiles of rows) takes two rows at a time from this many channels. */
+#define OPGEN_PAIRED_ROWS 4096
 /* Sum terms exact in float go through float partial sums of at most this many terms. */
 #define OPGEN_FLOAT_RUN 16
 #if OPGEN_ROW_GROUP > OPGEN_FLOAT_RUN

@@ -98,6 +98,7 @@ def render_library(
         "float_run_range": plan.FLOAT_RUN_RANGE,
         "reread_bytes": plan.REREAD_BYTES,
         "reread_min": plan.REREAD_MIN,
+        "paired_rows": plan.PAIRED_ROWS,
         "float_run": plan.FLOAT_RUN,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
         "max_threads": plan.MAX_THREADS,

@@ -216,12 +216,15 @@ def test_nxc_tensors_past_the_caches(row, channels):
         ((6, (1 << 19) + 37), "NXC"),
         # NCX with a short inner dim: channels of `repeat` copies keep the two separate passes
         ((2, 20000, 3), "NCX"),
+        # rows enough for tiles of rows (no split), channels enough for the element pass to
+        # take two rows at a time (OPGEN_PAIRED_ROWS): an odd row left, a channel tail
+        ((33, plan.PAIRED_ROWS + 3), "NXC"),
     ],
-    ids=["reread", "streamed", "repeat"],
+    ids=["reread", "streamed", "repeat", "paired"],
 )
 def test_few_rows_of_many_channels(row, shape, layout):
-    """Shapes that split by channels (opgen_split_channels): within the oracle's bounds, and
-    the same bits on 1, 2 and 3 threads."""
+    """Shapes with many channels, most of which split by channels (opgen_split_channels):
+    within the oracle's bounds, and the same bits on 1, 2 and 3 threads."""
     generator = rng("bn few rows", row, shape, layout)
     channels = shape[channel_axis(len(shape), layout)]
     src = data(generator, shape, row["src"])
