@@ -13,7 +13,8 @@
  * so the second pass finds the channel's data in cache when it fits.
  * Form nxc workspace: the sums and the element pass's per-channel values (`channels`
  * doubles each), then the partial sums of each tile of rows. Few rows of many channels run
- * both passes range of channels by range, each range's values in cache for its rows. Form nxc also runs NCX tensors
+ * both passes range of channels by range, each range's values in cache for its rows.
+ * Form nxc also runs NCX tensors
  * with a short inner dim: each of their channels is `repeat` channels here.
  */
 #include "opgen.h"
@@ -473,13 +474,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, repeat == 1 ? opgen_reread_range(outer, (int64_t)(sizeof(float) + sizeof(float) + sizeof(float))) : OPGEN_CHANNEL_RANGE) : tiles;
+    /* few rows of many channels, each channel its own: both passes range by range (below) */
+    const int range_by_range = split_channels && repeat == 1;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(float) + sizeof(float) + sizeof(float))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
-    if (split_channels && repeat == 1) {
+    if (range_by_range) {
         /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
          * values are then as many as a row's elements, too many to stay in cache while every
          * row reads them all. So each range of channels runs pass 1, its channels' values and
@@ -1881,13 +1884,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, repeat == 1 ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
+    /* few rows of many channels, each channel its own: both passes range by range (below) */
+    const int range_by_range = split_channels && repeat == 1;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
-    if (split_channels && repeat == 1) {
+    if (range_by_range) {
         /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
          * values are then as many as a row's elements, too many to stay in cache while every
          * row reads them all. So each range of channels runs pass 1, its channels' values and
@@ -3289,13 +3294,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, repeat == 1 ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
+    /* few rows of many channels, each channel its own: both passes range by range (below) */
+    const int range_by_range = split_channels && repeat == 1;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
-    if (split_channels && repeat == 1) {
+    if (range_by_range) {
         /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
          * values are then as many as a row's elements, too many to stay in cache while every
          * row reads them all. So each range of channels runs pass 1, its channels' values and
@@ -4697,13 +4704,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int split_channels = opgen_split_channels(outer, channels, tiles);
     const int threads = opgen_threads_for(outer * channels);
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, repeat == 1 ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16))) : OPGEN_CHANNEL_RANGE) : tiles;
+    /* few rows of many channels, each channel its own: both passes range by range (below) */
+    const int range_by_range = split_channels && repeat == 1;
+    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
     (void)channel_values;
-    if (split_channels && repeat == 1) {
+    if (range_by_range) {
         /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
          * values are then as many as a row's elements, too many to stay in cache while every
          * row reads them all. So each range of channels runs pass 1, its channels' values and

@@ -182,27 +182,9 @@ def test_nxc_tensors_past_the_caches(row, channels):
     """NXC tensors bigger than plan.STREAM_BYTES sum their rows in memory order (a segment of
     OPGEN_SEGMENT channels and a tail past the last whole block with 300 channels); the same
     bits on 1 and 2 threads, within the bounds of the oracle."""
-    generator = rng("bn past the caches", row, channels)
     itemsize = dtype_of(row["src"]).itemsize
     shape = (plan.STREAM_BYTES // (itemsize * channels) + 3, channels)
-    src = data(generator, shape, row["src"])
-    diff_dst = data(generator, shape, row["diff_dst"])
-    mean = data(generator, (channels,), row["mean"], specials="none")
-    variance = np.abs(data(generator, (channels,), row["variance"]))
-    gamma = data(generator, (channels,), row["gamma"])
-    kwargs = {"epsilon": 1e-5, "data_format": "NXC", "with_diff_gamma_beta": True}
-    with threads_set_to(1):
-        one = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
-    with threads_set_to(2):
-        two = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
-    for got_one, got_two in zip(one, two):
-        assert np.array_equal(got_one.view(np.uint8), got_two.view(np.uint8)), "threads changed bits"
-    expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
-    src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, gamma, 1e-5, "NXC")
-    context = f"bn {shape} {row}"
-    assert_within(one.diff_src, expected[0], row["diff_src"], src_bound, context + " diff_src")
-    assert_within(one.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, context + " diff_gamma")
-    assert_within(one.diff_beta, expected[2], row["diff_beta"], beta_bound, context + " diff_beta")
+    check_threads_and_oracle(rng("bn past the caches", row, channels), row, shape, "NXC", (1, 2))
 
 
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
@@ -225,7 +207,12 @@ def test_nxc_tensors_past_the_caches(row, channels):
 def test_few_rows_of_many_channels(row, shape, layout):
     """Shapes with many channels, most of which split by channels (opgen_split_channels):
     within the oracle's bounds, and the same bits on 1, 2 and 3 threads."""
-    generator = rng("bn few rows", row, shape, layout)
+    check_threads_and_oracle(rng("bn few rows", row, shape, layout), row, shape, layout, (1, 2, 3))
+
+
+def check_threads_and_oracle(generator, row, shape, layout, thread_counts):
+    """The same bits on every thread count, within the oracle's bounds (gamma and both
+    per-channel outputs given)."""
     channels = shape[channel_axis(len(shape), layout)]
     src = data(generator, shape, row["src"])
     diff_dst = data(generator, shape, row["diff_dst"])
@@ -234,7 +221,7 @@ def test_few_rows_of_many_channels(row, shape, layout):
     gamma = data(generator, (channels,), row["gamma"])
     kwargs = {"epsilon": 1e-5, "data_format": layout, "with_diff_gamma_beta": True}
     results = []
-    for threads in (1, 2, 3):
+    for threads in thread_counts:
         with threads_set_to(threads):
             results.append(opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs))
     for other in results[1:]:
