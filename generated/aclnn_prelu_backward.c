@@ -367,11 +367,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (opgen_split_channels(outer, channels, tiles)) {
-        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
-         * adds their terms to the range's sums, row after row (float sums: in runs of
-         * OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread; and from
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
+        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
+         * channels and adds their terms to the range's sums, row after row (float sums: in runs
+         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
+         * are cut for the thread count, at least one per thread; and from
          * grad_input's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
@@ -660,11 +660,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                     }
                     if (stream) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
                         for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                                double grad_weight_group[OPGEN_SEGMENT];
+                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                                double grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double))];
                                 for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                     grad_weight_group[slot] = 0;
                                 }
@@ -691,7 +692,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float weight_value = weight[channel];
                                         const float grad_output_value = grad_output[base + channel];
                                         const float self_value = self[base + channel];
@@ -770,11 +771,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                 }
                 if (stream) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            double grad_weight_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            double grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 grad_weight_group[slot] = 0;
                             }
@@ -801,7 +803,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float weight_value = weight[channel];
                                     const float grad_output_value = grad_output[base + channel];
                                     const float self_value = self[base + channel];
@@ -1340,11 +1342,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (opgen_split_channels(outer, channels, tiles)) {
-        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
-         * adds their terms to the range's sums, row after row (float sums: in runs of
-         * OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread; and from
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
+        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
+         * channels and adds their terms to the range's sums, row after row (float sums: in runs
+         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
+         * are cut for the thread count, at least one per thread; and from
          * grad_input's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
@@ -1668,11 +1670,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                     }
                     if (stream) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                         for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                                float grad_weight_group[OPGEN_SEGMENT];
+                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                                float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                                 for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                     grad_weight_group[slot] = 0;
                                 }
@@ -1699,7 +1702,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float weight_value = opgen_f16_to_f32(weight[channel]);
                                         const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
                                         const float self_value = opgen_f16_to_f32(self[base + channel]);
@@ -1776,11 +1779,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                 }
                 if (stream) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float grad_weight_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 grad_weight_group[slot] = 0;
                             }
@@ -1807,7 +1811,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float weight_value = opgen_f16_to_f32(weight[channel]);
                                     const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
                                     const float self_value = opgen_f16_to_f32(self[base + channel]);
@@ -2443,11 +2447,11 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (opgen_split_channels(outer, channels, tiles)) {
-        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
-         * adds their terms to the range's sums, row after row (float sums: in runs of
-         * OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread; and from
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
+        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
+         * channels and adds their terms to the range's sums, row after row (float sums: in runs
+         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
+         * are cut for the thread count, at least one per thread; and from
          * grad_input's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
@@ -2795,11 +2799,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                     }
                     if (stream) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                         for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                                float grad_weight_group[OPGEN_SEGMENT];
+                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                                float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                                 for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                     grad_weight_group[slot] = 0;
                                 }
@@ -2826,7 +2831,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float weight_value = opgen_bf16_to_f32(weight[channel]);
                                         const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
                                         const float self_value = opgen_bf16_to_f32(self[base + channel]);
@@ -2947,11 +2952,12 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                 }
                 if (stream) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float grad_weight_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 grad_weight_group[slot] = 0;
                             }
@@ -2978,7 +2984,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float weight_value = opgen_bf16_to_f32(weight[channel]);
                                     const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
                                     const float self_value = opgen_bf16_to_f32(self[base + channel]);

@@ -12,7 +12,7 @@
  * Form ncx gives each thread whole channels: both passes over a channel run back to back,
  * so the second pass finds the channel's data in cache when it fits.
  * Form nxc workspace: the sums and the element pass's per-channel values (`channels`
- * doubles each), then the partial sums of each tile of rows. Few rows of many channels run
+ * doubles each), then the partial sums of each tile of rows. Split shapes (many channels) run
  * both passes range of channels by range, each range's values in cache for its rows.
  * Form nxc also runs NCX tensors
  * with a short inner dim: each of their channels is `repeat` channels here.
@@ -472,9 +472,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int split_channels = opgen_split_channels(outer, channels, tiles);
+    const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* few rows of many channels, each channel its own: both passes range by range (below) */
+    /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
     const int range_by_range = split_channels && repeat == 1;
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(float) + sizeof(float) + sizeof(float))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
@@ -483,9 +483,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     (void)threads;
     (void)channel_values;
     if (range_by_range) {
-        /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
-         * values are then as many as a row's elements, too many to stay in cache while every
-         * row reads them all. So each range of channels runs pass 1, its channels' values and
+        /* rows of many channels or few rows (see opgen_split_channels): the element pass's
+         * per-channel values are then as many as a row's elements, too many to stay in cache
+         * while every row reads them all. So each range of channels runs pass 1, its channels' values and
          * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
 #if defined(_OPENMP)
         if ((int)opgen_min(threads, ranges) > 1) {
@@ -500,8 +500,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             sums[sum * channels + channel] = 0;
                         }
                     }
-                    for (int64_t group = 0; group < outer; group += 1) {
-                        const int64_t group_end = opgen_min(group + 1, outer);
+                    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -644,8 +644,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         sums[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t group = 0; group < outer; group += 1) {
-                    const int64_t group_end = opgen_min(group + 1, outer);
+                for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                         float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -798,12 +798,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                 }
                 if (stream && !split_channels) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float sum_diff_dst_group[OPGEN_SEGMENT];
-                            float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                            float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 sum_diff_dst_group[slot] = 0;
                                 sum_diff_dst_centered_group[slot] = 0;
@@ -829,7 +830,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     }
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const double mean_acc = (double)(mean[channel]);
                                     const float src_value = src[base + channel];
                                     const float diff_dst_value = diff_dst[base + channel];
@@ -879,8 +880,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         }
                     }
                 } else {
-                    for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                        const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -973,12 +974,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
             }
             if (stream && !split_channels) {
                 const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                 for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
                     const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                        const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                        float sum_diff_dst_group[OPGEN_SEGMENT];
-                        float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                    for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                        const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                        float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                        float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                         for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                             sum_diff_dst_group[slot] = 0;
                             sum_diff_dst_centered_group[slot] = 0;
@@ -1004,7 +1006,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 }
                             }
                             /* the channels after the last whole block, in the last segment */
-                            for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                            for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                 const double mean_acc = (double)(mean[channel]);
                                 const float src_value = src[base + channel];
                                 const float diff_dst_value = diff_dst[base + channel];
@@ -1054,8 +1056,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     }
                 }
             } else {
-                for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                    const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                         float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -1882,9 +1884,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int split_channels = opgen_split_channels(outer, channels, tiles);
+    const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* few rows of many channels, each channel its own: both passes range by range (below) */
+    /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
     const int range_by_range = split_channels && repeat == 1;
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
@@ -1893,9 +1895,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     (void)threads;
     (void)channel_values;
     if (range_by_range) {
-        /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
-         * values are then as many as a row's elements, too many to stay in cache while every
-         * row reads them all. So each range of channels runs pass 1, its channels' values and
+        /* rows of many channels or few rows (see opgen_split_channels): the element pass's
+         * per-channel values are then as many as a row's elements, too many to stay in cache
+         * while every row reads them all. So each range of channels runs pass 1, its channels' values and
          * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
 #if defined(_OPENMP)
         if ((int)opgen_min(threads, ranges) > 1) {
@@ -1910,8 +1912,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             sums[sum * channels + channel] = 0;
                         }
                     }
-                    for (int64_t group = 0; group < outer; group += 1) {
-                        const int64_t group_end = opgen_min(group + 1, outer);
+                    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -2054,8 +2056,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         sums[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t group = 0; group < outer; group += 1) {
-                    const int64_t group_end = opgen_min(group + 1, outer);
+                for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                         float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -2208,12 +2210,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                 }
                 if (stream && !split_channels) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float sum_diff_dst_group[OPGEN_SEGMENT];
-                            float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                            float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 sum_diff_dst_group[slot] = 0;
                                 sum_diff_dst_centered_group[slot] = 0;
@@ -2239,7 +2242,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     }
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const double mean_acc = (double)(mean[channel]);
                                     const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
@@ -2289,8 +2292,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         }
                     }
                 } else {
-                    for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                        const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -2383,12 +2386,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
             }
             if (stream && !split_channels) {
                 const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                 for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
                     const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                        const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                        float sum_diff_dst_group[OPGEN_SEGMENT];
-                        float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                    for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                        const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                        float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                        float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                         for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                             sum_diff_dst_group[slot] = 0;
                             sum_diff_dst_centered_group[slot] = 0;
@@ -2414,7 +2418,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 }
                             }
                             /* the channels after the last whole block, in the last segment */
-                            for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                            for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                 const double mean_acc = (double)(mean[channel]);
                                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
@@ -2464,8 +2468,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     }
                 }
             } else {
-                for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                    const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                         float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -3292,9 +3296,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int split_channels = opgen_split_channels(outer, channels, tiles);
+    const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* few rows of many channels, each channel its own: both passes range by range (below) */
+    /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
     const int range_by_range = split_channels && repeat == 1;
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
@@ -3303,9 +3307,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     (void)threads;
     (void)channel_values;
     if (range_by_range) {
-        /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
-         * values are then as many as a row's elements, too many to stay in cache while every
-         * row reads them all. So each range of channels runs pass 1, its channels' values and
+        /* rows of many channels or few rows (see opgen_split_channels): the element pass's
+         * per-channel values are then as many as a row's elements, too many to stay in cache
+         * while every row reads them all. So each range of channels runs pass 1, its channels' values and
          * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
 #if defined(_OPENMP)
         if ((int)opgen_min(threads, ranges) > 1) {
@@ -3320,8 +3324,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             sums[sum * channels + channel] = 0;
                         }
                     }
-                    for (int64_t group = 0; group < outer; group += 1) {
-                        const int64_t group_end = opgen_min(group + 1, outer);
+                    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -3464,8 +3468,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         sums[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t group = 0; group < outer; group += 1) {
-                    const int64_t group_end = opgen_min(group + 1, outer);
+                for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                         float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -3618,12 +3622,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                 }
                 if (stream && !split_channels) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float sum_diff_dst_group[OPGEN_SEGMENT];
-                            float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                            float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 sum_diff_dst_group[slot] = 0;
                                 sum_diff_dst_centered_group[slot] = 0;
@@ -3649,7 +3654,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     }
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
                                     const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
@@ -3699,8 +3704,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         }
                     }
                 } else {
-                    for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                        const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -3793,12 +3798,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
             }
             if (stream && !split_channels) {
                 const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                 for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
                     const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                        const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                        float sum_diff_dst_group[OPGEN_SEGMENT];
-                        float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                    for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                        const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                        float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                        float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                         for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                             sum_diff_dst_group[slot] = 0;
                             sum_diff_dst_centered_group[slot] = 0;
@@ -3824,7 +3830,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 }
                             }
                             /* the channels after the last whole block, in the last segment */
-                            for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                            for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                 const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
                                 const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
@@ -3874,8 +3880,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     }
                 }
             } else {
-                for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                    const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                         float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -4702,9 +4708,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int split_channels = opgen_split_channels(outer, channels, tiles);
+    const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
     const int threads = opgen_threads_for(outer * channels);
-    /* few rows of many channels, each channel its own: both passes range by range (below) */
+    /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
     const int range_by_range = split_channels && repeat == 1;
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16))) : OPGEN_CHANNEL_RANGE) : tiles;
     /* outputs bigger than the caches go straight to memory */
@@ -4713,9 +4719,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     (void)threads;
     (void)channel_values;
     if (range_by_range) {
-        /* few rows of many channels (see opgen_split_channels): the element pass's per-channel
-         * values are then as many as a row's elements, too many to stay in cache while every
-         * row reads them all. So each range of channels runs pass 1, its channels' values and
+        /* rows of many channels or few rows (see opgen_split_channels): the element pass's
+         * per-channel values are then as many as a row's elements, too many to stay in cache
+         * while every row reads them all. So each range of channels runs pass 1, its channels' values and
          * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
 #if defined(_OPENMP)
         if ((int)opgen_min(threads, ranges) > 1) {
@@ -4730,8 +4736,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             sums[sum * channels + channel] = 0;
                         }
                     }
-                    for (int64_t group = 0; group < outer; group += 1) {
-                        const int64_t group_end = opgen_min(group + 1, outer);
+                    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -4874,8 +4880,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         sums[sum * channels + channel] = 0;
                     }
                 }
-                for (int64_t group = 0; group < outer; group += 1) {
-                    const int64_t group_end = opgen_min(group + 1, outer);
+                for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                         float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -5028,12 +5034,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                 }
                 if (stream && !split_channels) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float sum_diff_dst_group[OPGEN_SEGMENT];
-                            float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                            float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 sum_diff_dst_group[slot] = 0;
                                 sum_diff_dst_centered_group[slot] = 0;
@@ -5059,7 +5066,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     }
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const double mean_acc = (double)(mean[channel]);
                                     const float src_value = opgen_f16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
@@ -5109,8 +5116,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         }
                     }
                 } else {
-                    for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                        const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
                         int64_t channel = first;
                         for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                             float sum_diff_dst_group[OPGEN_BLOCK] = {0};
@@ -5203,12 +5210,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
             }
             if (stream && !split_channels) {
                 const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                 for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
                     const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                        const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                        float sum_diff_dst_group[OPGEN_SEGMENT];
-                        float sum_diff_dst_centered_group[OPGEN_SEGMENT];
+                    for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                        const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                        float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                        float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                         for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                             sum_diff_dst_group[slot] = 0;
                             sum_diff_dst_centered_group[slot] = 0;
@@ -5234,7 +5242,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 }
                             }
                             /* the channels after the last whole block, in the last segment */
-                            for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                            for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                 const double mean_acc = (double)(mean[channel]);
                                 const float src_value = opgen_f16_to_f32(src[base + channel]);
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
@@ -5284,8 +5292,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     }
                 }
             } else {
-                for (int64_t group = row_first; group < row_last; group += (split_channels ? 1 : OPGEN_ROW_GROUP)) {
-                    const int64_t group_end = opgen_min(group + (split_channels ? 1 : OPGEN_ROW_GROUP), row_last);
+                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
                     int64_t channel = first;
                     for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
                         float sum_diff_dst_group[OPGEN_BLOCK] = {0};

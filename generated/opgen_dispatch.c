@@ -199,7 +199,7 @@ int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t chann
 {
     (void)inner; /* the nxc loop tiles rows alone */
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles)) {
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
         /* each thread's share of the channels' sums and float runs */
         return opgen_split_share(opgen_split_bound(channels), 1, 0);
     }
@@ -301,7 +301,7 @@ int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t chann
 {
     (void)inner; /* the nxc loop tiles rows alone */
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles)) {
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
         /* each thread's share of the channels' sums and float runs */
         return opgen_split_share(opgen_split_bound(channels), 1, 1);
     }
@@ -403,7 +403,7 @@ int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t chan
 {
     (void)inner; /* the nxc loop tiles rows alone */
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles)) {
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
         /* each thread's share of the channels' sums and float runs */
         return opgen_split_share(opgen_split_bound(channels), 1, 1);
     }
@@ -851,7 +851,7 @@ int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, i
 {
     (void)inner; /* the nxc loop tiles rows alone */
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles)) {
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
         /* each thread's share of the channels' sums and float runs */
         return opgen_split_share(opgen_split_bound(channels), 1, 0);
     }
@@ -953,7 +953,7 @@ int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, 
 {
     (void)inner; /* the nxc loop tiles rows alone */
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles)) {
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
         /* each thread's share of the channels' sums and float runs */
         return opgen_split_share(opgen_split_bound(channels), 1, 1);
     }
@@ -1055,7 +1055,7 @@ int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, i
 {
     (void)inner; /* the nxc loop tiles rows alone */
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles)) {
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
         /* each thread's share of the channels' sums and float runs */
         return opgen_split_share(opgen_split_bound(channels), 1, 1);
     }

@@ -97,13 +97,17 @@
 #endif
 /* Rows of an nxc reduction summed in registers before the partial sums in memory. */
 #define OPGEN_ROW_GROUP 16
-/* Channels of an nxc reduction walked row by row (in memory order) before the next ones. */
+/* Bytes of a row group's sums an nxc reduction keeps for a segment of channels, walked row by
+ * row (in memory order) before the next one: whole rows up to that length, longer rows in
+ * segments of OPGEN_SEGMENT channels. */
+#define OPGEN_SEGMENT_BYTES 16384
 #define OPGEN_SEGMENT 256
 /* With at least this many rows, reductions split rows only. */
 #define OPGEN_MIN_ROW_TILES 16
 /* At most this many partial sums (doubles) per sum across all tiles. */
 #define OPGEN_MAX_PARTIALS ((int64_t)1 << 20)
-/* Rows of at least this many channels are split by channel, not by row... */
+/* Rows of at least this many channels are split by channel, not by row (rows longer than a
+ * segment too, where one pass reads them)... */
 #define OPGEN_CHANNEL_SPLIT 16384
 /* ... in ranges of at most this many channels (per thread, at least one range), or of this
  * many where the split loop's sums go through float runs (which then stay in L1). */
@@ -275,13 +279,14 @@ static inline int64_t opgen_min(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* An nxc reduction splits its channels, not its rows, among the threads: rows of very many
- * channels in one tile, or too few rows per tile (each tile sums into partial sums of all
- * channels, which costs as much as the rows themselves then). A channel's sum is the same
- * either way for any thread count; the choice depends on the shape alone. */
-static inline int opgen_split_channels(int64_t outer, int64_t channels, int64_t tiles)
+/* An nxc reduction splits its channels, not its rows, among the threads: rows longer than
+ * `longest` channels (the most its tiles of rows take), or too few rows per tile (each tile
+ * sums into partial sums of all channels, which costs as much as the rows themselves then).
+ * A channel's sum is the same either way for any thread count; the choice depends on the
+ * shape alone. */
+static inline int opgen_split_channels(int64_t outer, int64_t channels, int64_t tiles, int64_t longest)
 {
-    return tiles == 1 ? channels >= OPGEN_CHANNEL_SPLIT : outer < tiles * OPGEN_ROW_GROUP;
+    return channels > longest || (tiles > 1 && outer < tiles * OPGEN_ROW_GROUP);
 }
 
 /* Ranges of whole blocks of channels for a channel split: at least one per `length` channels

@@ -367,11 +367,11 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
     const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (opgen_split_channels(outer, channels, tiles)) {
-        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
-         * adds their terms to the range's sums, row after row (float sums: in runs of
-         * OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread; and from
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
+        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
+         * channels and adds their terms to the range's sums, row after row (float sums: in runs
+         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
+         * are cut for the thread count, at least one per thread; and from
          * diff_src's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
@@ -660,11 +660,12 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                     }
                     if (stream) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
                         for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                                double diff_slope_group[OPGEN_SEGMENT];
+                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                                double diff_slope_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double))];
                                 for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                     diff_slope_group[slot] = 0;
                                 }
@@ -691,7 +692,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         opgen_lines_f32_put(&diff_src_lines, diff_src + base + channel, diff_src_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float slope_value = slope[channel];
                                         const float src_value = src[base + channel];
                                         const float diff_dst_value = diff_dst[base + channel];
@@ -770,11 +771,12 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 }
                 if (stream) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            double diff_slope_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            double diff_slope_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 diff_slope_group[slot] = 0;
                             }
@@ -801,7 +803,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     opgen_lines_f32_put(&diff_src_lines, diff_src + base + channel, diff_src_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float slope_value = slope[channel];
                                     const float src_value = src[base + channel];
                                     const float diff_dst_value = diff_dst[base + channel];
@@ -1376,11 +1378,11 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (opgen_split_channels(outer, channels, tiles)) {
-        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
-         * adds their terms to the range's sums, row after row (float sums: in runs of
-         * OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread; and from
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
+        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
+         * channels and adds their terms to the range's sums, row after row (float sums: in runs
+         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
+         * are cut for the thread count, at least one per thread; and from
          * diff_src's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
@@ -1728,11 +1730,12 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     }
                     if (stream) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                         for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                                float diff_slope_group[OPGEN_SEGMENT];
+                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                                float diff_slope_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                                 for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                     diff_slope_group[slot] = 0;
                                 }
@@ -1759,7 +1762,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float slope_value = opgen_bf16_to_f32(slope[channel]);
                                         const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
@@ -1880,11 +1883,12 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                 }
                 if (stream) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float diff_slope_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            float diff_slope_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 diff_slope_group[slot] = 0;
                             }
@@ -1911,7 +1915,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float slope_value = opgen_bf16_to_f32(slope[channel]);
                                     const float src_value = opgen_bf16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
@@ -2555,11 +2559,11 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
     const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
     (void)stream;
     (void)threads;
-    if (opgen_split_channels(outer, channels, tiles)) {
-        /* few rows of many channels: each thread takes ranges of whole blocks of channels and
-         * adds their terms to the range's sums, row after row (float sums: in runs of
-         * OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the
-         * ranges, so they are cut for the thread count, at least one per thread; and from
+    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
+        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
+         * channels and adds their terms to the range's sums, row after row (float sums: in runs
+         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
+         * are cut for the thread count, at least one per thread; and from
          * diff_src's first cache line on (the channels before it join the first range), so
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
@@ -2883,11 +2887,12 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                     }
                     if (stream) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                         for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                                const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                                float diff_slope_group[OPGEN_SEGMENT];
+                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                                float diff_slope_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                                 for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                     diff_slope_group[slot] = 0;
                                 }
@@ -2914,7 +2919,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                         const float slope_value = opgen_f16_to_f32(slope[channel]);
                                         const float src_value = opgen_f16_to_f32(src[base + channel]);
                                         const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
@@ -2991,11 +2996,12 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                 }
                 if (stream) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
                         const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += OPGEN_SEGMENT) {
-                            const int64_t segment_end = opgen_min(segment + OPGEN_SEGMENT, whole_channels);
-                            float diff_slope_group[OPGEN_SEGMENT];
+                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                            float diff_slope_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
                             for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
                                 diff_slope_group[slot] = 0;
                             }
@@ -3022,7 +3028,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + OPGEN_SEGMENT >= channels ? whole_channels : channels; channel < channels; ++channel) {
+                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
                                     const float slope_value = opgen_f16_to_f32(slope[channel]);
                                     const float src_value = opgen_f16_to_f32(src[base + channel]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);

@@ -24,8 +24,20 @@ FORMS = ("ncx", "nxc")
 # Reductions run in tiles fixed by the shape alone, so sums never depend on the thread count.
 TILE_ELEMENTS = 65536
 MAX_TILES = 64
-# Rows of at least this many channels are split by channel instead (which shapes split decides
-# the order of their sums, so it is part of the results' bits).
+# An nxc reduction over many rows sums them in tiles of rows, a group of 16 rows
+# (OPGEN_ROW_GROUP) at a time into arrays that hold the group's sums for SEGMENT_BYTES of
+# channels (2048 channels of double sums, 4096 of float runs): whole rows up to that length.
+# Segments of rows ran a third slower than whole rows (timed from C on a Xeon, about 25.7 M
+# elements, segments of 256 channels: PReLU f32 at 512 to 8192 channels 12-14 GB/s one
+# thread, 21-23 with whole rows). Longer rows (BatchNorm's, below CHANNEL_SPLIT) go in
+# segments of SEGMENT channels: at 8192 channels, segments of 4096 ran 3-8 % slower.
+SEGMENT_BYTES = 16384
+SEGMENT = 256
+# Rows of at least this many channels are split by channel instead, and so are the single-pass
+# reductions' (PReLU) rows longer than a segment: ranges of channels over all rows stream as
+# fast as whole rows, where the two-pass one (BatchNorm) ran up to 25 % slower on two threads
+# below this length. Which shapes split decides the order of their sums, so it is part of the
+# results' bits (never the thread count).
 CHANNEL_SPLIT = 16384
 # ... in ranges of at most this many channels: a range's double sums (128 KiB) then stay in a
 # core's L2 while the rows stream past (262144, 3 MiB of sums, measured PReLU
@@ -308,6 +320,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
             params.append(("int64_t ", "repeat"))
     float_first = _float_first(variant, compute, sections["elements"], table) if spec.pattern == "elementwise" else None
     moved = [variant.dtypes[t.name].c_type for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor" or full]
+    segment_type = "float" if all(entry["type"] == "float" for entry in math["sums"]) else accumulate
     return {
         "params": params,
         "element_bytes": " + ".join(f"sizeof({c_type})" for c_type in moved),
@@ -326,6 +339,8 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "sums": sums,
         "sum_types": {entry["name"]: entry["type"] for entry in math["sums"]},
         "float_sums": [entry["name"] for entry in math["sums"] if entry["type"] == "float"],
+        # channels of a row group's sums in SEGMENT_BYTES (nxc_rows_in_order's arrays)
+        "segment": f"(int64_t)(OPGEN_SEGMENT_BYTES / sizeof({segment_type}))",
         # float sums whose terms may leave f32's range (bf16 products): checked, run by run
         "guarded_sums": [e["name"] for e in math["sums"] if e["type"] == "float" and e["guarded"]],
         # what the sum terms computed in float, and those in the accumulation type, read

@@ -94,6 +94,8 @@ def render_library(
         "tile_elements": plan.TILE_ELEMENTS,
         "max_tiles": plan.MAX_TILES,
         "channel_split": plan.CHANNEL_SPLIT,
+        "segment_bytes": plan.SEGMENT_BYTES,
+        "segment": plan.SEGMENT,
         "channel_range": plan.CHANNEL_RANGE,
         "float_run_range": plan.FLOAT_RUN_RANGE,
         "reread_bytes": plan.REREAD_BYTES,

@@ -177,13 +177,17 @@ def test_float_runs_that_overflow_are_summed_again(row, layout):
 
 
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
-@pytest.mark.parametrize("channels", [300, 17])
+@pytest.mark.parametrize("channels", [300, 17, plan.SEGMENT_BYTES // 4 + 300])
 def test_nxc_tensors_past_the_caches(row, channels):
-    """NXC tensors bigger than plan.STREAM_BYTES sum their rows in memory order (a segment of
-    OPGEN_SEGMENT channels and a tail past the last whole block with 300 channels); the same
-    bits on 1 and 2 threads, within the bounds of the oracle."""
+    """NXC tensors bigger than plan.STREAM_BYTES sum their rows in memory order: whole rows
+    (with a tail past the last whole block at 300 channels; fewer than a block at 17), or
+    rows longer than plan.SEGMENT_BYTES of float sums segment by segment (plan.SEGMENT
+    channels), the last one partly, and a tail; the same bits on 1 and 2 threads, within the
+    oracle's bounds."""
     itemsize = dtype_of(row["src"]).itemsize
-    shape = (plan.STREAM_BYTES // (itemsize * channels) + 3, channels)
+    # and rows enough for 16 (OPGEN_ROW_GROUP) in each of the most tiles: not split by channels
+    rows = max(plan.STREAM_BYTES // (itemsize * channels) + 3, 16 * plan.MAX_TILES + 1)
+    shape = (rows, channels)
     check_threads_and_oracle(rng("bn past the caches", row, channels), row, shape, "NXC", (1, 2))
 
 
@@ -196,13 +200,16 @@ def test_nxc_tensors_past_the_caches(row, channels):
         ((3, 2 * plan.CHANNEL_SPLIT + 21), "NXC"),
         # one tile of rows (over 2^19 channels) and more bytes than plan.STREAM_BYTES: streamed
         ((6, (1 << 19) + 37), "NXC"),
+        # rows too many for a range's rows to stay in cache: ranges of OPGEN_CHANNEL_RANGE, in
+        # groups of rows (as rows of many channels, 2^24 elements and more, however many rows)
+        ((70, plan.CHANNEL_SPLIT + 37), "NXC"),
         # NCX with a short inner dim: channels of `repeat` copies keep the two separate passes
         ((2, 20000, 3), "NCX"),
         # rows enough for tiles of rows (no split), channels enough for the element pass to
         # take two rows at a time (OPGEN_PAIRED_ROWS): an odd row left, a channel tail
         ((33, plan.PAIRED_ROWS + 3), "NXC"),
     ],
-    ids=["reread", "streamed", "repeat", "paired"],
+    ids=["reread", "streamed", "long ranges", "repeat", "paired"],
 )
 def test_few_rows_of_many_channels(row, shape, layout):
     """Shapes with many channels, most of which split by channels (opgen_split_channels):

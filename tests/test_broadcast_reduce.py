@@ -15,7 +15,7 @@ import pytest
 import opgen
 from opgen import oracle
 from opgen.accuracy import operand_shapes, sum_magnitudes
-from opgen.plan import BLOCK, CHANNEL_SPLIT, STREAM_BYTES
+from opgen.plan import BLOCK, CHANNEL_SPLIT, SEGMENT_BYTES, STREAM_BYTES
 from tests.helpers import (
     assert_ulps,
     assert_within,
@@ -177,17 +177,25 @@ def test_float_runs_that_overflow_are_summed_again(dtype, layout):
     assert_within(got[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (19, 2 * CHANNEL_SPLIT + 37),  # more rows than one float run, an odd number; a channel tail
+        (70, SEGMENT_BYTES // 4 + 37),  # rows enough for tiles, but longer than a segment of any sum type
+    ],
+    ids=["few rows", "rows past a segment"],
+)
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
-def test_rows_of_many_channels(dtype):
-    """Few rows of very many channels (a full-size PReLU slope) take the kernels' channel-range
-    path: ranges cut per thread count, float runs of rows. Matches the oracle, gives the same
-    bits on 1 and 2 threads and for inputs on or past a cache line (single channels up to the
-    line, then blocks: which channels share a block moves with the address), and sums an
+def test_rows_of_many_channels(dtype, shape):
+    """Few rows of very many channels (a full-size PReLU slope), and rows longer than the tiled
+    loop takes whole (plan.SEGMENT_BYTES of sums), take the kernels' channel-range path:
+    ranges cut per thread count, float runs of rows. Matches the oracle, gives the same bits
+    on 1 and 2 threads and for inputs on or past a cache line (single channels up to the line,
+    then blocks: which channels share a block moves with the address), and sums an
     overflowing bf16 channel again in double: in a block, in the channels before the line
     (inputs 16 bytes past one) and in the tail."""
-    generator = rng("many channels", dtype)
+    generator = rng("many channels", dtype, shape)
     numpy_dtype = dtype_of(dtype)
-    shape = (19, 2 * CHANNEL_SPLIT + 37)  # more rows than one float run, an odd number; a channel tail
     src = data(generator, shape, dtype)
     diff_dst = data(generator, shape, dtype)
     slope = data(generator, shape[-1:], dtype)
@@ -253,8 +261,8 @@ def test_sums_over_several_kernel_calls(dtype, layout, shape):
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_nxc_tensors_past_the_caches(dtype, channels):
     """NXC tensors bigger than plan.STREAM_BYTES run rows in memory order with streamed stores
-    (a segment of OPGEN_SEGMENT channels and a tail past the last whole block when there are
-    300; fewer than a block when 17), f32 ones through a line writer. Outputs 16 bytes past a
+    (whole rows, a tail past the last whole block when there are 300 channels; fewer than a
+    block when 17), f32 ones through a line writer. Outputs 16 bytes past a
     cache line, and one element, give the bits of freshly allocated ones on 1 and 2 threads,
     write nothing next to themselves, and match the oracle; an overflowing bf16 group is
     summed again in double."""
