@@ -102,6 +102,9 @@
  * segments of OPGEN_SEGMENT channels. */
 #define OPGEN_SEGMENT_BYTES 16384
 #define OPGEN_SEGMENT 256
+/* From this many channels a single-pass nxc reduction whose blocks are shorter than a cache
+ * line walks its rows in memory order (see plan.IN_ORDER_CHANNELS). */
+#define OPGEN_IN_ORDER_CHANNELS 256
 /* With at least this many rows, reductions split rows only. */
 #define OPGEN_MIN_ROW_TILES 16
 /* At most this many partial sums (doubles) per sum across all tiles. */

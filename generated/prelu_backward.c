@@ -658,6 +658,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
+                    /* rows in memory order when streamed */
                     if (stream) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
@@ -769,6 +770,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
+                /* rows in memory order when streamed */
                 if (stream) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                     const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
@@ -1728,7 +1730,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
-                    if (stream) {
+                    /* rows in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+                    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                         for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
@@ -1881,7 +1884,8 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
-                if (stream) {
+                /* rows in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+                if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                     const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
@@ -2885,7 +2889,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                     for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                         partial[slot] = 0;
                     }
-                    if (stream) {
+                    /* rows in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+                    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
                         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                         for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
@@ -2994,7 +2999,8 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
                     partial[slot] = 0;
                 }
-                if (stream) {
+                /* rows in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+                if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
                     const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                     const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
                     for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {

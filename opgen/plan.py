@@ -33,6 +33,14 @@ MAX_TILES = 64
 # segments of SEGMENT channels: at 8192 channels, segments of 4096 ran 3-8 % slower.
 SEGMENT_BYTES = 16384
 SEGMENT = 256
+# The tiled loop of a single-pass reduction (PReLU) walks its rows in memory order, as when it
+# streams, also from this many channels where its blocks of BLOCK elements are shorter than a
+# cache line (f16, bf16): walking 16 rows block by block, a line's second half was no longer
+# in L1 when its turn came. Timed from C on a Xeon, one thread, PReLU NXC bf16 in cache and
+# at a few MB: 300 to 4096 channels 0-41 % faster (power-of-two channel counts, whose rows
+# share L1 sets, 70-190 %); 64-128 channels up to 17 % slower. f32 blocks are whole lines:
+# in order it ran up to 30 % slower in cache.
+IN_ORDER_CHANNELS = 256
 # Rows of at least this many channels are split by channel instead, and so are the single-pass
 # reductions' (PReLU) rows longer than a segment: ranges of channels over all rows stream as
 # fast as whole rows, where the two-pass one (BatchNorm) ran up to 25 % slower on two threads
@@ -339,6 +347,8 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "sums": sums,
         "sum_types": {entry["name"]: entry["type"] for entry in math["sums"]},
         "float_sums": [entry["name"] for entry in math["sums"] if entry["type"] == "float"],
+        # a block of a tensor input is shorter than a cache line (see IN_ORDER_CHANNELS)
+        "half_line_blocks": any(variant.dtypes[t.name].size * BLOCK < 64 for t in spec.inputs if t.kind == "tensor"),
         # channels of a row group's sums in SEGMENT_BYTES (nxc_rows_in_order's arrays)
         "segment": f"(int64_t)(OPGEN_SEGMENT_BYTES / sizeof({segment_type}))",
         # float sums whose terms may leave f32's range (bf16 products): checked, run by run

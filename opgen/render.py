@@ -96,6 +96,7 @@ def render_library(
         "channel_split": plan.CHANNEL_SPLIT,
         "segment_bytes": plan.SEGMENT_BYTES,
         "segment": plan.SEGMENT,
+        "in_order_channels": plan.IN_ORDER_CHANNELS,
         "channel_range": plan.CHANNEL_RANGE,
         "float_run_range": plan.FLOAT_RUN_RANGE,
         "reread_bytes": plan.REREAD_BYTES,

@@ -118,6 +118,12 @@ class DType:
     acl_value: int | None = None
 
     @property
+    def size(self) -> int:
+        """Bytes of one stored element: sign, exponent (as wide as emax = 1 - emin needs) and
+        mantissa bits."""
+        return (1 + (1 - self.min_exponent).bit_length() + 1 + self.mantissa_bits) // 8
+
+    @property
     def smallest_exponent(self) -> int:
         """The smallest nonzero magnitude (a subnormal) is 2^this."""
         return self.min_exponent - self.mantissa_bits

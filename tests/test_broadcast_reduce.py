@@ -15,7 +15,7 @@ import pytest
 import opgen
 from opgen import oracle
 from opgen.accuracy import operand_shapes, sum_magnitudes
-from opgen.plan import BLOCK, CHANNEL_SPLIT, SEGMENT_BYTES, STREAM_BYTES
+from opgen.plan import BLOCK, CHANNEL_SPLIT, IN_ORDER_CHANNELS, SEGMENT_BYTES, STREAM_BYTES
 from tests.helpers import (
     assert_ulps,
     assert_within,
@@ -182,14 +182,17 @@ def test_float_runs_that_overflow_are_summed_again(dtype, layout):
     [
         (19, 2 * CHANNEL_SPLIT + 37),  # more rows than one float run, an odd number; a channel tail
         (70, SEGMENT_BYTES // 4 + 37),  # rows enough for tiles, but longer than a segment of any sum type
+        (150, IN_ORDER_CHANNELS + 37),  # one tile, not streamed: f16 and bf16 rows in memory order
     ],
-    ids=["few rows", "rows past a segment"],
+    ids=["few rows", "rows past a segment", "rows in order"],
 )
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_rows_of_many_channels(dtype, shape):
     """Few rows of very many channels (a full-size PReLU slope), and rows longer than the tiled
     loop takes whole (plan.SEGMENT_BYTES of sums), take the kernels' channel-range path:
-    ranges cut per thread count, float runs of rows. Matches the oracle, gives the same bits
+    ranges cut per thread count, float runs of rows; 16-bit rows of plan.IN_ORDER_CHANNELS or
+    more go through the tiled loop in memory order (f32 ones block by block down 16 rows).
+    Matches the oracle, gives the same bits
     on 1 and 2 threads and for inputs on or past a cache line (single channels up to the line,
     then blocks: which channels share a block moves with the address), and sums an
     overflowing bf16 channel again in double: in a block, in the channels before the line
