@@ -622,6 +622,10 @@ static inline opgen_bf16 opgen_f32_to_bf16(float value)
 /* IEEE binary16 to f32: every half value, subnormals included, is exact in f32. */
 static inline float opgen_f16_to_f32(opgen_f16 value)
 {
+#if OPGEN_USE_F16C
+    /* one instruction where the CPU has it (one element: the tails of block loops) */
+    return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)value)));
+#else
     const uint32_t sign = (uint32_t)(value & 0x8000u) << 16;
     const uint32_t rest = (uint32_t)(value & 0x7FFFu) << 13; /* exponent and mantissa at f32's places */
     /* zero or subnormal: mantissa * 2^-24, exact (and a normal f32) */
@@ -632,11 +636,16 @@ static inline float opgen_f16_to_f32(opgen_f16 value)
     const uint32_t rebias = (uint32_t)(127 - 15) << 23;
     const uint32_t wide = rest + rebias + (is_special & rebias);
     return opgen_bits_float(sign | (is_tiny & tiny) | (~is_tiny & wide));
+#endif
 }
 
 /* f32 to IEEE binary16, round to nearest even, with subnormals, infinities and quiet NaNs. */
 static inline opgen_f16 opgen_f32_to_f16(float value)
 {
+#if OPGEN_USE_F16C
+    /* the same rounding (to nearest even, immediate 0), infinities and quiet NaNs */
+    return (opgen_f16)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(value), 0), 0);
+#else
     const uint32_t bits = opgen_float_bits(value);
     const uint32_t sign = (bits >> 16) & 0x8000u;
     const uint32_t magnitude = bits & 0x7FFFFFFFu;
@@ -653,6 +662,7 @@ static inline opgen_f16 opgen_f32_to_f16(float value)
     half = (is_infinite & 0x7C00u) | (~is_infinite & half);
     half = (is_nan & quiet_nan) | (~is_nan & half);
     return (opgen_f16)(sign | half);
+#endif
 }
 
 /* Blocks of OPGEN_BLOCK elements to and from f32: the kernels' unit of work. */

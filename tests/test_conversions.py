@@ -47,6 +47,29 @@ def test_products_round_to_nearest_even(name, slope):
 
 
 @pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("slope", [1.0, 0.75, 2.0**-13, 1.0 + 2.0**-7, 6.0e4])
+def test_one_element_at_a_time(name, slope):
+    """The conversions of single elements (an NXC tensor of 15 channels, fewer than a block:
+    every element goes one by one, through F16C's scalar instructions where the CPU has them)
+    give the bits of the block ones: slope * diff_dst (exact in f32) rounded once, NaNs quiet."""
+    values = all_values(name)
+    channels = 15
+    padded = np.concatenate([values, np.zeros(-values.size % channels, values.dtype)]).reshape(-1, channels)
+    slope_array = np.full(channels, slope, TYPES[name])
+    got = opgen.prelu_backward(-np.ones_like(padded), slope_array, padded, data_format="NXC").diff_src
+    got = got.reshape(-1)[: values.size]
+    with np.errstate(over="ignore", invalid="ignore"):  # NaN and overflow on purpose
+        wide = values.astype(np.float64)
+        expected = (wide * float(slope_array[0])).astype(TYPES[name])
+    nan = np.isnan(wide)
+    same = (got.view(np.uint16) == expected.view(np.uint16)) | ((got == 0) & (expected == 0))
+    wrong = ~nan & ~same
+    assert not wrong.any(), f"first mismatch: {values[wrong][0]!r} * {slope_array[0]!r} -> {got[wrong][0]!r}"
+    quiet_bit = 0x0200 if name == "f16" else 0x0040
+    assert np.isnan(got[nan].astype(np.float32)).all() and (got[nan].view(np.uint16) & quiet_bit).all()
+
+
+@pytest.mark.parametrize("name", TYPES)
 def test_hard_sigmoid_edges_give_zero(name):
     """The interval 0 < alpha*src + beta < 1 is open: the exact edges give 0 in every dtype."""
     dtype = TYPES[name]
