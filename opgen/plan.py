@@ -57,7 +57,7 @@ CHANNEL_RANGE = 16384
 # stay in L1. Timed from C on a Xeon, 32 rows of 802 816 channels: bf16 and f16 1-4 % faster
 # on one thread, 3-5 % on two, than with 16384; f32 (double sums, no runs) 2-5 % slower.
 FLOAT_RUN_RANGE = 4096
-# BatchNorm's split (few rows of many channels) runs both passes range by range; its ranges
+# BatchNorm's split (many channels, or few rows) runs both passes range by range; its ranges
 # are as long as lets a range's rows (every tensor) fit in REREAD_BYTES, where the second
 # pass re-reads them from L2, when that is at least REREAD_MIN channels (shorter stretches
 # of rows streamed slower than re-reading them from memory); else CHANNEL_RANGE. Timed from
