@@ -472,6 +472,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    /* tiles of rows take rows shorter than OPGEN_CHANNEL_SPLIT, segment by segment past one */
     const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
     const int threads = opgen_threads_for(outer * channels);
     /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
@@ -485,8 +486,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     if (range_by_range) {
         /* rows of many channels or few rows (see opgen_split_channels): the element pass's
          * per-channel values are then as many as a row's elements, too many to stay in cache
-         * while every row reads them all. So each range of channels runs pass 1, its channels' values and
-         * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
+         * while every row reads them all. So each range of channels runs pass 1, its channels'
+         * values and pass 2 in turn, and its values stay in cache; the sums are the same as
+         * below. */
 #if defined(_OPENMP)
         if ((int)opgen_min(threads, ranges) > 1) {
             OPGEN_PARALLEL((int)opgen_min(threads, ranges))
@@ -1884,6 +1886,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    /* tiles of rows take rows shorter than OPGEN_CHANNEL_SPLIT, segment by segment past one */
     const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
     const int threads = opgen_threads_for(outer * channels);
     /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
@@ -1897,8 +1900,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     if (range_by_range) {
         /* rows of many channels or few rows (see opgen_split_channels): the element pass's
          * per-channel values are then as many as a row's elements, too many to stay in cache
-         * while every row reads them all. So each range of channels runs pass 1, its channels' values and
-         * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
+         * while every row reads them all. So each range of channels runs pass 1, its channels'
+         * values and pass 2 in turn, and its values stay in cache; the sums are the same as
+         * below. */
 #if defined(_OPENMP)
         if ((int)opgen_min(threads, ranges) > 1) {
             OPGEN_PARALLEL((int)opgen_min(threads, ranges))
@@ -3296,6 +3300,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    /* tiles of rows take rows shorter than OPGEN_CHANNEL_SPLIT, segment by segment past one */
     const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
     const int threads = opgen_threads_for(outer * channels);
     /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
@@ -3309,8 +3314,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     if (range_by_range) {
         /* rows of many channels or few rows (see opgen_split_channels): the element pass's
          * per-channel values are then as many as a row's elements, too many to stay in cache
-         * while every row reads them all. So each range of channels runs pass 1, its channels' values and
-         * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
+         * while every row reads them all. So each range of channels runs pass 1, its channels'
+         * values and pass 2 in turn, and its values stay in cache; the sums are the same as
+         * below. */
 #if defined(_OPENMP)
         if ((int)opgen_min(threads, ranges) > 1) {
             OPGEN_PARALLEL((int)opgen_min(threads, ranges))
@@ -4708,6 +4714,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
     double *partials = workspace + 5 * channels;
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    /* tiles of rows take rows shorter than OPGEN_CHANNEL_SPLIT, segment by segment past one */
     const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
     const int threads = opgen_threads_for(outer * channels);
     /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
@@ -4721,8 +4728,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     if (range_by_range) {
         /* rows of many channels or few rows (see opgen_split_channels): the element pass's
          * per-channel values are then as many as a row's elements, too many to stay in cache
-         * while every row reads them all. So each range of channels runs pass 1, its channels' values and
-         * pass 2 in turn, and its values stay in cache; the sums are the same as below. */
+         * while every row reads them all. So each range of channels runs pass 1, its channels'
+         * values and pass 2 in turn, and its values stay in cache; the sums are the same as
+         * below. */
 #if defined(_OPENMP)
         if ((int)opgen_min(threads, ranges) > 1) {
             OPGEN_PARALLEL((int)opgen_min(threads, ranges))
