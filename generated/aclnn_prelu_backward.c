@@ -22,8 +22,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), inner);
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
@@ -364,7 +365,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), channels * (int64_t)sizeof *grad_input, grad_input);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
@@ -651,7 +652,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
         if ((int)opgen_min(threads, tiles) > 1) {
             OPGEN_PARALLEL((int)opgen_min(threads, tiles))
             {
-                opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
+                opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
                 OPGEN_FOR
                 for (int64_t tile = 0; tile < tiles; ++tile) {
                     double *partial = workspace + tile * 1 * channels;
@@ -693,14 +694,19 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                        const float weight_value = weight[channel];
-                                        const float grad_output_value = grad_output[base + channel];
-                                        const float self_value = self[base + channel];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input[base + channel] = grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        partial[0 * channels + channel] += grad_weight_term;
+                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                    if (tail_first < channels) {
+                                        float grad_input_part[OPGEN_BLOCK] = {0};
+                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                            const float weight_value = weight[channel];
+                                            const float grad_output_value = grad_output[base + channel];
+                                            const float self_value = self[base + channel];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_part[channel - tail_first] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            partial[0 * channels + channel] += grad_weight_term;
+                                        }
+                                        opgen_store_part_f32(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
                                     }
                                 }
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -764,7 +770,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
         } else
 #endif
         {
-            opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
+            opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -805,14 +811,19 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const float weight_value = weight[channel];
-                                    const float grad_output_value = grad_output[base + channel];
-                                    const float self_value = self[base + channel];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    partial[0 * channels + channel] += grad_weight_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    float grad_input_part[OPGEN_BLOCK] = {0};
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const float weight_value = weight[channel];
+                                        const float grad_output_value = grad_output[base + channel];
+                                        const float self_value = self[base + channel];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_part[channel - tail_first] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        partial[0 * channels + channel] += grad_weight_term;
+                                    }
+                                    opgen_store_part_f32(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -989,8 +1000,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), inner);
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
@@ -1341,7 +1353,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), channels * (int64_t)sizeof *grad_input, grad_input);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
@@ -1705,14 +1717,19 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                        const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                        const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                        partial[0 * channels + channel] += grad_weight_term;
+                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                    if (tail_first < channels) {
+                                        float grad_input_part[OPGEN_BLOCK] = {0};
+                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                            const float weight_value = opgen_f16_to_f32(weight[channel]);
+                                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                            const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_part[channel - tail_first] = (float)grad_input_value;
+                                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                            partial[0 * channels + channel] += grad_weight_term;
+                                        }
+                                        opgen_store_part_f16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
                                     }
                                 }
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -1815,14 +1832,19 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                    const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    partial[0 * channels + channel] += grad_weight_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    float grad_input_part[OPGEN_BLOCK] = {0};
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const float weight_value = opgen_f16_to_f32(weight[channel]);
+                                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                                        const float self_value = opgen_f16_to_f32(self[base + channel]);
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_part[channel - tail_first] = (float)grad_input_value;
+                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                        partial[0 * channels + channel] += grad_weight_term;
+                                    }
+                                    opgen_store_part_f16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -2060,8 +2082,9 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), inner);
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
@@ -2448,7 +2471,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), channels * (int64_t)sizeof *grad_input, grad_input);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
@@ -2836,14 +2859,19 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                        const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        partial[0 * channels + channel] += grad_weight_term;
+                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                    if (tail_first < channels) {
+                                        float grad_input_part[OPGEN_BLOCK] = {0};
+                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                            const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_part[channel - tail_first] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            partial[0 * channels + channel] += grad_weight_term;
+                                        }
+                                        opgen_store_part_bf16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
                                     }
                                 }
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -2990,14 +3018,19 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    partial[0 * channels + channel] += grad_weight_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    float grad_input_part[OPGEN_BLOCK] = {0};
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                                        const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_part[channel - tail_first] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        partial[0 * channels + channel] += grad_weight_term;
+                                    }
+                                    opgen_store_part_bf16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {

@@ -26,8 +26,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
 {
     const double count_acc = (double)outer * (double)inner;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), inner);
     (void)stream;
     (void)threads;
     (void)workspace;
@@ -478,8 +479,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
     const int range_by_range = split_channels && repeat == 1;
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(float) + sizeof(float) + sizeof(float))) : OPGEN_CHANNEL_RANGE) : tiles;
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), channels * (int64_t)sizeof *diff_src, diff_src);
     (void)stream;
     (void)threads;
     (void)channel_values;
@@ -621,15 +622,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             }
                             opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
                         }
-                        for (; channel < last; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = src[base + channel];
-                            const float diff_dst_value = diff_dst[base + channel];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + channel] = diff_src_value;
+                        if (channel < last) {
+                            const int64_t tail_first = channel;
+                            float diff_src_part[OPGEN_BLOCK] = {0};
+                            for (; channel < last; ++channel) {
+                                const float mean_value = mean[channel];
+                                const float scale_value = channel_values[0 * channels + channel];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_part[channel - tail_first] = (float)diff_src_value;
+                            }
+                            opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
                         }
                     }
                 }
@@ -765,15 +771,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         }
                         opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < last; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = src[base + channel];
-                        const float diff_dst_value = diff_dst[base + channel];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = diff_src_value;
+                    if (channel < last) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < last; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
                     }
                 }
             }
@@ -832,14 +843,17 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     }
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const double mean_acc = (double)(mean[channel]);
-                                    const float src_value = src[base + channel];
-                                    const float diff_dst_value = diff_dst[base + channel];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    partial[0 * channels + channel] += sum_diff_dst_term;
-                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const double mean_acc = (double)(mean[channel]);
+                                        const float src_value = src[base + channel];
+                                        const float diff_dst_value = diff_dst[base + channel];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        partial[0 * channels + channel] += sum_diff_dst_term;
+                                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                    }
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -1008,14 +1022,17 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 }
                             }
                             /* the channels after the last whole block, in the last segment */
-                            for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                const double mean_acc = (double)(mean[channel]);
-                                const float src_value = src[base + channel];
-                                const float diff_dst_value = diff_dst[base + channel];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                partial[0 * channels + channel] += sum_diff_dst_term;
-                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                            if (tail_first < channels) {
+                                for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                    const double mean_acc = (double)(mean[channel]);
+                                    const float src_value = src[base + channel];
+                                    const float diff_dst_value = diff_dst[base + channel];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    partial[0 * channels + channel] += sum_diff_dst_term;
+                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                         for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -1258,15 +1275,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             }
                             opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
                         }
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = src[base + channel];
-                            const float diff_dst_value = diff_dst[base + channel];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + channel] = diff_src_value;
+                        if (channel < channels) {
+                            const int64_t tail_first = channel;
+                            float diff_src_part[OPGEN_BLOCK] = {0};
+                            for (; channel < channels; ++channel) {
+                                const float mean_value = mean[channel];
+                                const float scale_value = channel_values[0 * channels + channel];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                                const float src_value = src[base + channel];
+                                const float diff_dst_value = diff_dst[base + channel];
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_part[channel - tail_first] = (float)diff_src_value;
+                            }
+                            opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                         }
                     }
                 } else {
@@ -1293,15 +1315,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         }
                         opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = src[base + channel];
-                        const float diff_dst_value = diff_dst[base + channel];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = diff_src_value;
+                    if (channel < channels) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                     }
                 }
             }
@@ -1383,15 +1410,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         }
                         opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = src[base + channel];
-                        const float diff_dst_value = diff_dst[base + channel];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = diff_src_value;
+                    if (channel < channels) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = src[base + channel];
+                            const float diff_dst_value = diff_dst[base + channel];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                     }
                 }
             } else {
@@ -1418,15 +1450,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     }
                     opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
                 }
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = src[base + channel];
-                    const float diff_dst_value = diff_dst[base + channel];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + channel] = diff_src_value;
+                if (channel < channels) {
+                    const int64_t tail_first = channel;
+                    float diff_src_part[OPGEN_BLOCK] = {0};
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = src[base + channel];
+                        const float diff_dst_value = diff_dst[base + channel];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_part[channel - tail_first] = (float)diff_src_value;
+                    }
+                    opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                 }
             }
         }
@@ -1440,8 +1477,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
 {
     const double count_acc = (double)outer * (double)inner;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), inner);
     (void)stream;
     (void)threads;
     (void)workspace;
@@ -1892,8 +1930,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
     const int range_by_range = split_channels && repeat == 1;
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), channels * (int64_t)sizeof *diff_src, diff_src);
     (void)stream;
     (void)threads;
     (void)channel_values;
@@ -2035,15 +2073,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             }
                             opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                         }
-                        for (; channel < last; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                        if (channel < last) {
+                            const int64_t tail_first = channel;
+                            float diff_src_part[OPGEN_BLOCK] = {0};
+                            for (; channel < last; ++channel) {
+                                const float mean_value = mean[channel];
+                                const float scale_value = channel_values[0 * channels + channel];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_part[channel - tail_first] = (float)diff_src_value;
+                            }
+                            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
                         }
                     }
                 }
@@ -2179,15 +2222,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         }
                         opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < last; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    if (channel < last) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < last; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
                     }
                 }
             }
@@ -2246,14 +2294,17 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     }
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const double mean_acc = (double)(mean[channel]);
-                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    partial[0 * channels + channel] += sum_diff_dst_term;
-                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const double mean_acc = (double)(mean[channel]);
+                                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        partial[0 * channels + channel] += sum_diff_dst_term;
+                                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                    }
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -2422,14 +2473,17 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 }
                             }
                             /* the channels after the last whole block, in the last segment */
-                            for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                const double mean_acc = (double)(mean[channel]);
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                partial[0 * channels + channel] += sum_diff_dst_term;
-                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                            if (tail_first < channels) {
+                                for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                    const double mean_acc = (double)(mean[channel]);
+                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    partial[0 * channels + channel] += sum_diff_dst_term;
+                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                         for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -2672,15 +2726,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             }
                             opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                         }
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                        if (channel < channels) {
+                            const int64_t tail_first = channel;
+                            float diff_src_part[OPGEN_BLOCK] = {0};
+                            for (; channel < channels; ++channel) {
+                                const float mean_value = mean[channel];
+                                const float scale_value = channel_values[0 * channels + channel];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_part[channel - tail_first] = (float)diff_src_value;
+                            }
+                            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                         }
                     }
                 } else {
@@ -2707,15 +2766,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         }
                         opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    if (channel < channels) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                     }
                 }
             }
@@ -2797,15 +2861,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         }
                         opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    if (channel < channels) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                     }
                 }
             } else {
@@ -2832,15 +2901,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     }
                     opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                 }
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                if (channel < channels) {
+                    const int64_t tail_first = channel;
+                    float diff_src_part[OPGEN_BLOCK] = {0};
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_part[channel - tail_first] = (float)diff_src_value;
+                    }
+                    opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                 }
             }
         }
@@ -2854,8 +2928,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
 {
     const double count_acc = (double)outer * (double)inner;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), inner);
     (void)stream;
     (void)threads;
     (void)workspace;
@@ -3306,8 +3381,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
     const int range_by_range = split_channels && repeat == 1;
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), channels * (int64_t)sizeof *diff_src, diff_src);
     (void)stream;
     (void)threads;
     (void)channel_values;
@@ -3449,15 +3524,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             }
                             opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                         }
-                        for (; channel < last; ++channel) {
-                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                        if (channel < last) {
+                            const int64_t tail_first = channel;
+                            float diff_src_part[OPGEN_BLOCK] = {0};
+                            for (; channel < last; ++channel) {
+                                const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                                const float scale_value = channel_values[0 * channels + channel];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_part[channel - tail_first] = (float)diff_src_value;
+                            }
+                            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
                         }
                     }
                 }
@@ -3593,15 +3673,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         }
                         opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < last; ++channel) {
-                        const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    if (channel < last) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < last; ++channel) {
+                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
                     }
                 }
             }
@@ -3660,14 +3745,17 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     }
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    partial[0 * channels + channel] += sum_diff_dst_term;
-                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        partial[0 * channels + channel] += sum_diff_dst_term;
+                                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                    }
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -3836,14 +3924,17 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 }
                             }
                             /* the channels after the last whole block, in the last segment */
-                            for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                partial[0 * channels + channel] += sum_diff_dst_term;
-                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                            if (tail_first < channels) {
+                                for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                    const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    partial[0 * channels + channel] += sum_diff_dst_term;
+                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                         for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -4086,15 +4177,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             }
                             opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                         }
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                        if (channel < channels) {
+                            const int64_t tail_first = channel;
+                            float diff_src_part[OPGEN_BLOCK] = {0};
+                            for (; channel < channels; ++channel) {
+                                const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                                const float scale_value = channel_values[0 * channels + channel];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_part[channel - tail_first] = (float)diff_src_value;
+                            }
+                            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                         }
                     }
                 } else {
@@ -4121,15 +4217,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         }
                         opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    if (channel < channels) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                     }
                 }
             }
@@ -4211,15 +4312,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         }
                         opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                    if (channel < channels) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                     }
                 }
             } else {
@@ -4246,15 +4352,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     }
                     opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                 }
-                for (; channel < channels; ++channel) {
-                    const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
+                if (channel < channels) {
+                    const int64_t tail_first = channel;
+                    float diff_src_part[OPGEN_BLOCK] = {0};
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_part[channel - tail_first] = (float)diff_src_value;
+                    }
+                    opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                 }
             }
         }
@@ -4268,8 +4379,9 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
 {
     const double count_acc = (double)outer * (double)inner;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), inner);
     (void)stream;
     (void)threads;
     (void)workspace;
@@ -4720,8 +4832,8 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
     const int range_by_range = split_channels && repeat == 1;
     const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16))) : OPGEN_CHANNEL_RANGE) : tiles;
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), channels * (int64_t)sizeof *diff_src, diff_src);
     (void)stream;
     (void)threads;
     (void)channel_values;
@@ -4863,15 +4975,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             }
                             opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                         }
-                        for (; channel < last; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_f16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                        if (channel < last) {
+                            const int64_t tail_first = channel;
+                            float diff_src_part[OPGEN_BLOCK] = {0};
+                            for (; channel < last; ++channel) {
+                                const float mean_value = mean[channel];
+                                const float scale_value = channel_values[0 * channels + channel];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_part[channel - tail_first] = (float)diff_src_value;
+                            }
+                            opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
                         }
                     }
                 }
@@ -5007,15 +5124,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         }
                         opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < last; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_f16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                    if (channel < last) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < last; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
                     }
                 }
             }
@@ -5074,14 +5196,17 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     }
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const double mean_acc = (double)(mean[channel]);
-                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    partial[0 * channels + channel] += sum_diff_dst_term;
-                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const double mean_acc = (double)(mean[channel]);
+                                        const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        partial[0 * channels + channel] += sum_diff_dst_term;
+                                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                    }
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -5250,14 +5375,17 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 }
                             }
                             /* the channels after the last whole block, in the last segment */
-                            for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                const double mean_acc = (double)(mean[channel]);
-                                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                partial[0 * channels + channel] += sum_diff_dst_term;
-                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                            const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                            if (tail_first < channels) {
+                                for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                    const double mean_acc = (double)(mean[channel]);
+                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    partial[0 * channels + channel] += sum_diff_dst_term;
+                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                         for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -5500,15 +5628,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             }
                             opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                         }
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_f16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                        if (channel < channels) {
+                            const int64_t tail_first = channel;
+                            float diff_src_part[OPGEN_BLOCK] = {0};
+                            for (; channel < channels; ++channel) {
+                                const float mean_value = mean[channel];
+                                const float scale_value = channel_values[0 * channels + channel];
+                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                                diff_src_part[channel - tail_first] = (float)diff_src_value;
+                            }
+                            opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                         }
                     }
                 } else {
@@ -5535,15 +5668,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         }
                         opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_f16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                    if (channel < channels) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                     }
                 }
             }
@@ -5625,15 +5763,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         }
                         opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                     }
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_f16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                    if (channel < channels) {
+                        const int64_t tail_first = channel;
+                        float diff_src_part[OPGEN_BLOCK] = {0};
+                        for (; channel < channels; ++channel) {
+                            const float mean_value = mean[channel];
+                            const float scale_value = channel_values[0 * channels + channel];
+                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                            const float centered_coefficient_value = channel_values[2 * channels + channel];
+                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                        }
+                        opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                     }
                 }
             } else {
@@ -5660,15 +5803,20 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     }
                     opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                 }
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
+                if (channel < channels) {
+                    const int64_t tail_first = channel;
+                    float diff_src_part[OPGEN_BLOCK] = {0};
+                    for (; channel < channels; ++channel) {
+                        const float mean_value = mean[channel];
+                        const float scale_value = channel_values[0 * channels + channel];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel];
+                        const float src_value = opgen_f16_to_f32(src[base + channel]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_part[channel - tail_first] = (float)diff_src_value;
+                    }
+                    opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                 }
             }
         }

@@ -22,8 +22,9 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), inner);
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
@@ -364,7 +365,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES;
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), channels * (int64_t)sizeof *diff_src, diff_src);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
@@ -651,7 +652,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
         if ((int)opgen_min(threads, tiles) > 1) {
             OPGEN_PARALLEL((int)opgen_min(threads, tiles))
             {
-                opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream);
+                opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
                 OPGEN_FOR
                 for (int64_t tile = 0; tile < tiles; ++tile) {
                     double *partial = workspace + tile * 1 * channels;
@@ -693,14 +694,19 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         opgen_lines_f32_put(&diff_src_lines, diff_src + base + channel, diff_src_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                        const float slope_value = slope[channel];
-                                        const float src_value = src[base + channel];
-                                        const float diff_dst_value = diff_dst[base + channel];
-                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                        diff_src[base + channel] = diff_src_value;
-                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                        partial[0 * channels + channel] += diff_slope_term;
+                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                    if (tail_first < channels) {
+                                        float diff_src_part[OPGEN_BLOCK] = {0};
+                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                            const float slope_value = slope[channel];
+                                            const float src_value = src[base + channel];
+                                            const float diff_dst_value = diff_dst[base + channel];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            partial[0 * channels + channel] += diff_slope_term;
+                                        }
+                                        opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                                     }
                                 }
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -764,7 +770,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
         } else
 #endif
         {
-            opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream);
+            opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
             for (int64_t tile = 0; tile < tiles; ++tile) {
                 double *partial = workspace + tile * 1 * channels;
                 for (int64_t slot = 0; slot < 1 * channels; ++slot) {
@@ -805,14 +811,19 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     opgen_lines_f32_put(&diff_src_lines, diff_src + base + channel, diff_src_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const float slope_value = slope[channel];
-                                    const float src_value = src[base + channel];
-                                    const float diff_dst_value = diff_dst[base + channel];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src[base + channel] = diff_src_value;
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    partial[0 * channels + channel] += diff_slope_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    float diff_src_part[OPGEN_BLOCK] = {0};
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const float slope_value = slope[channel];
+                                        const float src_value = src[base + channel];
+                                        const float diff_dst_value = diff_dst[base + channel];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_part[channel - tail_first] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        partial[0 * channels + channel] += diff_slope_term;
+                                    }
+                                    opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -989,8 +1000,9 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), inner);
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
@@ -1377,7 +1389,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES;
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), channels * (int64_t)sizeof *diff_src, diff_src);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
@@ -1765,14 +1777,19 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                        const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                        diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                        partial[0 * channels + channel] += diff_slope_term;
+                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                    if (tail_first < channels) {
+                                        float diff_src_part[OPGEN_BLOCK] = {0};
+                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                            const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            partial[0 * channels + channel] += diff_slope_term;
+                                        }
+                                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                                     }
                                 }
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -1919,14 +1936,19 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src[base + channel] = opgen_f32_to_bf16(diff_src_value);
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    partial[0 * channels + channel] += diff_slope_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    float diff_src_part[OPGEN_BLOCK] = {0};
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_part[channel - tail_first] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        partial[0 * channels + channel] += diff_slope_term;
+                                    }
+                                    opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -2208,8 +2230,9 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
     const int split_units = tiles <= outer * channels;
     const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
     const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory */
-    const int stream = (outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
+     * end in a tail */
+    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), inner);
     (void)stream;
     (void)threads;
 #if defined(_OPENMP)
@@ -2560,7 +2583,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES;
+    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), channels * (int64_t)sizeof *diff_src, diff_src);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
@@ -2924,14 +2947,19 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                                     }
                                     /* the channels after the last whole block, in the last segment */
-                                    for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                        const float slope_value = opgen_f16_to_f32(slope[channel]);
-                                        const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                        diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                        partial[0 * channels + channel] += diff_slope_term;
+                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                    if (tail_first < channels) {
+                                        float diff_src_part[OPGEN_BLOCK] = {0};
+                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                            const float slope_value = opgen_f16_to_f32(slope[channel]);
+                                            const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_part[channel - tail_first] = (float)diff_src_value;
+                                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                            partial[0 * channels + channel] += diff_slope_term;
+                                        }
+                                        opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                                     }
                                 }
                                 for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
@@ -3034,14 +3062,19 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
                                 }
                                 /* the channels after the last whole block, in the last segment */
-                                for (int64_t channel = segment + segment_length >= channels ? whole_channels : channels; channel < channels; ++channel) {
-                                    const float slope_value = opgen_f16_to_f32(slope[channel]);
-                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src[base + channel] = opgen_f32_to_f16(diff_src_value);
-                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                                    partial[0 * channels + channel] += diff_slope_term;
+                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                                if (tail_first < channels) {
+                                    float diff_src_part[OPGEN_BLOCK] = {0};
+                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
+                                        const float slope_value = opgen_f16_to_f32(slope[channel]);
+                                        const float src_value = opgen_f16_to_f32(src[base + channel]);
+                                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_part[channel - tail_first] = (float)diff_src_value;
+                                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                        partial[0 * channels + channel] += diff_slope_term;
+                                    }
+                                    opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                                 }
                             }
                             for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {

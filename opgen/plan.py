@@ -298,6 +298,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "dtype": dtype.name,
                 "optional": tensor.optional,
                 "store_block": dtype.store_block,
+                "store_part": dtype.store_part,
                 "line_writer": dtype.line_writer,
                 "line_writer_cheap": dtype.line_writer_cheap,
                 "store": _store(

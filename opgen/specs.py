@@ -107,6 +107,7 @@ class DType:
     store: str
     load_block: str
     store_block: str
+    store_part: str
     compute: str
     wide_compute: str
     accumulate: str
@@ -268,6 +269,7 @@ _DTYPE_KEYS = {
     "store": True,
     "load_block": True,
     "store_block": True,
+    "store_part": True,
     "compute": True,
     "wide_compute": True,
     "accumulate": True,
@@ -317,7 +319,7 @@ def load_dtype_table(path: Path) -> DTypeTable:
         for key in ("compute", "wide_compute", "accumulate"):
             if row[key] not in compute_types:
                 where.fail(f"{name}.{key}", f"'{row[key]}' is not in compute_types")
-        for key in ("c_type", "load_block", "store_block", "line_writer"):
+        for key in ("c_type", "load_block", "store_block", "store_part", "line_writer"):
             if key in row and not _IDENTIFIER.fullmatch(_string(where, f"{name}.{key}", row[key])):
                 where.fail(f"{name}.{key}", "must be a C identifier")
         for key in ("load", "store"):

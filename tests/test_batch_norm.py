@@ -177,10 +177,12 @@ def test_float_runs_that_overflow_are_summed_again(row, layout):
 
 
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
-@pytest.mark.parametrize("channels", [300, 17, plan.SEGMENT_BYTES // 4 + 300])
+@pytest.mark.parametrize("channels", [300, 17, 24, 49, plan.SEGMENT_BYTES // 4 + 300])
 def test_nxc_tensors_past_the_caches(row, channels):
     """NXC tensors bigger than plan.STREAM_BYTES sum their rows in memory order: whole rows
-    (with a tail past the last whole block at 300 channels; fewer than a block at 17), or
+    (with a tail past the last whole block at 300 channels; fewer than a block at 17; the
+    element pass streams its tails with the blocks at 24 and 49, 16-bit rows of 49 not
+    streamed), or
     rows longer than plan.SEGMENT_BYTES of float sums segment by segment (plan.SEGMENT
     channels), the last one partly, and a tail; the same bits on 1 and 2 threads, within the
     oracle's bounds."""

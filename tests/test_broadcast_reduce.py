@@ -260,12 +260,14 @@ def test_sums_over_several_kernel_calls(dtype, layout, shape):
     assert_within(whole[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
 
 
-@pytest.mark.parametrize("channels", [300, 17])
+@pytest.mark.parametrize("channels", [300, 17, 24, 49])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_nxc_tensors_past_the_caches(dtype, channels):
     """NXC tensors bigger than plan.STREAM_BYTES run rows in memory order with streamed stores
     (whole rows, a tail past the last whole block when there are 300 channels; fewer than a
-    block when 17), f32 ones through a line writer. Outputs 16 bytes past a
+    block when 17; tails of 8 and 1 streamed with the blocks (opgen_store_part_*) at 24 and 49,
+    except 16-bit rows of 49, not on 4-byte boundaries, which are not streamed), f32 ones
+    through a line writer where the rows have no tail. Outputs 16 bytes past a
     cache line, and one element, give the bits of freshly allocated ones on 1 and 2 threads,
     write nothing next to themselves, and match the oracle; an overflowing bf16 group is
     summed again in double."""
