@@ -122,6 +122,13 @@
 #define OPGEN_REREAD_MIN 1024
 /* BatchNorm's element pass (nxc, in tiles of rows) takes two rows at a time from this many channels. */
 #define OPGEN_PAIRED_ROWS 4096
+/* NCX tensors with fewer than this many elements per (row, channel) unit and at least
+ * OPGEN_REPEAT_MIN_ROWS rows run the nxc loop over [outer][channels * inner] (BatchNorm from
+ * OPGEN_BLOCK elements: past the caches, where those rows are shorter than
+ * OPGEN_REPEAT_MAX_ROW); see opgen_repeat_inner. */
+#define OPGEN_REPEAT_INNER 256
+#define OPGEN_REPEAT_MAX_ROW 32768
+#define OPGEN_REPEAT_MIN_ROWS 32
 /* Sum terms exact in float go through float partial sums of at most this many terms. */
 #define OPGEN_FLOAT_RUN 16
 #if OPGEN_ROW_GROUP > OPGEN_FLOAT_RUN

@@ -513,6 +513,30 @@ static opgen_status opgen_check_overlap(const opgen_call *call)
     return OPGEN_SUCCESS;
 }
 
+/* Bytes a call moves through its reference-sized tensors, inputs and outputs: above
+ * OPGEN_STREAM_BYTES they come from memory, not from the caches. */
+static size_t opgen_tensor_bytes(const opgen_call *call)
+{
+    size_t bytes = 0;
+    for (int i = 0; i < call->op->input_count + call->op->output_count; ++i) {
+        if (call->tensors[i] != NULL && call->counts[i] == call->reference_count) {
+            bytes += (size_t)call->counts[i] * opgen_dtype_size(call->tensors[i]->dtype);
+        }
+    }
+    return bytes;
+}
+
+/* A short inner dim scatters each channel's elements in units of `inner` a row of channels
+ * apart. Below OPGEN_BLOCK elements the ncx loop has little to vectorize; up to
+ * OPGEN_REPEAT_INNER it reads such units slowly (and past the caches the prefetchers follow
+ * them poorly). Either way the nxc loop runs over [outer][channels * inner] instead, the
+ * channel operands repeated along inner; with few rows, the work on the repeated channels
+ * (copies, sums of their own, folded) costs more than it saves. */
+static int opgen_repeat_inner(int64_t outer, int64_t inner)
+{
+    return inner > 1 && (inner < OPGEN_BLOCK || (inner < OPGEN_REPEAT_INNER && outer >= OPGEN_REPEAT_MIN_ROWS));
+}
+
 /* broadcast_reduce: the kernel calls that cover the reference with the operand broadcast as
  * `expanded`. Adjacent dims of one kind (the operand's own, or broadcast) merge; the last
  * three groups become [outer][channels][inner], any before them one call each. */
@@ -550,10 +574,10 @@ static void opgen_plan_pieces(opgen_call *call)
     memcpy(call->lead_sizes, sizes, sizeof sizes);
     memcpy(call->lead_kept, kept, sizeof kept);
     call->repeat = 1;
-    /* A short inner dim leaves the ncx loop little to vectorize: run the nxc loop over
-     * [outer][channels * inner] with the operand repeated along inner; the sums are folded
-     * back in a fixed order (the `inner` partial sums of a channel, in turn). */
-    if (groups == 0 && inner > 1 && inner < OPGEN_BLOCK) {
+    /* the nxc loop over [outer][channels * inner] (see opgen_repeat_inner), the operand
+     * repeated along inner; the sums are folded back in a fixed order (the `inner` partial
+     * sums of a channel, in turn) */
+    if (groups == 0 && opgen_repeat_inner(outer, inner)) {
         call->repeat = inner;
         channels *= inner;
         inner = 1;
@@ -605,10 +629,14 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         call->dims[1] = reference->dims[axis];
         call->dims[2] = inner;
         form = inner > 1 ? 0 : 1;
-        if (inner > 1 && inner < OPGEN_BLOCK) {
-            /* A short inner dim scatters each channel's elements and leaves the ncx loop little
-             * to vectorize: run the nxc loop over [outer][channels * inner], every channel
-             * operand repeated along inner; the kernel adds up each channel's `inner` sums. */
+        const int past_caches = opgen_tensor_bytes(call) > (size_t)OPGEN_STREAM_BYTES;
+        if (opgen_repeat_inner(outer, inner) &&
+            (inner < OPGEN_BLOCK || (past_caches && call->dims[1] * inner < OPGEN_REPEAT_MAX_ROW))) {
+            /* the nxc loop over [outer][channels * inner] (see opgen_repeat_inner), every
+             * channel operand repeated along inner; the kernel adds up each channel's `inner`
+             * sums. From OPGEN_BLOCK elements only past the caches (in cache, the ncx loop's
+             * second pass over a channel finds it there) and for rows shorter than
+             * OPGEN_REPEAT_MAX_ROW (longer ones ran slower in the nxc loop). */
             call->repeat = inner;
             call->dims[1] *= inner;
             call->dims[2] = inner;
@@ -752,9 +780,24 @@ static void *opgen_at(char *base, size_t at)
     return base != NULL ? (void *)(base + at) : NULL;
 }
 
-/* dst[c * repeat + step] = src[c] for `count` elements of `size` bytes */
+/* dst[c * repeat + step] = src[c] for `count` elements of `size` bytes (one copy of a known size
+ * per element: a call's repeated channels can be a million) */
 static void opgen_repeat(void *dst, const void *src, size_t size, int64_t count, int64_t repeat)
 {
+    if (size == 2 || size == 4) {
+        for (int64_t channel = 0; channel < count; ++channel) {
+            for (int64_t step = 0; step < repeat; ++step) {
+                char *to = (char *)dst + (size_t)(channel * repeat + step) * size;
+                const char *from = (const char *)src + (size_t)channel * size;
+                if (size == 2) {
+                    memcpy(to, from, 2);
+                } else {
+                    memcpy(to, from, 4);
+                }
+            }
+        }
+        return;
+    }
     for (int64_t channel = 0; channel < count; ++channel) {
         for (int64_t step = 0; step < repeat; ++step) {
             memcpy((char *)dst + (size_t)(channel * repeat + step) * size, (const char *)src + (size_t)channel * size,

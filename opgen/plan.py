@@ -65,6 +65,19 @@ FLOAT_RUN_RANGE = 4096
 # 1024 instead of 16384; 512 rows of 16384 channels 36 % slower at 1024.
 REREAD_BYTES = 393216
 REREAD_MIN = 1024
+# NCX tensors whose inner (spatial) dim is shorter than REPEAT_INNER, with at least
+# REPEAT_MIN_ROWS rows, run through the nxc loop as
+# [outer][channels * inner], each channel operand repeated along inner (one sum per (channel,
+# position), added up per channel in a fixed order): the ncx loop reads a channel as one short
+# unit per row, a row of channels apart, slowly (past the caches, the prefetchers follow them
+# poorly). BatchNorm does so only past the caches (more than STREAM_BYTES moved; in cache its
+# ncx loop reads a channel again from there) where the repeated rows are shorter than
+# REPEAT_MAX_ROW. (Below BLOCK elements every
+# tensor does.) Which loop runs decides the order of the sums: part of the bits, with the shape
+# and the dtypes. Measured on a Zen 5 core: see README, "Changes measured".
+REPEAT_INNER = 256
+REPEAT_MIN_ROWS = 32
+REPEAT_MAX_ROW = 32768
 # BatchNorm's element pass over rows (nxc, not split) goes two rows at a time, block by block,
 # from this many channels: their per-channel values (16 bytes a channel in f32) no longer stay
 # in L1 from row to row, and the second row finds its block's in L1. Timed from C on a Xeon,

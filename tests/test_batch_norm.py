@@ -3,6 +3,8 @@ derived in opgen.accuracy.batch_norm_bounds."""
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -36,6 +38,9 @@ SHAPES = [
     (2, 0, 3),
     (64, 3),
     (4096, 4, 9),  # NCX: a short inner dim in the nxc loop, several tiles of rows
+    (2, 3, plan.REPEAT_INNER + 1),  # NCX: the ncx loop (whole channels per thread), a tail
+    (2, 3, 17, 19),  # NCX: the ncx loop over a 2-D inner dim
+    (2, 701, 50),  # NCX: the ncx loop (few rows, in cache), many channels
     (6, 40000),  # NXC: too few rows for its tiles, so ranges of channels (opgen_split_channels)
 ]
 
@@ -95,8 +100,11 @@ def test_matches_oracle(row, layout, with_gamma, with_diff, epsilon):
 @pytest.mark.parametrize("layout", SPEC.layouts)
 def test_nonfinite_inputs_propagate(row, layout):
     """NaN and Inf in src/diff_dst reach the sums of their channel, as in the oracle."""
-    generator = rng("bn-nonfinite", row, layout)
-    shape = (3, 4, 5, 4)
+    for shape in ((3, 4, 5, 4), (2, 3, 2, plan.REPEAT_INNER // 2 + 3)):  # NCX: the nxc loop, the ncx loop
+        check_nonfinite(rng("bn-nonfinite", row, layout, shape), row, layout, shape)
+
+
+def check_nonfinite(generator, row, layout, shape):
     channels = shape[channel_axis(4, layout)]
     src = data(generator, shape, row["src"], specials="all")
     diff_dst = data(generator, shape, row["diff_dst"], specials="all")
@@ -157,7 +165,8 @@ def test_zero_variance_and_tiny_epsilon(layout):
 def test_float_runs_that_overflow_are_summed_again(row, layout):
     """Both forms sum their terms in float runs; terms past f32's range (1e30 * 1e30) that
     cancel must give the double sum, not Inf - Inf = NaN: such a run is summed again in double."""
-    shape = (2, 3, B + 3)  # blocks and the scalar tail in either layout
+    # blocks and the scalar tail in either layout (NCX: in the ncx loop, see plan.REPEAT_INNER)
+    shape = (2, 3, B + 3) if layout == "NXC" else (2, 3, plan.REPEAT_INNER + 3)
     generator = rng("bn-overflow", row, layout)
     channels = shape[-1] if layout == "NXC" else shape[1]
     src = data(generator, shape, row["src"], specials="none")
@@ -191,6 +200,18 @@ def test_nxc_tensors_past_the_caches(row, channels):
     rows = max(plan.STREAM_BYTES // (itemsize * channels) + 3, 16 * plan.MAX_TILES + 1)
     shape = (rows, channels)
     check_threads_and_oracle(rng("bn past the caches", row, channels), row, shape, "NXC", (1, 2))
+
+
+@pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
+def test_ncx_short_units_past_the_caches(row):
+    """NCX tensors bigger than plan.STREAM_BYTES whose spatial units are shorter than
+    plan.REPEAT_INNER (7x7, a tail of 1 per unit; 29 channels, so rows of repeated channels
+    with a tail, which 16-bit data does not stream), rows enough: the nxc loop over repeated
+    channels; the same bits on 1 and 2 threads, within the oracle's bounds."""
+    shape = (2048, 29, 7, 7)
+    assert math.prod(shape) * dtype_of(row["src"]).itemsize * 3 > plan.STREAM_BYTES
+    assert shape[0] >= plan.REPEAT_MIN_ROWS and shape[1] * 49 < plan.REPEAT_MAX_ROW
+    check_threads_and_oracle(rng("bn short units", row), row, shape, "NCX", (1, 2))
 
 
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")

@@ -15,7 +15,7 @@ import pytest
 import opgen
 from opgen import oracle
 from opgen.accuracy import operand_shapes, sum_magnitudes
-from opgen.plan import BLOCK, CHANNEL_SPLIT, IN_ORDER_CHANNELS, SEGMENT_BYTES, STREAM_BYTES
+from opgen.plan import BLOCK, CHANNEL_SPLIT, IN_ORDER_CHANNELS, REPEAT_INNER, SEGMENT_BYTES, STREAM_BYTES
 from tests.helpers import (
     assert_ulps,
     assert_within,
@@ -55,7 +55,8 @@ SHAPES = [
     (2, 5, B),
     (1, 2, 2 * B + 1),
     (3, B - 1, 2),
-    (2, 7, 97),
+    (2, 7, 97),  # NCX: the nxc loop over channels repeated along inner (plan.REPEAT_INNER)
+    (2, 3, REPEAT_INNER + 1),  # NCX: the ncx loop
     (2, 3, 4133),  # NCX: several float runs per unit (plan.FLOAT_RUN)
     (6, 40000),  # NXC: too few rows for its tiles, so ranges of channels (opgen_split_channels)
     (4, 3, 1, 1),
@@ -153,7 +154,8 @@ def test_float_runs_that_overflow_are_summed_again(dtype, layout):
     range overflow there, so such a run is summed again in double. Cancelling pairs of huge
     terms must give the double sum, not Inf or NaN (the other dtypes must agree too)."""
     generator = rng("overflowing runs", dtype, layout)
-    shape = (2, 3, 200) if layout == "NCX" else (8, 20)  # runs of whole blocks, and tails
+    # runs of whole blocks, and tails (NCX: in the ncx loop, see plan.REPEAT_INNER)
+    shape = (2, 3, REPEAT_INNER + 44) if layout == "NCX" else (8, 20)
     src = data(generator, shape, dtype, specials="none")
     diff_dst = data(generator, shape, dtype, specials="none")
     slope = data(generator, (shape[1] if layout == "NCX" else shape[-1],), dtype)
@@ -302,12 +304,14 @@ def test_nxc_tensors_past_the_caches(dtype, channels):
     assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
 
 
-@pytest.mark.parametrize("shape", [(4, 6, 8 * 16384), (3, 5, 200003)])
+@pytest.mark.parametrize("shape", [(4, 6, 8 * 16384), (3, 5, 200003), (2048, 29, 7, 7)])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_ncx_tensors_past_the_caches(dtype, shape):
     """NCX tensors bigger than plan.STREAM_BYTES stream their stores through their dtype's line
     writer, which carries a run of blocks across rows and tiles (inner dim a multiple of the
-    block) or starts one per row (a tail of single elements between). Outputs 1, 4, 9, 16 and
+    block) or starts one per row (a tail of single elements between); units shorter than
+    plan.REPEAT_INNER (7x7), in rows enough, go through the nxc loop as rows of 29 x 49
+    repeated channels (16-bit rows of an odd length: not streamed). Outputs 1, 4, 9, 16 and
     31 elements past a cache line (for halves, 16 is half a line: no rotation, but lines
     still paired) give the bits of line-aligned ones on 1 and 2 threads, write nothing next
     to themselves, and match the oracle."""
