@@ -55,7 +55,7 @@ SHAPES = [
     (2, 5, B),
     (1, 2, 2 * B + 1),
     (3, B - 1, 2),
-    (2, 7, 97),  # NCX: the nxc loop over channels repeated along inner (plan.REPEAT_INNER)
+    (2, 7, 97),  # NCX: the ncx loop (rows too few for repeated channels, plan.REPEAT_MIN_ROWS)
     (2, 3, REPEAT_INNER + 1),  # NCX: the ncx loop
     (2, 3, 4133),  # NCX: several float runs per unit (plan.FLOAT_RUN)
     (6, 40000),  # NXC: too few rows for its tiles, so ranges of channels (opgen_split_channels)
