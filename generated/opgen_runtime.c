@@ -780,24 +780,9 @@ static void *opgen_at(char *base, size_t at)
     return base != NULL ? (void *)(base + at) : NULL;
 }
 
-/* dst[c * repeat + step] = src[c] for `count` elements of `size` bytes (one copy of a known size
- * per element: a call's repeated channels can be a million) */
+/* dst[c * repeat + step] = src[c] for `count` elements of `size` bytes */
 static void opgen_repeat(void *dst, const void *src, size_t size, int64_t count, int64_t repeat)
 {
-    if (size == 2 || size == 4) {
-        for (int64_t channel = 0; channel < count; ++channel) {
-            for (int64_t step = 0; step < repeat; ++step) {
-                char *to = (char *)dst + (size_t)(channel * repeat + step) * size;
-                const char *from = (const char *)src + (size_t)channel * size;
-                if (size == 2) {
-                    memcpy(to, from, 2);
-                } else {
-                    memcpy(to, from, 4);
-                }
-            }
-        }
-        return;
-    }
     for (int64_t channel = 0; channel < count; ++channel) {
         for (int64_t step = 0; step < repeat; ++step) {
             memcpy((char *)dst + (size_t)(channel * repeat + step) * size, (const char *)src + (size_t)channel * size,
