@@ -2209,7 +2209,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                                 /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                     float grad_output_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
@@ -2389,7 +2389,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         }
                         if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
                             /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again < index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];

@@ -92,8 +92,8 @@
 /* Independent sets of lane sums a reduction rotates through, block by block, so the
  * additions of consecutive blocks do not wait for each other. */
 #define OPGEN_CHAINS 4
-#if OPGEN_CHAINS * OPGEN_BLOCK != 64
-#error "lanes_total (templates/_macros.j2) adds 64 lanes in a tree"
+#if OPGEN_CHAINS != 4 || OPGEN_CHAINS * OPGEN_BLOCK != 64
+#error "chain_blocks and lanes_total (templates/_macros.j2) write out 4 chains of 16 lanes"
 #endif
 /* Rows of an nxc reduction summed in registers before the partial sums in memory. */
 #define OPGEN_ROW_GROUP 16

@@ -20,6 +20,9 @@ from opgen import expr, float_range
 from opgen.specs import DType, DTypeTable, OpSpec
 
 BLOCK = 16  # elements per unrolled step; also the number of partial sums in a reduction (fixed order)
+# Sets of BLOCK lane sums a reduction rotates through block by block (OPGEN_CHAINS), so that the
+# additions of consecutive blocks do not wait for each other; the templates write 4 out.
+CHAINS = 4
 FORMS = ("ncx", "nxc")
 # Reductions run in tiles fixed by the shape alone, so sums never depend on the thread count.
 TILE_ELEMENTS = 65536

@@ -106,6 +106,7 @@ def render_library(
         "repeat_max_row": plan.REPEAT_MAX_ROW,
         "repeat_min_rows": plan.REPEAT_MIN_ROWS,
         "float_run": plan.FLOAT_RUN,
+        "chains": plan.CHAINS,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
         "max_threads": plan.MAX_THREADS,
         "stream_bytes": plan.STREAM_BYTES,

@@ -18,6 +18,10 @@ from tests.helpers import assert_within, data, dtype_of, rng, threads_set_to
 
 SPEC = next(s for s in opgen.bundled.specs if s.name == "batch_norm_training_backward")
 B = BLOCK
+# An NCX unit (spatial size) with more blocks than one float run takes per chain: the ncx loop
+# cuts it into runs, one unit per run (shorter units share a run with the next rows' units);
+# here a whole run, one block more and a tail.
+LONG_UNIT = plan.FLOAT_RUN * plan.CHAINS * B + B + 3
 SHAPES = [
     (3, 4),
     (1, 1),
@@ -101,7 +105,8 @@ def test_matches_oracle(row, layout, with_gamma, with_diff, epsilon):
 def test_nonfinite_inputs_propagate(row, layout):
     """NaN and Inf in src/diff_dst reach the sums of their channel, as in the oracle."""
     # NCX: units shorter than a block (the nxc loop over repeated channels), then the ncx loop
-    for shape in ((3, 4, 5, 3), (2, 3, 2, plan.REPEAT_INNER // 2 + 3)):
+    # with units whose float runs take several rows, and units cut into runs (LONG_UNIT)
+    for shape in ((3, 4, 5, 3), (2, 3, 2, plan.REPEAT_INNER // 2 + 3), (2, 3, 1, LONG_UNIT)):
         check_nonfinite(rng("bn-nonfinite", row, layout, shape), row, layout, shape)
 
 
@@ -161,20 +166,32 @@ def test_zero_variance_and_tiny_epsilon(layout):
     assert got.diff_src.dtype == dtype_of("f32")
 
 
-@pytest.mark.parametrize("layout", ["NCX", "NXC"])
+@pytest.mark.parametrize(
+    "layout, shape",
+    [
+        ("NXC", (2, 3, B + 3)),
+        # the ncx loop (see plan.REPEAT_INNER): units whose float runs take several rows, and
+        # units cut into runs (LONG_UNIT)
+        ("NCX", (2, 3, plan.REPEAT_INNER + 3)),
+        ("NCX", (3, 2, LONG_UNIT)),
+    ],
+)
 @pytest.mark.parametrize("row", [r for r in SPEC.dtypes if r["src"] != "f16"], ids=lambda r: f"{r['src']}-{r['mean']}")
-def test_float_runs_that_overflow_are_summed_again(row, layout):
+def test_float_runs_that_overflow_are_summed_again(row, layout, shape):
     """Both forms sum their terms in float runs; terms past f32's range (1e30 * 1e30) that
     cancel must give the double sum, not Inf - Inf = NaN: such a run is summed again in double."""
-    # blocks and the scalar tail in either layout (NCX: in the ncx loop, see plan.REPEAT_INNER)
-    shape = (2, 3, B + 3) if layout == "NXC" else (2, 3, plan.REPEAT_INNER + 3)
-    generator = rng("bn-overflow", row, layout)
+    # blocks and the scalar tail in either layout
+    generator = rng("bn-overflow", row, layout, shape)
     channels = shape[-1] if layout == "NXC" else shape[1]
     src = data(generator, shape, row["src"], specials="none")
     diff_dst = data(generator, shape, row["diff_dst"], specials="none")
-    # two cancelling terms of every channel, in one block: rows 0 and 1 (NXC) or elements 0 and 1
-    first, second = ((0, 0), (0, 1)) if layout == "NXC" else ((0, slice(None), 0), (0, slice(None), 1))
-    src[first], src[second], diff_dst[first], diff_dst[second] = 1e30, -1e30, 1e30, 1e30
+    # two cancelling terms of every channel, in one block: rows 0 and 1 (NXC) or elements 0 and 1;
+    # NCX also elements -5 and -4 of the last row, in the last whole block (LONG_UNIT: its own run)
+    pairs = [((0, 0), (0, 1))] if layout == "NXC" else [((0, slice(None), 0), (0, slice(None), 1))]
+    if layout == "NCX":
+        pairs.append(((-1, slice(None), -5), (-1, slice(None), -4)))
+    for first, second in pairs:
+        src[first], src[second], diff_dst[first], diff_dst[second] = 1e30, -1e30, 1e30, 1e30
     mean = np.zeros(channels, dtype_of(row["mean"]))
     variance = np.ones(channels, dtype_of(row["variance"]))
     kwargs = {"epsilon": 1e-5, "data_format": layout, "with_diff_gamma_beta": True}
