@@ -6,8 +6,9 @@ that only move memory: 2 reads + 1 write with ordinary and with streaming stores
 and, above the small sizes, of calls that allocate their outputs ("alloc" GB/s),
 GB/s over the minimal bytes (each input read once, each output written once; BatchNorm:
 two passes over src and diff_dst plus the diff_src write, 5 tensor transfers), and that
-speed as a share of the probe the op's access pattern matches. NumPy (f32) and PyTorch
-(when installed) run the same math for comparison.
+speed as a share of the probe the op's access pattern matches (past the caches: timed in
+turn with the case, see PAIRED_PROBE_BYTES). NumPy (f32) and PyTorch (when installed) run
+the same math for comparison (PyTorch past the caches in the same turn).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ SIZES = {
     "HW14": (1024, 64, 2, 7),
 }
 C_CALL_MAX_ELEMENTS = 1 << 17  # sizes at which the C entry point is timed alone too
+# Cases that move more bytes than this (past any cache) are timed in turn with the write probe,
+# and their share of the bandwidth is of the bandwidth at that moment: on a machine whose other
+# tenants come and go, probes measured minutes apart differed 2x (two threads on a guest with
+# a shared core). Smaller cases are not: a probe between their calls would evict their data.
+PAIRED_PROBE_BYTES = 64 << 20
 SHORT_CALL_RUNS = 2000  # at most this many runs of each call at those sizes
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
 OPS = (
@@ -92,24 +98,25 @@ def _median_time(call: Callable[[], Any], min_time: float, max_runs: int = 200) 
     return _median_times([call], min_time, max_runs)[0]
 
 
-def _probes(count: int, min_time: float) -> dict[str, float]:
-    """GB/s of the generated bandwidth probes on `count` f32 elements."""
+def _probe_calls(count: int) -> dict[str, tuple[Callable[[], Any], int]]:
+    """The generated bandwidth probes on `count` f32 elements: name -> (call, bytes it moves)."""
     module = opgen.bundled.module
     lib, ffi = module.lib, module.ffi
-    first, second, out = (np.ones(count, np.float32) for _ in range(3))
-    result = np.zeros(1)
-    pointers = [ffi.from_buffer("float[]", a) for a in (first, second, out)]
-    result_pointer = ffi.from_buffer("double[]", result)
+    # from_buffer's pointers keep their arrays alive as long as the calls
+    first, second, out = (ffi.from_buffer("float[]", np.ones(count, np.float32)) for _ in range(3))
+    result = ffi.from_buffer("double[]", np.zeros(1))
     nbytes = count * 4
-    figures = {
-        "copy": 2 * nbytes / _median_time(lambda: lib.opgen_probe_copy(pointers[0], pointers[2], count, 0), min_time),
-        "2r1w": 3 * nbytes / _median_time(lambda: lib.opgen_probe_add(*pointers, count, 0), min_time),
-        "2r1w_stream": 3 * nbytes / _median_time(lambda: lib.opgen_probe_add(*pointers, count, 1), min_time),
-        "2r": 2
-        * nbytes
-        / _median_time(lambda: lib.opgen_probe_dot(pointers[0], pointers[1], result_pointer, count), min_time),
+    return {
+        "copy": (lambda: lib.opgen_probe_copy(first, out, count, 0), 2 * nbytes),
+        "2r1w": (lambda: lib.opgen_probe_add(first, second, out, count, 0), 3 * nbytes),
+        "2r1w_stream": (lambda: lib.opgen_probe_add(first, second, out, count, 1), 3 * nbytes),
+        "2r": (lambda: lib.opgen_probe_dot(first, second, result, count), 2 * nbytes),
     }
-    return {name: value / 1e9 for name, value in figures.items()}
+
+
+def _probes(calls: dict[str, tuple[Callable[[], Any], int]], min_time: float) -> dict[str, float]:
+    """GB/s of each probe of _probe_calls."""
+    return {name: nbytes / _median_time(call, min_time) / 1e9 for name, (call, nbytes) in calls.items()}
 
 
 def _logical_shape(size: tuple[int, int, int, int], layout: str) -> tuple[int, ...]:
@@ -294,7 +301,10 @@ def run(
                 if torch is not None:
                     torch.set_num_threads(thread_count)
                 key = f"{size_name}/{thread_count}"
-                before = _probes(count, min_time)
+                probe_calls = _probe_calls(count)
+                before = _probes(probe_calls, min_time)
+                # the better of the write probes, timed in turn with each case past PAIRED_PROBE_BYTES
+                write_probe = max(("2r1w", "2r1w_stream"), key=lambda name: before[name])
                 for op, dtype, layout, form in cases(ops, dtypes):
                     (function, args, kwargs), numpy_call, torch_call, nbytes, pattern = _make_case(
                         op, dtype, layout if layout != "-" else "NCX", form, size, rng
@@ -305,20 +315,29 @@ def run(
                         # short calls: many runs, the C entry point in turn with the Python call
                         both = [python_call, c_entry_call(function, *args, **kwargs)]
                         case.seconds, case.c_seconds = _median_times(both, min_time, SHORT_CALL_RUNS)
+                    elif nbytes > PAIRED_PROBE_BYTES:
+                        # PyTorch's call in the same turn too: its ratio is then of the same moment
+                        probe_call, probe_bytes = probe_calls[write_probe]
+                        turn = [python_call, probe_call] + ([torch_call] if baselines and torch_call else [])
+                        case.seconds, probe_seconds, *torch_seconds = _median_times(turn, min_time)
+                        case.torch_seconds = torch_seconds[0] if torch_seconds else None
+                        case.extra["probe"] = write_probe
+                        case.extra["probe_gbps"] = probe_bytes / probe_seconds / 1e9
                     else:
                         case.seconds = _median_time(python_call, min_time)
+                    if count > C_CALL_MAX_ELEMENTS:
                         # what a caller without out= sees: fresh outputs, their pages faulted in
                         fresh = {name: value for name, value in kwargs.items() if name != "out"}
                         case.allocated_seconds = _median_time(functools.partial(function, *args, **fresh), min_time / 2)
                     case.gbps = nbytes / case.seconds / 1e9
                     if baselines and numpy_call is not None and thread_count == 1:
                         case.numpy_seconds = _median_time(numpy_call, min_time / 4, max_runs=5)
-                    if baselines and torch_call is not None:
+                    if baselines and torch_call is not None and case.torch_seconds is None:
                         case.torch_seconds = _median_time(torch_call, min_time / 4, max_runs=20)
                     case.extra["pattern"] = pattern
                     rows.append(case)
                     progress(format_row(case))
-                after = _probes(count, min_time)
+                after = _probes(probe_calls, min_time)
                 probes[key] = {name: max(before[name], after[name]) for name in before}
                 for case in rows:
                     if f"{case.size}/{case.threads}" == key:
@@ -341,13 +360,15 @@ def run(
 
 
 def _share(case: Case, probe: dict[str, float]) -> float:
-    """The op's speed as a share of what its access pattern allows at the measured bandwidths."""
+    """The op's speed as a share of what its access pattern allows at the measured bandwidths:
+    the size's probes, scaled by the write probe timed in turn with the case where there is one."""
+    paired = case.extra.get("probe_gbps")
+    writes = paired or max(probe["2r1w"], probe["2r1w_stream"])
+    reads = probe["2r"] * (paired / probe[case.extra["probe"]] if paired else 1.0)
     if case.extra.get("pattern") == "bn":
         per_transfer = case.bytes / 5
-        write_pattern = max(probe["2r1w"], probe["2r1w_stream"])
-        floor = 2 * per_transfer / (probe["2r"] * 1e9) + 3 * per_transfer / (write_pattern * 1e9)
-        return floor / case.seconds
-    return case.gbps / max(probe["2r1w"], probe["2r1w_stream"])
+        return (2 * per_transfer / (reads * 1e9) + 3 * per_transfer / (writes * 1e9)) / case.seconds
+    return case.gbps / writes
 
 
 HEADER = (

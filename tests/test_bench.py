@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+
+import pytest
 
 from opgen import bench
 
@@ -35,6 +38,28 @@ def test_large_sizes_time_calls_that_allocate_their_outputs_too():
     for case in report["cases"]:
         assert case["allocated_seconds"] > 0 and case["c_seconds"] is None
         assert "-" not in bench.format_row(bench.Case(**case)).split()[8]  # the alloc GB/s column
+
+
+def test_cases_past_the_caches_are_shares_of_the_probe_timed_with_them(monkeypatch):
+    """Past PAIRED_PROBE_BYTES a case is timed in turn with the better write probe (and
+    PyTorch's call, when installed), and its share is of that probe's bandwidth (BatchNorm:
+    and of the 2-read probe scaled alike)."""
+    monkeypatch.setattr(bench, "PAIRED_PROBE_BYTES", 0)  # HW14 stands in for L
+    ops = ["relu_backward", "batch_norm_training_backward"]
+    report = bench.run(["HW14"], [1], ops, ["f32"], min_time=0.001, progress=lambda line: None)
+    probes = report["probes_gbps"]["HW14/1"]
+    has_torch = importlib.util.find_spec("torch") is not None
+    for case in report["cases"]:
+        if case["layout"] != "NXC":  # PyTorch's kernels take NCX
+            assert (case["torch_seconds"] is not None) == has_torch
+        paired, name = case["extra"]["probe_gbps"], case["extra"]["probe"]
+        assert paired > 0 and name in ("2r1w", "2r1w_stream")
+        if case["extra"]["pattern"] == "2r1w":
+            assert case["bandwidth_share"] == pytest.approx(case["gbps"] / paired)
+        else:
+            per_transfer = case["bytes"] / 5 / 1e9
+            floor = 2 * per_transfer / (probes["2r"] * paired / probes[name]) + 3 * per_transfer / paired
+            assert case["bandwidth_share"] == pytest.approx(floor / case["seconds"])
 
 
 def test_cli_writes_json_and_table(tmp_path):
