@@ -49,9 +49,253 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         const int64_t channel = unit % channels;
                         const float weight_value = weight[channel];
                         const int64_t base = unit * inner;
-                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
                         int64_t index = inner_first;
+                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                            double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_unit_lanes[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                            }
+                            {
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                            }
+                            grad_weight_acc += grad_weight_unit_lanes[0];
+                        } else {
+                            double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                            /* whole blocks: lane l of every block adds to partial sum l */
+                            while (index + OPGEN_BLOCK <= inner_last) {
+                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                }
+                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                            }
+                            grad_weight_acc += grad_weight_lanes[0];
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float grad_output_value = grad_output[base + index];
+                            const float self_value = self[base + index];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + index] = grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_acc += grad_weight_term;
+                        }
+                        partial[0 * channels + channel] += grad_weight_acc;
+                    }
+                }
+            }
+            opgen_lines_f32_finish(&grad_input_lines);
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
+                    const float weight_value = weight[channel];
+                    const int64_t base = unit * inner;
+                    double grad_weight_acc = 0;
+                    int64_t index = inner_first;
+                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                        double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_unit_lanes[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                        }
+                        {
+                        }
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                        }
+                        grad_weight_acc += grad_weight_unit_lanes[0];
+                    } else {
+                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         /* whole blocks: lane l of every block adds to partial sum l */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
@@ -145,14 +389,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                             }
                         }
-                        for (; index < inner_last; ++index) {
-                            const float grad_output_value = grad_output[base + index];
-                            const float self_value = self[base + index];
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + index] = grad_input_value;
-                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            grad_weight_acc += grad_weight_term;
-                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -179,128 +415,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         grad_weight_acc += grad_weight_lanes[0];
-                        partial[0 * channels + channel] += grad_weight_acc;
-                    }
-                }
-            }
-            opgen_lines_f32_finish(&grad_input_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float weight_value = weight[channel];
-                    const int64_t base = unit * inner;
-                    double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    double grad_weight_acc = 0;
-                    int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l */
-                    while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                            }
-                            opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = grad_output[base + index];
@@ -310,32 +424,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    }
-                    grad_weight_acc += grad_weight_lanes[0];
                     partial[0 * channels + channel] += grad_weight_acc;
                 }
             }
@@ -1027,9 +1115,266 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         const int64_t channel = unit % channels;
                         const float weight_value = opgen_f16_to_f32(weight[channel]);
                         const int64_t base = unit * inner;
-                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
                         int64_t index = inner_first;
+                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                            double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                            float grad_weight_unit_run[OPGEN_BLOCK] = {0};
+                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_unit_run[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                            }
+                            {
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                            }
+                            grad_weight_acc += grad_weight_unit_lanes[0];
+                        } else {
+                            double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                            while (index + OPGEN_BLOCK <= inner_last) {
+                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                                float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                }
+                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
+                                }
+                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                    grad_weight_lanes[lane] += grad_weight_run[lane];
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                            }
+                            grad_weight_acc += grad_weight_lanes[0];
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                            const float self_value = opgen_f16_to_f32(self[base + index]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                            grad_weight_acc += grad_weight_term;
+                        }
+                        partial[0 * channels + channel] += grad_weight_acc;
+                    }
+                }
+            }
+            opgen_lines_f16_finish(&grad_input_lines);
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        opgen_lines_f16 grad_input_lines = opgen_lines_f16_start(stream);
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
+                    const float weight_value = opgen_f16_to_f32(weight[channel]);
+                    const int64_t base = unit * inner;
+                    double grad_weight_acc = 0;
+                    int64_t index = inner_first;
+                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                        double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                        float grad_weight_unit_run[OPGEN_BLOCK] = {0};
+                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_unit_run[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                        }
+                        {
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
+                            }
+                        }
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                        }
+                        grad_weight_acc += grad_weight_unit_lanes[0];
+                    } else {
+                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
                          * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                         while (index + OPGEN_BLOCK <= inner_last) {
@@ -1128,14 +1473,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 grad_weight_lanes[lane] += grad_weight_run[lane];
                             }
                         }
-                        for (; index < inner_last; ++index) {
-                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                            const float self_value = opgen_f16_to_f32(self[base + index]);
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                            grad_weight_acc += grad_weight_term;
-                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -1162,133 +1499,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         grad_weight_acc += grad_weight_lanes[0];
-                        partial[0 * channels + channel] += grad_weight_acc;
-                    }
-                }
-            }
-            opgen_lines_f16_finish(&grad_input_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_f16 grad_input_lines = opgen_lines_f16_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float weight_value = opgen_f16_to_f32(weight[channel]);
-                    const int64_t base = unit * inner;
-                    double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    double grad_weight_acc = 0;
-                    int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                    while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                            }
-                            opgen_lines_f16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_run[lane];
-                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
@@ -1298,32 +1508,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    }
-                    grad_weight_acc += grad_weight_lanes[0];
                     partial[0 * channels + channel] += grad_weight_acc;
                 }
             }
@@ -2109,9 +2293,316 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         const int64_t channel = unit % channels;
                         const float weight_value = opgen_bf16_to_f32(weight[channel]);
                         const int64_t base = unit * inner;
-                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double grad_weight_acc = 0;
                         int64_t index = inner_first;
+                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                            double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                            float grad_weight_unit_run[OPGEN_BLOCK] = {0};
+                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                    grad_weight_unit_run[lane] += grad_weight_term;
+                                }
+                                opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                            }
+                            if (!(opgen_all_finite(grad_weight_unit_run, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
+                                for (int64_t again = inner_first; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                        grad_weight_unit_lanes[lane] += grad_weight_term;
+                                    }
+                                }
+                            } else
+                            {
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                            }
+                            grad_weight_acc += grad_weight_unit_lanes[0];
+                        } else {
+                            double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                            while (index + OPGEN_BLOCK <= inner_last) {
+                                const int64_t run_first = index;
+                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                                float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                    {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float grad_input_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                            grad_input_block[lane] = (float)grad_input_value;
+                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                            grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
+                                    }
+                                }
+                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                                    float grad_output_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                                    float self_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                                    float grad_input_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float grad_output_value = (float)grad_output_block[lane];
+                                        const float self_value = (float)self_block[lane];
+                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                        grad_input_block[lane] = (float)grad_input_value;
+                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                        grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                    }
+                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
+                                }
+                                if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                                    for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                        float grad_output_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
+                                        float self_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float grad_output_value = (float)grad_output_block[lane];
+                                            const float self_value = (float)self_block[lane];
+                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                            grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                                        }
+                                    }
+                                    continue;
+                                }
+                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                    grad_weight_lanes[lane] += grad_weight_run[lane];
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                            }
+                            grad_weight_acc += grad_weight_lanes[0];
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                            const float self_value = opgen_bf16_to_f32(self[base + index]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_acc += grad_weight_term;
+                        }
+                        partial[0 * channels + channel] += grad_weight_acc;
+                    }
+                }
+            }
+            opgen_lines_bf16_finish(&grad_input_lines);
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        opgen_lines_bf16 grad_input_lines = opgen_lines_bf16_start(stream);
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
+                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                    const int64_t base = unit * inner;
+                    double grad_weight_acc = 0;
+                    int64_t index = inner_first;
+                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                        double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                        float grad_weight_unit_run[OPGEN_BLOCK] = {0};
+                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_unit_run[lane] += grad_weight_term;
+                            }
+                            opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                        }
+                        if (!(opgen_all_finite(grad_weight_unit_run, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
+                            for (int64_t again = inner_first; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_unit_lanes[lane] += grad_weight_term;
+                                }
+                            }
+                        } else
+                        {
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
+                            }
+                        }
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                        }
+                        grad_weight_acc += grad_weight_unit_lanes[0];
+                    } else {
+                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
                          * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                         while (index + OPGEN_BLOCK <= inner_last) {
@@ -2228,14 +2719,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 grad_weight_lanes[lane] += grad_weight_run[lane];
                             }
                         }
-                        for (; index < inner_last; ++index) {
-                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                            const float self_value = opgen_bf16_to_f32(self[base + index]);
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            grad_weight_acc += grad_weight_term;
-                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -2262,151 +2745,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         grad_weight_acc += grad_weight_lanes[0];
-                        partial[0 * channels + channel] += grad_weight_acc;
-                    }
-                }
-            }
-            opgen_lines_bf16_finish(&grad_input_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_bf16 grad_input_lines = opgen_lines_bf16_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                    const int64_t base = unit * inner;
-                    double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    double grad_weight_acc = 0;
-                    int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                    while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_first = index;
-                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                            {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                            float self_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                            float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float grad_output_value = (float)grad_output_block[lane];
-                                const float self_value = (float)self_block[lane];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input_block[lane] = (float)grad_input_value;
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                            }
-                            opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                        }
-                        if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_run[lane];
-                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
@@ -2416,32 +2754,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_acc += grad_weight_term;
                     }
-                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                        grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    }
-                    grad_weight_acc += grad_weight_lanes[0];
                     partial[0 * channels + channel] += grad_weight_acc;
                 }
             }

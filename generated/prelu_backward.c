@@ -49,9 +49,253 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         const int64_t channel = unit % channels;
                         const float slope_value = slope[channel];
                         const int64_t base = unit * inner;
-                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
                         int64_t index = inner_first;
+                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                            double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_unit_lanes[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                            }
+                            {
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
+                            }
+                            diff_slope_acc += diff_slope_unit_lanes[0];
+                        } else {
+                            double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                            /* whole blocks: lane l of every block adds to partial sum l */
+                            while (index + OPGEN_BLOCK <= inner_last) {
+                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_lanes[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_lanes[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_lanes[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_lanes[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                }
+                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_lines_f32_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                            }
+                            diff_slope_acc += diff_slope_lanes[0];
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float src_value = src[base + index];
+                            const float diff_dst_value = diff_dst[base + index];
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + index] = diff_src_value;
+                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                            diff_slope_acc += diff_slope_term;
+                        }
+                        partial[0 * channels + channel] += diff_slope_acc;
+                    }
+                }
+            }
+            opgen_lines_f32_finish(&diff_src_lines);
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream);
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
+                    const float slope_value = slope[channel];
+                    const int64_t base = unit * inner;
+                    double diff_slope_acc = 0;
+                    int64_t index = inner_first;
+                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                        double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_unit_lanes[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                        }
+                        {
+                        }
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
+                        }
+                        diff_slope_acc += diff_slope_unit_lanes[0];
+                    } else {
+                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         /* whole blocks: lane l of every block adds to partial sum l */
                         while (index + OPGEN_BLOCK <= inner_last) {
                             const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
@@ -145,14 +389,6 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 opgen_lines_f32_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                             }
                         }
-                        for (; index < inner_last; ++index) {
-                            const float src_value = src[base + index];
-                            const float diff_dst_value = diff_dst[base + index];
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + index] = diff_src_value;
-                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                            diff_slope_acc += diff_slope_term;
-                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -179,128 +415,6 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         diff_slope_acc += diff_slope_lanes[0];
-                        partial[0 * channels + channel] += diff_slope_acc;
-                    }
-                }
-            }
-            opgen_lines_f32_finish(&diff_src_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float slope_value = slope[channel];
-                    const int64_t base = unit * inner;
-                    double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    double diff_slope_acc = 0;
-                    int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l */
-                    while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_lanes[0 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_lanes[1 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_lanes[2 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_lanes[3 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                            }
-                            opgen_lines_f32_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
-                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = src[base + index];
@@ -310,32 +424,6 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    }
-                    diff_slope_acc += diff_slope_lanes[0];
                     partial[0 * channels + channel] += diff_slope_acc;
                 }
             }
@@ -1027,9 +1115,316 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const int64_t channel = unit % channels;
                         const float slope_value = opgen_bf16_to_f32(slope[channel]);
                         const int64_t base = unit * inner;
-                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
                         int64_t index = inner_first;
+                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                            double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                            float diff_slope_unit_run[OPGEN_BLOCK] = {0};
+                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_unit_run[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                            }
+                            if (!(opgen_all_finite(diff_slope_unit_run, OPGEN_BLOCK))) {
+                                /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
+                                for (int64_t again = inner_first; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                        diff_slope_unit_lanes[lane] += diff_slope_term;
+                                    }
+                                }
+                            } else
+                            {
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
+                            }
+                            diff_slope_acc += diff_slope_unit_lanes[0];
+                        } else {
+                            double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                            while (index + OPGEN_BLOCK <= inner_last) {
+                                const int64_t run_first = index;
+                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                                float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                }
+                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
+                                }
+                                if (!(opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                                    /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                                    for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                            diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                    }
+                                    continue;
+                                }
+                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                    diff_slope_lanes[lane] += diff_slope_run[lane];
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                            }
+                            diff_slope_acc += diff_slope_lanes[0];
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float src_value = opgen_bf16_to_f32(src[base + index]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                            diff_slope_acc += diff_slope_term;
+                        }
+                        partial[0 * channels + channel] += diff_slope_acc;
+                    }
+                }
+            }
+            opgen_lines_bf16_finish(&diff_src_lines);
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        opgen_lines_bf16 diff_src_lines = opgen_lines_bf16_start(stream);
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
+                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
+                    const int64_t base = unit * inner;
+                    double diff_slope_acc = 0;
+                    int64_t index = inner_first;
+                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                        double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                        float diff_slope_unit_run[OPGEN_BLOCK] = {0};
+                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                diff_slope_unit_run[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+                        }
+                        if (!(opgen_all_finite(diff_slope_unit_run, OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
+                            for (int64_t again = inner_first; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_unit_lanes[lane] += diff_slope_term;
+                                }
+                            }
+                        } else
+                        {
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
+                            }
+                        }
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
+                        }
+                        diff_slope_acc += diff_slope_unit_lanes[0];
+                    } else {
+                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
                          * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                         while (index + OPGEN_BLOCK <= inner_last) {
@@ -1146,14 +1541,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 diff_slope_lanes[lane] += diff_slope_run[lane];
                             }
                         }
-                        for (; index < inner_last; ++index) {
-                            const float src_value = opgen_bf16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                            diff_slope_acc += diff_slope_term;
-                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -1180,151 +1567,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         diff_slope_acc += diff_slope_lanes[0];
-                        partial[0 * channels + channel] += diff_slope_acc;
-                    }
-                }
-            }
-            opgen_lines_bf16_finish(&diff_src_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_bf16 diff_src_lines = opgen_lines_bf16_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float slope_value = opgen_bf16_to_f32(slope[channel]);
-                    const int64_t base = unit * inner;
-                    double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    double diff_slope_acc = 0;
-                    int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                    while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_first = index;
-                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                            }
-                            opgen_lines_bf16_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
-                        }
-                        if (!(opgen_all_finite(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                                    diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            diff_slope_lanes[lane] += diff_slope_run[lane];
-                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
@@ -1334,32 +1576,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    }
-                    diff_slope_acc += diff_slope_lanes[0];
                     partial[0 * channels + channel] += diff_slope_acc;
                 }
             }
@@ -2257,9 +2473,266 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         const int64_t channel = unit % channels;
                         const float slope_value = opgen_f16_to_f32(slope[channel]);
                         const int64_t base = unit * inner;
-                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         double diff_slope_acc = 0;
                         int64_t index = inner_first;
+                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                            double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                            float diff_slope_unit_run[OPGEN_BLOCK] = {0};
+                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                    diff_slope_unit_run[lane] += diff_slope_term;
+                                }
+                                opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                            }
+                            {
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
+                            }
+                            diff_slope_acc += diff_slope_unit_lanes[0];
+                        } else {
+                            double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                            while (index + OPGEN_BLOCK <= inner_last) {
+                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                                float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                    {
+                                        float src_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_dst_block[OPGEN_BLOCK];
+                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                        float diff_src_block[OPGEN_BLOCK];
+                                        OPGEN_SIMD_FLOAT
+                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                            const float src_value = (float)src_block[lane];
+                                            const float diff_dst_value = (float)diff_dst_block[lane];
+                                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                            diff_src_block[lane] = (float)diff_src_value;
+                                            const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                            diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                                        }
+                                        opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
+                                    }
+                                }
+                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                    float diff_src_block[OPGEN_BLOCK];
+                                    OPGEN_SIMD_FLOAT
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                        diff_src_block[lane] = (float)diff_src_value;
+                                        const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                        diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                                    }
+                                    opgen_lines_f16_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
+                                }
+                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                                    diff_slope_lanes[lane] += diff_slope_run[lane];
+                                }
+                            }
+                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                            }
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                                diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                            }
+                            diff_slope_acc += diff_slope_lanes[0];
+                        }
+                        for (; index < inner_last; ++index) {
+                            const float src_value = opgen_f16_to_f32(src[base + index]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                            diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                            diff_slope_acc += diff_slope_term;
+                        }
+                        partial[0 * channels + channel] += diff_slope_acc;
+                    }
+                }
+            }
+            opgen_lines_f16_finish(&diff_src_lines);
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        opgen_lines_f16 diff_src_lines = opgen_lines_f16_start(stream);
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+            double *partial = workspace + tile * 1 * channels;
+            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
+             * a block-aligned range of the inner dim of every unit */
+            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
+            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
+            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
+            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
+                partial[slot] = 0;
+            }
+            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
+                {
+                    const int64_t channel = unit % channels;
+                    const float slope_value = opgen_f16_to_f32(slope[channel]);
+                    const int64_t base = unit * inner;
+                    double diff_slope_acc = 0;
+                    int64_t index = inner_first;
+                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                        double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                        float diff_slope_unit_run[OPGEN_BLOCK] = {0};
+                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                                diff_slope_unit_run[lane] += diff_slope_term;
+                            }
+                            opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+                        }
+                        {
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
+                            }
+                        }
+                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
+                        }
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                            diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
+                        }
+                        diff_slope_acc += diff_slope_unit_lanes[0];
+                    } else {
+                        double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                         /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
                          * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                         while (index + OPGEN_BLOCK <= inner_last) {
@@ -2358,14 +2831,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 diff_slope_lanes[lane] += diff_slope_run[lane];
                             }
                         }
-                        for (; index < inner_last; ++index) {
-                            const float src_value = opgen_f16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                            diff_slope_acc += diff_slope_term;
-                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -2392,133 +2857,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         diff_slope_acc += diff_slope_lanes[0];
-                        partial[0 * channels + channel] += diff_slope_acc;
-                    }
-                }
-            }
-            opgen_lines_f16_finish(&diff_src_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_f16 diff_src_lines = opgen_lines_f16_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float slope_value = opgen_f16_to_f32(slope[channel]);
-                    const int64_t base = unit * inner;
-                    double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    double diff_slope_acc = 0;
-                    int64_t index = inner_first;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                    while (index + OPGEN_BLOCK <= inner_last) {
-                        const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[0 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[1 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[2 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_src_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                    diff_src_block[lane] = (float)diff_src_value;
-                                    const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                    diff_slope_run[3 * OPGEN_BLOCK + lane] += diff_slope_term;
-                                }
-                                opgen_lines_f16_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                                diff_src_block[lane] = (float)diff_src_value;
-                                const float diff_slope_term = opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                                diff_slope_run[chain * OPGEN_BLOCK + lane] += diff_slope_term;
-                            }
-                            opgen_lines_f16_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            diff_slope_lanes[lane] += diff_slope_run[lane];
-                        }
                     }
                     for (; index < inner_last; ++index) {
                         const float src_value = opgen_f16_to_f32(src[base + index]);
@@ -2528,32 +2866,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
                         diff_slope_acc += diff_slope_term;
                     }
-                    /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    }
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                        diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    }
-                    diff_slope_acc += diff_slope_lanes[0];
                     partial[0 * channels + channel] += diff_slope_acc;
                 }
             }

@@ -147,25 +147,30 @@ def test_channel_axis_mixup_is_caught():
         assert_ulps(got.diff_src, expected[0], "f32", 1, layout)
 
 
-@pytest.mark.parametrize("layout", ["NCX", "NXC"])
+@pytest.mark.parametrize(
+    "layout, shape, places",
+    [
+        # runs of whole blocks, and tails, in the ncx loop (see plan.REPEAT_INNER): each pair in
+        # one float run, a unit's first 1024 elements
+        ("NCX", (2, 3, REPEAT_INNER + 44), [(0, 2, 5), (0, 2, 69), (1, 0, 100), (1, 0, 164)]),
+        # units of three blocks or fewer, summed in one chain of lanes: each pair in one unit
+        ("NCX", (2, 3, 49), [(0, 2, 5), (0, 2, 21), (1, 0, 10), (1, 0, 33)]),
+        # a group of 4 rows
+        ("NXC", (8, 20), [(0, 2), (1, 2), (4, 5), (6, 5)]),
+    ],
+    ids=["NCX", "NCX short units", "NXC"],
+)
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
-def test_float_runs_that_overflow_are_summed_again(dtype, layout):
+def test_float_runs_that_overflow_are_summed_again(dtype, layout, shape, places):
     """bf16 slope-gradient terms (src * diff_dst) are added in f32 runs: products past f32's
     range overflow there, so such a run is summed again in double. Cancelling pairs of huge
     terms must give the double sum, not Inf or NaN (the other dtypes must agree too)."""
-    generator = rng("overflowing runs", dtype, layout)
-    # runs of whole blocks, and tails (NCX: in the ncx loop, see plan.REPEAT_INNER)
-    shape = (2, 3, REPEAT_INNER + 44) if layout == "NCX" else (8, 20)
+    generator = rng("overflowing runs", dtype, layout, shape)
     src = data(generator, shape, dtype, specials="none")
     diff_dst = data(generator, shape, dtype, specials="none")
     slope = data(generator, (shape[1] if layout == "NCX" else shape[-1],), dtype)
     huge = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max) / 2 if dtype == "bf16" else 1.0
-    # -huge * 4 and -huge * -4 cancel exactly; -huge * 3 and -huge/2 * -4 leave -huge; each
-    # pair in one float run (NCX: one unit's first 1024 elements; NXC: a group of 4 rows)
-    if layout == "NCX":
-        places = [(0, 2, 5), (0, 2, 69), (1, 0, 100), (1, 0, 164)]
-    else:
-        places = [(0, 2), (1, 2), (4, 5), (6, 5)]
+    # -huge * 4 and -huge * -4 cancel exactly; -huge * 3 and -huge/2 * -4 leave -huge
     for at, big, gradient in zip(places, (huge, huge, huge, huge / 2), (4.0, -4.0, 3.0, -4.0)):
         src[at], diff_dst[at] = -big, gradient
     got = opgen.prelu_backward(src, slope, diff_dst, data_format=layout)
