@@ -2320,7 +2320,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             }
                             if (!(opgen_all_finite(grad_weight_unit_run, OPGEN_BLOCK))) {
                                 /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
-                                for (int64_t again = inner_first; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK) {
+                                for (int64_t again = inner_first, chain = 0; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                     float grad_output_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
                                     float self_block[OPGEN_BLOCK];
@@ -2564,7 +2564,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         }
                         if (!(opgen_all_finite(grad_weight_unit_run, OPGEN_BLOCK))) {
                             /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
-                            for (int64_t again = inner_first; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK) {
+                            for (int64_t again = inner_first, chain = 0; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float grad_output_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
                                 float self_block[OPGEN_BLOCK];

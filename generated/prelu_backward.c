@@ -1142,7 +1142,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             }
                             if (!(opgen_all_finite(diff_slope_unit_run, OPGEN_BLOCK))) {
                                 /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
-                                for (int64_t again = inner_first; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK) {
+                                for (int64_t again = inner_first, chain = 0; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                     float src_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                                     float diff_dst_block[OPGEN_BLOCK];
@@ -1386,7 +1386,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         }
                         if (!(opgen_all_finite(diff_slope_unit_run, OPGEN_BLOCK))) {
                             /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
-                            for (int64_t again = inner_first; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK) {
+                            for (int64_t again = inner_first, chain = 0; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
                                 float src_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
