@@ -75,6 +75,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             }
                             {
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                                    grad_weight_unit_lanes[lane] += grad_weight_term;
+                                }
+                                opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float grad_output_value = grad_output[base + index];
+                                    const float self_value = self[base + index];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + index] = grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_acc += grad_weight_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
@@ -188,6 +215,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                                    grad_weight_lanes[lane] += grad_weight_term;
+                                }
+                                opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float grad_output_value = grad_output[base + index];
+                                    const float self_value = self[base + index];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + index] = grad_input_value;
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_acc += grad_weight_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -214,14 +268,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                             }
                             grad_weight_acc += grad_weight_lanes[0];
-                        }
-                        for (; index < inner_last; ++index) {
-                            const float grad_output_value = grad_output[base + index];
-                            const float self_value = self[base + index];
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + index] = grad_input_value;
-                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            grad_weight_acc += grad_weight_term;
                         }
                         partial[0 * channels + channel] += grad_weight_acc;
                     }
@@ -275,6 +321,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
                         }
                         {
+                        }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                                grad_weight_unit_lanes[lane] += grad_weight_term;
+                            }
+                            opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float grad_output_value = grad_output[base + index];
+                                const float self_value = self[base + index];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + index] = grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_acc += grad_weight_term;
+                            }
                         }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
@@ -389,6 +462,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                             }
                         }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                                grad_weight_lanes[lane] += grad_weight_term;
+                            }
+                            opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float grad_output_value = grad_output[base + index];
+                                const float self_value = self[base + index];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + index] = grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_acc += grad_weight_term;
+                            }
+                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -415,14 +515,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                             grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         grad_weight_acc += grad_weight_lanes[0];
-                    }
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = grad_output[base + index];
-                        const float self_value = self[base + index];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
                     }
                     partial[0 * channels + channel] += grad_weight_acc;
                 }
@@ -1145,6 +1237,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
+                                    grad_weight_unit_lanes[lane] += grad_weight_term;
+                                }
+                                opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                                    const float self_value = opgen_f16_to_f32(self[base + index]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    grad_weight_acc += grad_weight_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
@@ -1263,6 +1382,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     grad_weight_lanes[lane] += grad_weight_run[lane];
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
+                                    grad_weight_lanes[lane] += grad_weight_term;
+                                }
+                                opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                                    const float self_value = opgen_f16_to_f32(self[base + index]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                    grad_weight_acc += grad_weight_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -1289,14 +1435,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                             }
                             grad_weight_acc += grad_weight_lanes[0];
-                        }
-                        for (; index < inner_last; ++index) {
-                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                            const float self_value = opgen_f16_to_f32(self[base + index]);
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                            grad_weight_acc += grad_weight_term;
                         }
                         partial[0 * channels + channel] += grad_weight_acc;
                     }
@@ -1353,6 +1491,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                         {
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
+                            }
+                        }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
+                                grad_weight_unit_lanes[lane] += grad_weight_term;
+                            }
+                            opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                                const float self_value = opgen_f16_to_f32(self[base + index]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                grad_weight_acc += grad_weight_term;
                             }
                         }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
@@ -1473,6 +1638,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 grad_weight_lanes[lane] += grad_weight_run[lane];
                             }
                         }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
+                                grad_weight_lanes[lane] += grad_weight_term;
+                            }
+                            opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                                const float self_value = opgen_f16_to_f32(self[base + index]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                                grad_weight_acc += grad_weight_term;
+                            }
+                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -1499,14 +1691,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                             grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         grad_weight_acc += grad_weight_lanes[0];
-                    }
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                        const float self_value = opgen_f16_to_f32(self[base + index]);
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
                     }
                     partial[0 * channels + channel] += grad_weight_acc;
                 }
@@ -2339,6 +2523,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                                    grad_weight_unit_lanes[lane] += grad_weight_term;
+                                }
+                                opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                                    const float self_value = opgen_bf16_to_f32(self[base + index]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_acc += grad_weight_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
@@ -2475,6 +2686,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     grad_weight_lanes[lane] += grad_weight_run[lane];
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float grad_output_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                                float self_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
+                                float grad_input_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float grad_output_value = (float)grad_output_block[lane];
+                                    const float self_value = (float)self_block[lane];
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input_block[lane] = (float)grad_input_value;
+                                    const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                                    grad_weight_lanes[lane] += grad_weight_term;
+                                }
+                                opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                                    const float self_value = opgen_bf16_to_f32(self[base + index]);
+                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                    grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                    grad_weight_acc += grad_weight_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -2501,14 +2739,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                             }
                             grad_weight_acc += grad_weight_lanes[0];
-                        }
-                        for (; index < inner_last; ++index) {
-                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                            const float self_value = opgen_bf16_to_f32(self[base + index]);
-                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                            grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                            grad_weight_acc += grad_weight_term;
                         }
                         partial[0 * channels + channel] += grad_weight_acc;
                     }
@@ -2581,6 +2811,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                         {
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
+                            }
+                        }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                                grad_weight_unit_lanes[lane] += grad_weight_term;
+                            }
+                            opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                                const float self_value = opgen_bf16_to_f32(self[base + index]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_acc += grad_weight_term;
                             }
                         }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
@@ -2719,6 +2976,33 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 grad_weight_lanes[lane] += grad_weight_run[lane];
                             }
                         }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                                grad_weight_lanes[lane] += grad_weight_term;
+                            }
+                            opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                                const float self_value = opgen_bf16_to_f32(self[base + index]);
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_acc += grad_weight_term;
+                            }
+                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -2745,14 +3029,6 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                             grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         grad_weight_acc += grad_weight_lanes[0];
-                    }
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                        const float self_value = opgen_bf16_to_f32(self[base + index]);
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
                     }
                     partial[0 * channels + channel] += grad_weight_acc;
                 }

@@ -142,13 +142,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                         sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                     }
                                 }
-                                for (; index < inner; ++index) {
-                                    const float src_value = src[base + index];
-                                    const float diff_dst_value = diff_dst[base + index];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                {
+                                    for (; index < inner; ++index) {
+                                        const float src_value = src[base + index];
+                                        const float diff_dst_value = diff_dst[base + index];
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_acc += sum_diff_dst_term;
+                                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                    }
                                 }
                             }
                             if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -293,13 +295,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                                 }
                             }
-                            for (; index < inner; ++index) {
-                                const float src_value = src[base + index];
-                                const float diff_dst_value = diff_dst[base + index];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            {
+                                for (; index < inner; ++index) {
+                                    const float src_value = src[base + index];
+                                    const float diff_dst_value = diff_dst[base + index];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                     }
@@ -372,11 +376,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         }
                         opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                     }
-                    for (; index < inner; ++index) {
-                        const float src_value = src[base + index];
-                        const float diff_dst_value = diff_dst[base + index];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = diff_src_value;
+                    {
+                        for (; index < inner; ++index) {
+                            const float src_value = src[base + index];
+                            const float diff_dst_value = diff_dst[base + index];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + index] = diff_src_value;
+                        }
                     }
                 }
             }
@@ -490,13 +496,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                     sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            for (; index < inner; ++index) {
-                                const float src_value = src[base + index];
-                                const float diff_dst_value = diff_dst[base + index];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            {
+                                for (; index < inner; ++index) {
+                                    const float src_value = src[base + index];
+                                    const float diff_dst_value = diff_dst[base + index];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                         if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -641,13 +649,15 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                 sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                             }
                         }
-                        for (; index < inner; ++index) {
-                            const float src_value = src[base + index];
-                            const float diff_dst_value = diff_dst[base + index];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_acc += sum_diff_dst_term;
-                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                        {
+                            for (; index < inner; ++index) {
+                                const float src_value = src[base + index];
+                                const float diff_dst_value = diff_dst[base + index];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_acc += sum_diff_dst_term;
+                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            }
                         }
                     }
                 }
@@ -720,11 +730,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     }
                     opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                 }
-                for (; index < inner; ++index) {
-                    const float src_value = src[base + index];
-                    const float diff_dst_value = diff_dst[base + index];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = diff_src_value;
+                {
+                    for (; index < inner; ++index) {
+                        const float src_value = src[base + index];
+                        const float diff_dst_value = diff_dst[base + index];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + index] = diff_src_value;
+                    }
                 }
             }
         }
@@ -1861,13 +1873,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                         sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                     }
                                 }
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                        const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                        sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                    }
+                                } else
+                                {
+                                    for (; index < inner; ++index) {
+                                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_acc += sum_diff_dst_term;
+                                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                    }
                                 }
                             }
                             if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -2012,13 +2041,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                                 }
                             }
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                }
+                            } else
+                            {
+                                for (; index < inner; ++index) {
+                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                     }
@@ -2091,11 +2137,28 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         }
                         opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                     }
-                    for (; index < inner; ++index) {
-                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+                    } else
+                    {
+                        for (; index < inner; ++index) {
+                            const float src_value = opgen_bf16_to_f32(src[base + index]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                        }
                     }
                 }
             }
@@ -2209,13 +2272,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                     sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                }
+                            } else
+                            {
+                                for (; index < inner; ++index) {
+                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                         if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -2360,13 +2440,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                 sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                             }
                         }
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_bf16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_acc += sum_diff_dst_term;
-                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                        if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                            }
+                        } else
+                        {
+                            for (; index < inner; ++index) {
+                                const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_acc += sum_diff_dst_term;
+                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            }
                         }
                     }
                 }
@@ -2439,11 +2536,28 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                     }
                     opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                 }
-                for (; index < inner; ++index) {
-                    const float src_value = opgen_bf16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+                } else
+                {
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                    }
                 }
             }
         }
@@ -3580,13 +3694,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                         sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                     }
                                 }
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                        const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                        sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                    }
+                                } else
+                                {
+                                    for (; index < inner; ++index) {
+                                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_acc += sum_diff_dst_term;
+                                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                    }
                                 }
                             }
                             if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -3731,13 +3862,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                                 }
                             }
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                }
+                            } else
+                            {
+                                for (; index < inner; ++index) {
+                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                     }
@@ -3810,11 +3958,28 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         }
                         opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                     }
-                    for (; index < inner; ++index) {
-                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+                    } else
+                    {
+                        for (; index < inner; ++index) {
+                            const float src_value = opgen_bf16_to_f32(src[base + index]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                        }
                     }
                 }
             }
@@ -3928,13 +4093,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                     sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                }
+                            } else
+                            {
+                                for (; index < inner; ++index) {
+                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                         if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -4079,13 +4261,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                 sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                             }
                         }
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_bf16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_acc += sum_diff_dst_term;
-                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                        if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                            }
+                        } else
+                        {
+                            for (; index < inner; ++index) {
+                                const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_acc += sum_diff_dst_term;
+                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            }
                         }
                     }
                 }
@@ -4158,11 +4357,28 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                     }
                     opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
                 }
-                for (; index < inner; ++index) {
-                    const float src_value = opgen_bf16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+                } else
+                {
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_bf16_to_f32(src[base + index]);
+                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                    }
                 }
             }
         }
@@ -5299,13 +5515,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                         sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                     }
                                 }
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_f16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                    float src_block[OPGEN_BLOCK];
+                                    opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
+                                    float diff_dst_block[OPGEN_BLOCK];
+                                    opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                    OPGEN_SIMD
+                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                        const float src_value = (float)src_block[lane];
+                                        const float diff_dst_value = (float)diff_dst_block[lane];
+                                        const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                        const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                        sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                    }
+                                } else
+                                {
+                                    for (; index < inner; ++index) {
+                                        const float src_value = opgen_f16_to_f32(src[base + index]);
+                                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                        sum_diff_dst_acc += sum_diff_dst_term;
+                                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                    }
                                 }
                             }
                             if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -5450,13 +5683,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                                 }
                             }
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_f16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                }
+                            } else
+                            {
+                                for (; index < inner; ++index) {
+                                    const float src_value = opgen_f16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                     }
@@ -5529,11 +5779,28 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         }
                         opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                     }
-                    for (; index < inner; ++index) {
-                        const float src_value = opgen_f16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                        float diff_src_block[OPGEN_BLOCK];
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src_block[lane] = (float)diff_src_value;
+                        }
+                        opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+                    } else
+                    {
+                        for (; index < inner; ++index) {
+                            const float src_value = opgen_f16_to_f32(src[base + index]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                            diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                        }
                     }
                 }
             }
@@ -5647,13 +5914,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                     sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_f16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                                }
+                            } else
+                            {
+                                for (; index < inner; ++index) {
+                                    const float src_value = opgen_f16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                                }
                             }
                         }
                         if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -5798,13 +6082,30 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                 sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                             }
                         }
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_f16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_acc += sum_diff_dst_term;
-                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                        if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                                const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                                sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                            }
+                        } else
+                        {
+                            for (; index < inner; ++index) {
+                                const float src_value = opgen_f16_to_f32(src[base + index]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_acc += sum_diff_dst_term;
+                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                            }
                         }
                     }
                 }
@@ -5877,11 +6178,28 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                     }
                     opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
                 }
-                for (; index < inner; ++index) {
-                    const float src_value = opgen_f16_to_f32(src[base + index]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+                } else
+                {
+                    for (; index < inner; ++index) {
+                        const float src_value = opgen_f16_to_f32(src[base + index]);
+                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                    }
                 }
             }
         }

@@ -131,6 +131,9 @@
 #define OPGEN_REPEAT_MIN_ROWS 32
 /* Sum terms exact in float go through float partial sums of at most this many terms. */
 #define OPGEN_FLOAT_RUN 16
+/* Rows' tails (after the last whole block, in the ncx loops) of at least this many elements
+ * are computed as a block; shorter ones element by element (see plan.TAIL_BLOCK_MIN). */
+#define OPGEN_TAIL_BLOCK_MIN 4
 #if OPGEN_ROW_GROUP > OPGEN_FLOAT_RUN
 #error "row groups of float terms are float runs too"
 #endif
@@ -812,6 +815,19 @@ static inline void opgen_store_block_f32(float *OPGEN_RESTRICT out, const float 
     memcpy(out, in, OPGEN_BLOCK * sizeof(float));
 }
 
+/* The first `count` (< OPGEN_BLOCK) elements of a block, a row's tail, the other lanes 0:
+ * the tail is then computed as a block is (masked loads do not touch the lanes left out). */
+static inline void opgen_load_part_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int count)
+{
+#if OPGEN_USE_AVX512F
+    _mm512_storeu_ps(out, _mm512_maskz_loadu_ps((__mmask16)((1u << count) - 1u), in));
+#else
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        out[lane] = lane < count ? in[lane] : 0.0f;
+    }
+#endif
+}
+
 /* The first `count` elements of a block, a row's tail: streamed like its blocks, so that the
  * line it shares with the next row's first block is streamed whole. */
 static inline void opgen_store_part_f32(float *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int count, int stream)
@@ -820,7 +836,12 @@ static inline void opgen_store_part_f32(float *OPGEN_RESTRICT out, const float *
         opgen_stream_part(out, in, count * (int)sizeof(float));
         return;
     }
+#if OPGEN_USE_AVX512F
+    /* a masked store: memcpy of a variable count is a library call, more than the tail */
+    _mm512_mask_storeu_ps(out, (__mmask16)((1u << count) - 1u), _mm512_loadu_ps(in));
+#else
     memcpy(out, in, (size_t)count * sizeof(float));
+#endif
 }
 
 /* Stores the consecutive f32 blocks of one output as whole cache lines wherever the output
@@ -1014,6 +1035,19 @@ static inline void opgen_store_block_bf16(opgen_bf16 *OPGEN_RESTRICT out, const 
     opgen_store_halves(out, halves, stream);
 }
 
+/* The first `count` elements of a block, the other lanes 0 (opgen_load_part_f32). */
+static inline void opgen_load_part_bf16(float *OPGEN_RESTRICT out, const opgen_bf16 *OPGEN_RESTRICT in, int count)
+{
+#if OPGEN_USE_AVX512BW
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16((__mmask16)((1u << count) - 1u), in));
+    _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+#else
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        out[lane] = lane < count ? opgen_bf16_to_f32(in[lane]) : 0.0f;
+    }
+#endif
+}
+
 /* The first `count` elements of a block (opgen_store_part_f32). */
 static inline void opgen_store_part_bf16(opgen_bf16 *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int count, int stream)
 {
@@ -1023,7 +1057,12 @@ static inline void opgen_store_part_bf16(opgen_bf16 *OPGEN_RESTRICT out, const f
         opgen_stream_part(out, halves, count * (int)sizeof(uint16_t));
         return;
     }
+#if OPGEN_USE_AVX512BW
+    /* a masked store, as opgen_store_part_f32 */
+    _mm256_mask_storeu_epi16(out, (__mmask16)((1u << count) - 1u), _mm256_loadu_si256((const __m256i *)(const void *)halves));
+#else
     memcpy(out, halves, (size_t)count * sizeof(uint16_t));
+#endif
 }
 
 /* F16C and AVX-512 convert halves exactly (RNE, subnormals kept); elsewhere, the portable
@@ -1085,6 +1124,18 @@ static inline void opgen_store_block_f16(opgen_f16 *OPGEN_RESTRICT out, const fl
     opgen_store_halves(out, halves, stream);
 }
 
+/* The first `count` elements of a block, the other lanes 0 (opgen_load_part_f32). */
+static inline void opgen_load_part_f16(float *OPGEN_RESTRICT out, const opgen_f16 *OPGEN_RESTRICT in, int count)
+{
+#if OPGEN_USE_AVX512BW
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << count) - 1u), in)));
+#else
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        out[lane] = lane < count ? opgen_f16_to_f32(in[lane]) : 0.0f;
+    }
+#endif
+}
+
 /* The first `count` elements of a block (opgen_store_part_f32). */
 static inline void opgen_store_part_f16(opgen_f16 *OPGEN_RESTRICT out, const float *OPGEN_RESTRICT in, int count, int stream)
 {
@@ -1094,7 +1145,12 @@ static inline void opgen_store_part_f16(opgen_f16 *OPGEN_RESTRICT out, const flo
         opgen_stream_part(out, halves, count * (int)sizeof(uint16_t));
         return;
     }
+#if OPGEN_USE_AVX512BW
+    /* a masked store, as opgen_store_part_f32 */
+    _mm256_mask_storeu_epi16(out, (__mmask16)((1u << count) - 1u), _mm256_loadu_si256((const __m256i *)(const void *)halves));
+#else
     memcpy(out, halves, (size_t)count * sizeof(uint16_t));
+#endif
 }
 
 /* GCC inlines the halves' line writers wherever called, so their state can stay in

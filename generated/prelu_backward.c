@@ -75,6 +75,33 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             }
                             {
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_f32(src_block, src + base + index, (int)(inner_last - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_f32(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+                                    diff_slope_unit_lanes[lane] += diff_slope_term;
+                                }
+                                opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float src_value = src[base + index];
+                                    const float diff_dst_value = diff_dst[base + index];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + index] = diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_acc += diff_slope_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
@@ -188,6 +215,33 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     opgen_lines_f32_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_f32(src_block, src + base + index, (int)(inner_last - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_f32(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+                                    diff_slope_lanes[lane] += diff_slope_term;
+                                }
+                                opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float src_value = src[base + index];
+                                    const float diff_dst_value = diff_dst[base + index];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + index] = diff_src_value;
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_acc += diff_slope_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -214,14 +268,6 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                             }
                             diff_slope_acc += diff_slope_lanes[0];
-                        }
-                        for (; index < inner_last; ++index) {
-                            const float src_value = src[base + index];
-                            const float diff_dst_value = diff_dst[base + index];
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + index] = diff_src_value;
-                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                            diff_slope_acc += diff_slope_term;
                         }
                         partial[0 * channels + channel] += diff_slope_acc;
                     }
@@ -275,6 +321,33 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                         }
                         {
+                        }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_f32(src_block, src + base + index, (int)(inner_last - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_f32(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+                                diff_slope_unit_lanes[lane] += diff_slope_term;
+                            }
+                            opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float src_value = src[base + index];
+                                const float diff_dst_value = diff_dst[base + index];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + index] = diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_acc += diff_slope_term;
+                            }
                         }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
@@ -389,6 +462,33 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 opgen_lines_f32_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                             }
                         }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_f32(src_block, src + base + index, (int)(inner_last - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_f32(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+                                diff_slope_lanes[lane] += diff_slope_term;
+                            }
+                            opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float src_value = src[base + index];
+                                const float diff_dst_value = diff_dst[base + index];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + index] = diff_src_value;
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_acc += diff_slope_term;
+                            }
+                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -415,14 +515,6 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                             diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         diff_slope_acc += diff_slope_lanes[0];
-                    }
-                    for (; index < inner_last; ++index) {
-                        const float src_value = src[base + index];
-                        const float diff_dst_value = diff_dst[base + index];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
                     }
                     partial[0 * channels + channel] += diff_slope_acc;
                 }
@@ -1161,6 +1253,33 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner_last - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+                                    diff_slope_unit_lanes[lane] += diff_slope_term;
+                                }
+                                opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_acc += diff_slope_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
@@ -1297,6 +1416,33 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     diff_slope_lanes[lane] += diff_slope_run[lane];
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner_last - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+                                    diff_slope_lanes[lane] += diff_slope_term;
+                                }
+                                opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                                    const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                    diff_slope_acc += diff_slope_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -1323,14 +1469,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                             }
                             diff_slope_acc += diff_slope_lanes[0];
-                        }
-                        for (; index < inner_last; ++index) {
-                            const float src_value = opgen_bf16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                            diff_slope_acc += diff_slope_term;
                         }
                         partial[0 * channels + channel] += diff_slope_acc;
                     }
@@ -1403,6 +1541,33 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                         {
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
+                            }
+                        }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(src_block, src + base + index, (int)(inner_last - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+                                diff_slope_unit_lanes[lane] += diff_slope_term;
+                            }
+                            opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_acc += diff_slope_term;
                             }
                         }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
@@ -1541,6 +1706,33 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 diff_slope_lanes[lane] += diff_slope_run[lane];
                             }
                         }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(src_block, src + base + index, (int)(inner_last - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+                                diff_slope_lanes[lane] += diff_slope_term;
+                            }
+                            opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float src_value = opgen_bf16_to_f32(src[base + index]);
+                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                                const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+                                diff_slope_acc += diff_slope_term;
+                            }
+                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -1567,14 +1759,6 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                             diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         diff_slope_acc += diff_slope_lanes[0];
-                    }
-                    for (; index < inner_last; ++index) {
-                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
                     }
                     partial[0 * channels + channel] += diff_slope_acc;
                 }
@@ -2503,6 +2687,33 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(src_block, src + base + index, (int)(inner_last - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = lane < inner_last - index ? ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value))) : 0;
+                                    diff_slope_unit_lanes[lane] += diff_slope_term;
+                                }
+                                opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float src_value = opgen_f16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                    diff_slope_acc += diff_slope_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
@@ -2621,6 +2832,33 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     diff_slope_lanes[lane] += diff_slope_run[lane];
                                 }
                             }
+                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(src_block, src + base + index, (int)(inner_last - index));
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                                float diff_src_block[OPGEN_BLOCK];
+                                OPGEN_SIMD
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src_block[lane] = (float)diff_src_value;
+                                    const double diff_slope_term = lane < inner_last - index ? ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value))) : 0;
+                                    diff_slope_lanes[lane] += diff_slope_term;
+                                }
+                                opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                            } else
+                            {
+                                for (; index < inner_last; ++index) {
+                                    const float src_value = opgen_f16_to_f32(src[base + index]);
+                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                                    const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                    diff_slope_acc += diff_slope_term;
+                                }
+                            }
                             /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                             OPGEN_SIMD
                             for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -2647,14 +2885,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                             }
                             diff_slope_acc += diff_slope_lanes[0];
-                        }
-                        for (; index < inner_last; ++index) {
-                            const float src_value = opgen_f16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                            diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                            diff_slope_acc += diff_slope_term;
                         }
                         partial[0 * channels + channel] += diff_slope_acc;
                     }
@@ -2711,6 +2941,33 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                         {
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
+                            }
+                        }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(src_block, src + base + index, (int)(inner_last - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = lane < inner_last - index ? ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value))) : 0;
+                                diff_slope_unit_lanes[lane] += diff_slope_term;
+                            }
+                            opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float src_value = opgen_f16_to_f32(src[base + index]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                diff_slope_acc += diff_slope_term;
                             }
                         }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
@@ -2831,6 +3088,33 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 diff_slope_lanes[lane] += diff_slope_run[lane];
                             }
                         }
+                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(src_block, src + base + index, (int)(inner_last - index));
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
+                            float diff_src_block[OPGEN_BLOCK];
+                            OPGEN_SIMD
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src_block[lane] = (float)diff_src_value;
+                                const double diff_slope_term = lane < inner_last - index ? ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value))) : 0;
+                                diff_slope_lanes[lane] += diff_slope_term;
+                            }
+                            opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
+                        } else
+                        {
+                            for (; index < inner_last; ++index) {
+                                const float src_value = opgen_f16_to_f32(src[base + index]);
+                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                                diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                                const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+                                diff_slope_acc += diff_slope_term;
+                            }
+                        }
                         /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
                         OPGEN_SIMD
                         for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
@@ -2857,14 +3141,6 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                             diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
                         }
                         diff_slope_acc += diff_slope_lanes[0];
-                    }
-                    for (; index < inner_last; ++index) {
-                        const float src_value = opgen_f16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
                     }
                     partial[0 * channels + channel] += diff_slope_acc;
                 }

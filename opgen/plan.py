@@ -23,6 +23,10 @@ BLOCK = 16  # elements per unrolled step; also the number of partial sums in a r
 # Sets of BLOCK lane sums a reduction rotates through block by block (OPGEN_CHAINS), so that the
 # additions of consecutive blocks do not wait for each other; the templates write 4 out.
 CHAINS = 4
+# The ncx loops compute a row's tail (after its last whole block) of at least this many elements
+# as one masked block, shorter ones element by element, which costs less for one to three
+# (f32 PReLU, one thread, in cache: 3x6 20 % slower as a block, 14x14 35 % faster, 5x5 75 %).
+TAIL_BLOCK_MIN = 4
 FORMS = ("ncx", "nxc")
 # Reductions run in tiles fixed by the shape alone, so sums never depend on the thread count.
 TILE_ELEMENTS = 65536
@@ -289,6 +293,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
                 "load_compute": _load(dtype, f"{tensor.name}[@]", compute),
                 "load_float": _load(dtype, f"{tensor.name}[@]", "float"),
                 "load_block": dtype.load_block,
+                "load_part": dtype.load_part,
                 "default_float": _literal(tensor.default, "float", table),
                 "load_acc": _load(dtype, f"{tensor.name}[@]", accumulate),
                 "in_elements": tensor.name in reads["elements"],
@@ -378,6 +383,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "float_first": float_first,
         "work_per_element": 1 + EXP_WORK * sum(expr.calls(t, "exp") for s in order for _, t in sections[s]),
         "block": BLOCK,
+        "tail_block_min": _tail_block_min(spec, variant),
     }
 
 
@@ -390,6 +396,17 @@ def float_runs(spec: OpSpec, row: dict[str, str], table: DTypeTable) -> dict[str
             for name, kind in kernel(variant, table)["sum_types"].items():
                 result[name] = max(result.get(name, 0), FLOAT_RUN if kind == "float" else 0)
     return result
+
+
+def _tail_block_min(spec: OpSpec, variant: Variant) -> str | None:
+    """From how many elements the ncx loops compute a row's tail as a block (C); None: never, in the
+    two passes of reduce_then_apply when every tensor loads and stores with no conversion
+    (f32): there the elements one by one cost less (f32 BatchNorm, one thread, in cache, tails
+    of 4 to 9 as blocks: 5-15 % slower; bf16 7-57 % faster)."""
+    tensors = [variant.dtypes[t.name] for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor"]
+    if spec.pattern == "reduce_then_apply" and all(d.load == "{}" and d.store == "{}" for d in tensors):
+        return None
+    return "OPGEN_TAIL_BLOCK_MIN"
 
 
 def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:

@@ -107,6 +107,7 @@ def render_library(
         "repeat_min_rows": plan.REPEAT_MIN_ROWS,
         "float_run": plan.FLOAT_RUN,
         "chains": plan.CHAINS,
+        "tail_block_min": plan.TAIL_BLOCK_MIN,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
         "max_threads": plan.MAX_THREADS,
         "stream_bytes": plan.STREAM_BYTES,

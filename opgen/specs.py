@@ -107,6 +107,7 @@ class DType:
     store: str
     load_block: str
     store_block: str
+    load_part: str
     store_part: str
     compute: str
     wide_compute: str
@@ -269,6 +270,7 @@ _DTYPE_KEYS = {
     "store": True,
     "load_block": True,
     "store_block": True,
+    "load_part": True,
     "store_part": True,
     "compute": True,
     "wide_compute": True,
@@ -319,7 +321,7 @@ def load_dtype_table(path: Path) -> DTypeTable:
         for key in ("compute", "wide_compute", "accumulate"):
             if row[key] not in compute_types:
                 where.fail(f"{name}.{key}", f"'{row[key]}' is not in compute_types")
-        for key in ("c_type", "load_block", "store_block", "store_part", "line_writer"):
+        for key in ("c_type", "load_block", "store_block", "load_part", "store_part", "line_writer"):
             if key in row and not _IDENTIFIER.fullmatch(_string(where, f"{name}.{key}", row[key])):
                 where.fail(f"{name}.{key}", "must be a C identifier")
         for key in ("load", "store"):

@@ -74,30 +74,47 @@ def cases():
 @pytest.mark.parametrize("epsilon", [1e-5, 0.5])
 def test_matches_oracle(row, layout, with_gamma, with_diff, epsilon):
     for shape in SHAPES:
-        generator = rng("bn", row, layout, with_gamma, with_diff, epsilon, shape)
-        channels = shape[channel_axis(len(shape), layout)]
-        src = data(generator, shape, row["src"])
-        diff_dst = data(generator, shape, row["diff_dst"])
-        mean = data(generator, (channels,), row["mean"], specials="none")
-        variance = np.abs(data(generator, (channels,), row["variance"]))
-        if channels:
-            variance[0] = 0  # legal: epsilon keeps inv_std finite
-        gamma = data(generator, (channels,), row["gamma"]) if with_gamma else None
-        kwargs = {"epsilon": epsilon, "data_format": layout}
-        if with_diff is not None:
-            kwargs["with_diff_gamma_beta"] = with_diff
-        got = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
-        expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
-        requested = with_gamma if with_diff is None else with_diff
-        used_gamma = gamma if requested else None
-        src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, used_gamma, epsilon, layout)
-        context = f"bn {shape} {layout} {row} gamma={with_gamma} diff={with_diff} eps={epsilon}"
-        assert_within(got.diff_src, expected[0], row["diff_src"], src_bound, context + " diff_src")
-        if requested:
-            assert_within(got.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, context + " diff_gamma")
-            assert_within(got.diff_beta, expected[2], row["diff_beta"], beta_bound, context + " diff_beta")
-        else:
-            assert got.diff_gamma is None and got.diff_beta is None, context
+        check_shape(row, layout, with_gamma, with_diff, epsilon, shape)
+
+
+@pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
+def test_ncx_tails_of_every_length(row):
+    """Units of the ncx loop ending in every tail length (16-bit data: element by element below
+    plan.TAIL_BLOCK_MIN, one masked block from it), in both passes, with finite data and with
+    NaN and Inf; units sharing float runs across rows (one block) and units of several chains."""
+    for blocks in (1, plan.CHAINS + 1):
+        for tail in range(1, B):
+            shape = (2, 3, 1, blocks * B + tail)
+            check_shape(row, "NCX", True, True, 1e-5, shape)
+            check_nonfinite(rng("bn-tails", row, shape), row, "NCX", shape)
+
+
+def check_shape(row, layout, with_gamma, with_diff, epsilon, shape):
+    """The outputs against the oracle on fresh data of `shape`, within the bounds of bounds()."""
+    generator = rng("bn", row, layout, with_gamma, with_diff, epsilon, shape)
+    channels = shape[channel_axis(len(shape), layout)]
+    src = data(generator, shape, row["src"])
+    diff_dst = data(generator, shape, row["diff_dst"])
+    mean = data(generator, (channels,), row["mean"], specials="none")
+    variance = np.abs(data(generator, (channels,), row["variance"]))
+    if channels:
+        variance[0] = 0  # legal: epsilon keeps inv_std finite
+    gamma = data(generator, (channels,), row["gamma"]) if with_gamma else None
+    kwargs = {"epsilon": epsilon, "data_format": layout}
+    if with_diff is not None:
+        kwargs["with_diff_gamma_beta"] = with_diff
+    got = opgen.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
+    expected = oracle.batch_norm_training_backward(src, diff_dst, mean, variance, gamma, **kwargs)
+    requested = with_gamma if with_diff is None else with_diff
+    used_gamma = gamma if requested else None
+    src_bound, gamma_bound, beta_bound = bounds(src, diff_dst, mean, variance, used_gamma, epsilon, layout)
+    context = f"bn {shape} {layout} {row} gamma={with_gamma} diff={with_diff} eps={epsilon}"
+    assert_within(got.diff_src, expected[0], row["diff_src"], src_bound, context + " diff_src")
+    if requested:
+        assert_within(got.diff_gamma, expected[1], row["diff_gamma"], gamma_bound, context + " diff_gamma")
+        assert_within(got.diff_beta, expected[2], row["diff_beta"], beta_bound, context + " diff_beta")
+    else:
+        assert got.diff_gamma is None and got.diff_beta is None, context
 
 
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")

@@ -15,7 +15,7 @@ import pytest
 import opgen
 from opgen import oracle
 from opgen.accuracy import operand_shapes, sum_magnitudes
-from opgen.plan import BLOCK, CHANNEL_SPLIT, IN_ORDER_CHANNELS, REPEAT_INNER, SEGMENT_BYTES, STREAM_BYTES
+from opgen.plan import BLOCK, CHAINS, CHANNEL_SPLIT, IN_ORDER_CHANNELS, REPEAT_INNER, SEGMENT_BYTES, STREAM_BYTES
 from tests.helpers import (
     assert_ulps,
     assert_within,
@@ -83,31 +83,48 @@ def layout_kwargs(spec, layout):
 @pytest.mark.parametrize("spec,row,layout,form", list(cases()))
 @pytest.mark.parametrize("specials", ["finite", "all"])
 def test_matches_oracle(spec, row, layout, form, specials):
-    function, reference = getattr(opgen, spec.name), getattr(oracle, spec.name)
-    operand = next(t for t in spec.inputs if t.kind == "channel")
-    tensor_out, channel_out = spec.outputs
     tested = 0
     for shape in SHAPES:
         for operand_shape in operand_shapes(form, shape, layout):
             if len(operand_shape) > (spec.max_rank or 8):
                 continue
-            generator = rng(spec.name, row, layout, form, specials, shape, operand_shape)
-            arrays = {}
-            for tensor in spec.inputs:
-                shape_of = operand_shape if tensor is operand else shape
-                arrays[tensor.name] = data(generator, shape_of, row[tensor.name], specials=specials)
-            args = [arrays[t.name] for t in spec.inputs]
-            kwargs = layout_kwargs(spec, layout)
-            got = function(*args, **kwargs)
-            expected = reference(*args, **kwargs)
-            context = f"{spec.name} {shape} {operand.name}{operand_shape} {layout} {form}"
-            assert_ulps(got[0], expected[0], row[tensor_out.name], 1, context + f" {tensor_out.name}")
-            abs_sum = sum_magnitudes(spec, reference, arrays, kwargs)[1]
-            count = math.prod(shape) // max(1, math.prod(operand_shape))
-            bound = sum_bound(abs_sum, count, float_run(spec, row, channel_out.name))
-            assert_within(got[1], expected[1], row[channel_out.name], bound, context + f" {channel_out.name}")
+            check_shape(spec, row, layout, form, specials, shape, operand_shape)
             tested += 1
     assert tested >= 3, f"only {tested} shapes exercised form {form}"
+
+
+def check_shape(spec, row, layout, form, specials, shape, operand_shape):
+    """Both outputs against the oracle on fresh data of `shape` (the operand `operand_shape`)."""
+    function, reference = getattr(opgen, spec.name), getattr(oracle, spec.name)
+    operand = next(t for t in spec.inputs if t.kind == "channel")
+    tensor_out, channel_out = spec.outputs
+    generator = rng(spec.name, row, layout, form, specials, shape, operand_shape)
+    arrays = {}
+    for tensor in spec.inputs:
+        shape_of = operand_shape if tensor is operand else shape
+        arrays[tensor.name] = data(generator, shape_of, row[tensor.name], specials=specials)
+    args = [arrays[t.name] for t in spec.inputs]
+    kwargs = layout_kwargs(spec, layout)
+    got = function(*args, **kwargs)
+    expected = reference(*args, **kwargs)
+    context = f"{spec.name} {shape} {operand.name}{operand_shape} {layout} {form}"
+    assert_ulps(got[0], expected[0], row[tensor_out.name], 1, context + f" {tensor_out.name}")
+    abs_sum = sum_magnitudes(spec, reference, arrays, kwargs)[1]
+    count = math.prod(shape) // max(1, math.prod(operand_shape))
+    bound = sum_bound(abs_sum, count, float_run(spec, row, channel_out.name))
+    assert_within(got[1], expected[1], row[channel_out.name], bound, context + f" {channel_out.name}")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("specials", ["finite", "all"])
+def test_ncx_tails_of_every_length(dtype, specials):
+    """Units of the ncx loop ending in every tail length: element by element below
+    plan.TAIL_BLOCK_MIN, one masked block from it; in units summed in one chain of lanes
+    (fewer than CHAINS blocks) and in CHAINS chains."""
+    for blocks in (1, CHAINS + 1):
+        for tail in range(1, B):
+            shape = (2, 3, blocks * B + tail)
+            check_shape(SPEC_PRELU, prelu_row(dtype), "NCX", "per_channel", specials, shape, (3,))
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
