@@ -91,8 +91,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     grad_weight_unit_lanes[lane] += grad_weight_term;
                                 }
                                 opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float grad_output_value = grad_output[base + index];
                                     const float self_value = self[base + index];
@@ -231,8 +230,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                     grad_weight_lanes[lane] += grad_weight_term;
                                 }
                                 opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float grad_output_value = grad_output[base + index];
                                     const float self_value = self[base + index];
@@ -338,8 +336,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 grad_weight_unit_lanes[lane] += grad_weight_term;
                             }
                             opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float grad_output_value = grad_output[base + index];
                                 const float self_value = self[base + index];
@@ -478,8 +475,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 grad_weight_lanes[lane] += grad_weight_term;
                             }
                             opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float grad_output_value = grad_output[base + index];
                                 const float self_value = self[base + index];
@@ -1253,8 +1249,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     grad_weight_unit_lanes[lane] += grad_weight_term;
                                 }
                                 opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
                                     const float self_value = opgen_f16_to_f32(self[base + index]);
@@ -1398,8 +1393,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                     grad_weight_lanes[lane] += grad_weight_term;
                                 }
                                 opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
                                     const float self_value = opgen_f16_to_f32(self[base + index]);
@@ -1509,8 +1503,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 grad_weight_unit_lanes[lane] += grad_weight_term;
                             }
                             opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
                                 const float self_value = opgen_f16_to_f32(self[base + index]);
@@ -1654,8 +1647,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 grad_weight_lanes[lane] += grad_weight_term;
                             }
                             opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
                                 const float self_value = opgen_f16_to_f32(self[base + index]);
@@ -2539,8 +2531,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     grad_weight_unit_lanes[lane] += grad_weight_term;
                                 }
                                 opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
                                     const float self_value = opgen_bf16_to_f32(self[base + index]);
@@ -2702,8 +2693,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                     grad_weight_lanes[lane] += grad_weight_term;
                                 }
                                 opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
                                     const float self_value = opgen_bf16_to_f32(self[base + index]);
@@ -2829,8 +2819,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 grad_weight_unit_lanes[lane] += grad_weight_term;
                             }
                             opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
                                 const float self_value = opgen_bf16_to_f32(self[base + index]);
@@ -2992,8 +2981,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 grad_weight_lanes[lane] += grad_weight_term;
                             }
                             opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
                                 const float self_value = opgen_bf16_to_f32(self[base + index]);

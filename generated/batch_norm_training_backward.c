@@ -142,15 +142,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                         sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                     }
                                 }
-                                {
-                                    for (; index < inner; ++index) {
-                                        const float src_value = src[base + index];
-                                        const float diff_dst_value = diff_dst[base + index];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_acc += sum_diff_dst_term;
-                                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                    }
+                                for (; index < inner; ++index) {
+                                    const float src_value = src[base + index];
+                                    const float diff_dst_value = diff_dst[base + index];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_acc += sum_diff_dst_term;
+                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                                 }
                             }
                             if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -295,15 +293,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                                 }
                             }
-                            {
-                                for (; index < inner; ++index) {
-                                    const float src_value = src[base + index];
-                                    const float diff_dst_value = diff_dst[base + index];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
+                            for (; index < inner; ++index) {
+                                const float src_value = src[base + index];
+                                const float diff_dst_value = diff_dst[base + index];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_acc += sum_diff_dst_term;
+                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                             }
                         }
                     }
@@ -376,13 +372,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                         }
                         opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                     }
-                    {
-                        for (; index < inner; ++index) {
-                            const float src_value = src[base + index];
-                            const float diff_dst_value = diff_dst[base + index];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + index] = diff_src_value;
-                        }
+                    for (; index < inner; ++index) {
+                        const float src_value = src[base + index];
+                        const float diff_dst_value = diff_dst[base + index];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src[base + index] = diff_src_value;
                     }
                 }
             }
@@ -496,15 +490,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                     sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            {
-                                for (; index < inner; ++index) {
-                                    const float src_value = src[base + index];
-                                    const float diff_dst_value = diff_dst[base + index];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
+                            for (; index < inner; ++index) {
+                                const float src_value = src[base + index];
+                                const float diff_dst_value = diff_dst[base + index];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_acc += sum_diff_dst_term;
+                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                             }
                         }
                         if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
@@ -649,15 +641,13 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                                 sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                             }
                         }
-                        {
-                            for (; index < inner; ++index) {
-                                const float src_value = src[base + index];
-                                const float diff_dst_value = diff_dst[base + index];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                            }
+                        for (; index < inner; ++index) {
+                            const float src_value = src[base + index];
+                            const float diff_dst_value = diff_dst[base + index];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_acc += sum_diff_dst_term;
+                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                         }
                     }
                 }
@@ -730,13 +720,11 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                     }
                     opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                 }
-                {
-                    for (; index < inner; ++index) {
-                        const float src_value = src[base + index];
-                        const float diff_dst_value = diff_dst[base + index];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = diff_src_value;
-                    }
+                for (; index < inner; ++index) {
+                    const float src_value = src[base + index];
+                    const float diff_dst_value = diff_dst[base + index];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + index] = diff_src_value;
                 }
             }
         }
@@ -1887,8 +1875,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                         sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                         sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                     }
-                                } else
-                                {
+                                } else {
                                     for (; index < inner; ++index) {
                                         const float src_value = opgen_bf16_to_f32(src[base + index]);
                                         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -2055,8 +2042,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                 }
-                            } else
-                            {
+                            } else {
                                 for (; index < inner; ++index) {
                                     const float src_value = opgen_bf16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -2151,8 +2137,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             diff_src_block[lane] = (float)diff_src_value;
                         }
                         opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                    } else
-                    {
+                    } else {
                         for (; index < inner; ++index) {
                             const float src_value = opgen_bf16_to_f32(src[base + index]);
                             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -2286,8 +2271,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                 }
-                            } else
-                            {
+                            } else {
                                 for (; index < inner; ++index) {
                                     const float src_value = opgen_bf16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -2454,8 +2438,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                                 sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                 sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                             }
-                        } else
-                        {
+                        } else {
                             for (; index < inner; ++index) {
                                 const float src_value = opgen_bf16_to_f32(src[base + index]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -2550,8 +2533,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                     opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                } else
-                {
+                } else {
                     for (; index < inner; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
                         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -3708,8 +3690,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                         sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                         sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                     }
-                                } else
-                                {
+                                } else {
                                     for (; index < inner; ++index) {
                                         const float src_value = opgen_bf16_to_f32(src[base + index]);
                                         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -3876,8 +3857,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                 }
-                            } else
-                            {
+                            } else {
                                 for (; index < inner; ++index) {
                                     const float src_value = opgen_bf16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -3972,8 +3952,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             diff_src_block[lane] = (float)diff_src_value;
                         }
                         opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                    } else
-                    {
+                    } else {
                         for (; index < inner; ++index) {
                             const float src_value = opgen_bf16_to_f32(src[base + index]);
                             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -4107,8 +4086,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                 }
-                            } else
-                            {
+                            } else {
                                 for (; index < inner; ++index) {
                                     const float src_value = opgen_bf16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -4275,8 +4253,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                                 sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                 sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                             }
-                        } else
-                        {
+                        } else {
                             for (; index < inner; ++index) {
                                 const float src_value = opgen_bf16_to_f32(src[base + index]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -4371,8 +4348,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                     opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                } else
-                {
+                } else {
                     for (; index < inner; ++index) {
                         const float src_value = opgen_bf16_to_f32(src[base + index]);
                         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -5529,8 +5505,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                         sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                         sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                     }
-                                } else
-                                {
+                                } else {
                                     for (; index < inner; ++index) {
                                         const float src_value = opgen_f16_to_f32(src[base + index]);
                                         const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
@@ -5697,8 +5672,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                 }
-                            } else
-                            {
+                            } else {
                                 for (; index < inner; ++index) {
                                     const float src_value = opgen_f16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
@@ -5793,8 +5767,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             diff_src_block[lane] = (float)diff_src_value;
                         }
                         opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                    } else
-                    {
+                    } else {
                         for (; index < inner; ++index) {
                             const float src_value = opgen_f16_to_f32(src[base + index]);
                             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
@@ -5928,8 +5901,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                     sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                     sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                                 }
-                            } else
-                            {
+                            } else {
                                 for (; index < inner; ++index) {
                                     const float src_value = opgen_f16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
@@ -6096,8 +6068,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                                 sum_diff_dst_lanes[lane] += sum_diff_dst_term;
                                 sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
                             }
-                        } else
-                        {
+                        } else {
                             for (; index < inner; ++index) {
                                 const float src_value = opgen_f16_to_f32(src[base + index]);
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
@@ -6192,8 +6163,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                     opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                } else
-                {
+                } else {
                     for (; index < inner; ++index) {
                         const float src_value = opgen_f16_to_f32(src[base + index]);
                         const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);

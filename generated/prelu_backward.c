@@ -91,8 +91,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     diff_slope_unit_lanes[lane] += diff_slope_term;
                                 }
                                 opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float src_value = src[base + index];
                                     const float diff_dst_value = diff_dst[base + index];
@@ -231,8 +230,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                     diff_slope_lanes[lane] += diff_slope_term;
                                 }
                                 opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float src_value = src[base + index];
                                     const float diff_dst_value = diff_dst[base + index];
@@ -338,8 +336,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 diff_slope_unit_lanes[lane] += diff_slope_term;
                             }
                             opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float src_value = src[base + index];
                                 const float diff_dst_value = diff_dst[base + index];
@@ -478,8 +475,7 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
                                 diff_slope_lanes[lane] += diff_slope_term;
                             }
                             opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float src_value = src[base + index];
                                 const float diff_dst_value = diff_dst[base + index];
@@ -1269,8 +1265,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     diff_slope_unit_lanes[lane] += diff_slope_term;
                                 }
                                 opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float src_value = opgen_bf16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -1432,8 +1427,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     diff_slope_lanes[lane] += diff_slope_term;
                                 }
                                 opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float src_value = opgen_bf16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -1559,8 +1553,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 diff_slope_unit_lanes[lane] += diff_slope_term;
                             }
                             opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float src_value = opgen_bf16_to_f32(src[base + index]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -1722,8 +1715,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 diff_slope_lanes[lane] += diff_slope_term;
                             }
                             opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float src_value = opgen_bf16_to_f32(src[base + index]);
                                 const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
@@ -2703,8 +2695,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     diff_slope_unit_lanes[lane] += diff_slope_term;
                                 }
                                 opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float src_value = opgen_f16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
@@ -2848,8 +2839,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     diff_slope_lanes[lane] += diff_slope_term;
                                 }
                                 opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                            } else
-                            {
+                            } else {
                                 for (; index < inner_last; ++index) {
                                     const float src_value = opgen_f16_to_f32(src[base + index]);
                                     const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
@@ -2959,8 +2949,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 diff_slope_unit_lanes[lane] += diff_slope_term;
                             }
                             opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float src_value = opgen_f16_to_f32(src[base + index]);
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
@@ -3104,8 +3093,7 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 diff_slope_lanes[lane] += diff_slope_term;
                             }
                             opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                        } else
-                        {
+                        } else {
                             for (; index < inner_last; ++index) {
                                 const float src_value = opgen_f16_to_f32(src[base + index]);
                                 const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
