@@ -930,6 +930,21 @@ static inline void opgen_store_halves(uint16_t *OPGEN_RESTRICT out, const uint16
     memcpy(out, in, OPGEN_BLOCK * sizeof(uint16_t));
 }
 
+/* The first `count` of a block's halves (opgen_store_part_bf16, _f16): streamed, or one masked
+ * store (memcpy of a variable count is a library call, more than the tail). */
+static inline void opgen_store_halves_part(uint16_t *OPGEN_RESTRICT out, const uint16_t *OPGEN_RESTRICT halves, int count, int stream)
+{
+    if (stream) {
+        opgen_stream_part(out, halves, count * (int)sizeof(uint16_t));
+        return;
+    }
+#if OPGEN_USE_AVX512BW
+    _mm256_mask_storeu_epi16(out, (__mmask16)((1u << count) - 1u), _mm256_loadu_si256((const __m256i *)(const void *)halves));
+#else
+    memcpy(out, halves, (size_t)count * sizeof(uint16_t));
+#endif
+}
+
 static inline void opgen_load_block_bf16(float *OPGEN_RESTRICT out, const opgen_bf16 *OPGEN_RESTRICT in, int64_t ahead)
 {
     opgen_prefetch_ahead(in, ahead);
@@ -1053,16 +1068,7 @@ static inline void opgen_store_part_bf16(opgen_bf16 *OPGEN_RESTRICT out, const f
 {
     opgen_bf16 halves[OPGEN_BLOCK];
     opgen_narrow_block_bf16(halves, in);
-    if (stream) {
-        opgen_stream_part(out, halves, count * (int)sizeof(uint16_t));
-        return;
-    }
-#if OPGEN_USE_AVX512BW
-    /* a masked store, as opgen_store_part_f32 */
-    _mm256_mask_storeu_epi16(out, (__mmask16)((1u << count) - 1u), _mm256_loadu_si256((const __m256i *)(const void *)halves));
-#else
-    memcpy(out, halves, (size_t)count * sizeof(uint16_t));
-#endif
+    opgen_store_halves_part(out, halves, count, stream);
 }
 
 /* F16C and AVX-512 convert halves exactly (RNE, subnormals kept); elsewhere, the portable
@@ -1141,16 +1147,7 @@ static inline void opgen_store_part_f16(opgen_f16 *OPGEN_RESTRICT out, const flo
 {
     opgen_f16 halves[OPGEN_BLOCK];
     opgen_narrow_block_f16(halves, in);
-    if (stream) {
-        opgen_stream_part(out, halves, count * (int)sizeof(uint16_t));
-        return;
-    }
-#if OPGEN_USE_AVX512BW
-    /* a masked store, as opgen_store_part_f32 */
-    _mm256_mask_storeu_epi16(out, (__mmask16)((1u << count) - 1u), _mm256_loadu_si256((const __m256i *)(const void *)halves));
-#else
-    memcpy(out, halves, (size_t)count * sizeof(uint16_t));
-#endif
+    opgen_store_halves_part(out, halves, count, stream);
 }
 
 /* GCC inlines the halves' line writers wherever called, so their state can stay in
