@@ -111,7 +111,7 @@ int opgen_get_num_threads(void)
 int opgen_threads_for(int64_t elements)
 {
     /* below this, starting a thread team costs more than the work */
-    return elements < 65536 ? 1 : opgen_get_num_threads();
+    return elements < OPGEN_PARALLEL_THRESHOLD ? 1 : opgen_get_num_threads();
 }
 
 /* Tiles of a reduction: a function of the shape alone. Rows are split when there are
