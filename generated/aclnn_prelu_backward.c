@@ -610,7 +610,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -630,7 +630,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -652,7 +652,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -740,7 +740,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -760,7 +760,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -782,7 +782,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(weight_block, weight + channel, 0);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -855,7 +855,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -906,7 +906,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -972,7 +972,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1023,7 +1023,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(weight_block, weight + channel, 0);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1786,7 +1786,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f16(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1806,7 +1806,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f16(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1828,7 +1828,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1934,7 +1934,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1954,7 +1954,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1976,7 +1976,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f16(weight_block, weight + channel, 0);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2062,7 +2062,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f16(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2113,7 +2113,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2177,7 +2177,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2228,7 +2228,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f16(weight_block, weight + channel, 0);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3120,7 +3120,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_bf16(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3140,7 +3140,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_bf16(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3162,7 +3162,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3280,7 +3280,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3300,7 +3300,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3322,7 +3322,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(weight_block, weight + channel, 0);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3420,7 +3420,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                         float self_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                         float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_bf16(weight_block, weight + channel, 0);
                                         float grad_input_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3493,7 +3493,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3579,7 +3579,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                     float self_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                     float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
                                     float grad_input_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3652,7 +3652,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
                                 float self_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
                                 float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(weight_block, weight + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(weight_block, weight + channel, 0);
                                 float grad_input_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

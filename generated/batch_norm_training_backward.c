@@ -784,7 +784,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -807,7 +807,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -875,7 +875,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -933,7 +933,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -956,7 +956,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1024,7 +1024,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1098,7 +1098,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1136,7 +1136,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(mean_block, mean + channel, 0);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -1177,7 +1177,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1200,7 +1200,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1277,7 +1277,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1315,7 +1315,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -1356,7 +1356,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -1379,7 +1379,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -1485,7 +1485,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1506,7 +1506,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1531,7 +1531,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1571,7 +1571,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1620,7 +1620,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1641,7 +1641,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1666,7 +1666,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1706,7 +1706,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                     float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2602,7 +2602,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2625,7 +2625,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -2693,7 +2693,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2751,7 +2751,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -2774,7 +2774,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -2842,7 +2842,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2916,7 +2916,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -2954,7 +2954,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(mean_block, mean + channel, 0);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -2995,7 +2995,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -3018,7 +3018,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -3095,7 +3095,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -3133,7 +3133,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -3174,7 +3174,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -3197,7 +3197,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -3303,7 +3303,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3324,7 +3324,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3349,7 +3349,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3389,7 +3389,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3438,7 +3438,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3459,7 +3459,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3484,7 +3484,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3524,7 +3524,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                     float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -4420,7 +4420,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -4443,7 +4443,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -4511,7 +4511,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_bf16(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -4569,7 +4569,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_bf16(mean_block, mean + channel, 0);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -4592,7 +4592,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -4660,7 +4660,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_bf16(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -4734,7 +4734,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -4772,7 +4772,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_bf16(mean_block, mean + channel, 0);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -4813,7 +4813,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -4836,7 +4836,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -4913,7 +4913,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -4951,7 +4951,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -4992,7 +4992,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_bf16(mean_block, mean + channel, 0);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -5015,7 +5015,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -5121,7 +5121,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_bf16(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -5142,7 +5142,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_bf16(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -5167,7 +5167,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_bf16(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -5207,7 +5207,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_bf16(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -5256,7 +5256,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_bf16(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -5277,7 +5277,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_bf16(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -5302,7 +5302,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_bf16(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -5342,7 +5342,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                     float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                    opgen_load_block_bf16(mean_block, mean + channel, 0);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -6238,7 +6238,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -6261,7 +6261,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -6329,7 +6329,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -6387,7 +6387,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -6410,7 +6410,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -6478,7 +6478,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -6552,7 +6552,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -6590,7 +6590,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(mean_block, mean + channel, 0);
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                             const float src_value = (float)src_block[lane];
@@ -6631,7 +6631,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -6654,7 +6654,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -6731,7 +6731,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -6769,7 +6769,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(mean_block, mean + channel, 0);
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                         const float src_value = (float)src_block[lane];
@@ -6810,7 +6810,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float src_value = (float)src_block[lane];
@@ -6833,7 +6833,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(mean_block, mean + channel, 0);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
@@ -6939,7 +6939,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -6960,7 +6960,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -6985,7 +6985,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                             float diff_dst_block[OPGEN_BLOCK];
                             opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                             float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
                             float diff_src_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -7025,7 +7025,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -7074,7 +7074,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -7095,7 +7095,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -7120,7 +7120,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
                         float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -7160,7 +7160,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     float diff_dst_block[OPGEN_BLOCK];
                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                     float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, OPGEN_PREFETCH_BYTES);
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
                     float diff_src_block[OPGEN_BLOCK];
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

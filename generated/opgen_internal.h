@@ -331,7 +331,7 @@ static inline int64_t opgen_to_line(const void *pointer, size_t size)
     return past == 0 || past % size != 0 ? 0 : (int64_t)((64u - past) / size);
 }
 
-/* Asks for the cache line `ahead` bytes past `pointer`; every block load does, mostly
+/* Asks for the cache line `ahead` bytes past `pointer`; every tensor's block load does, mostly
  * OPGEN_PREFETCH_BYTES ahead (the channel-split loop, with its four streams at once, computes
  * its own distance: opgen_range_ahead). The hardware prefetchers alone fell
  * behind loops that compute between their loads and stores: on an AVX-512 Xeon, one thread,
@@ -344,7 +344,8 @@ static inline int64_t opgen_to_line(const void *pointer, size_t size)
 static inline void opgen_prefetch_ahead(const void *pointer, int64_t ahead)
 {
 #if defined(__GNUC__) || defined(__clang__)
-    if (OPGEN_PREFETCH_BYTES > 0) {
+    /* a constant 0 asks for nothing (channel operands: see the block macro) */
+    if (OPGEN_PREFETCH_BYTES > 0 && !(__builtin_constant_p(ahead) && ahead == 0)) {
         /* an address, not a pointer into the array: it may lie past the array's end */
         __builtin_prefetch((const void *)((uintptr_t)pointer + (uintptr_t)ahead), 0, 3);
     }

@@ -610,7 +610,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -630,7 +630,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -652,7 +652,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -740,7 +740,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -760,7 +760,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -782,7 +782,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(slope_block, slope + channel, 0);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -855,7 +855,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f32(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -906,7 +906,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -972,7 +972,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f32(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1023,7 +1023,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(slope_block, slope + channel, 0);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1854,7 +1854,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_bf16(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1874,7 +1874,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_bf16(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1896,7 +1896,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2014,7 +2014,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2034,7 +2034,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2056,7 +2056,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(slope_block, slope + channel, 0);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2154,7 +2154,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_bf16(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2227,7 +2227,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2313,7 +2313,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_bf16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2386,7 +2386,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(slope_block, slope + channel, 0);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3232,7 +3232,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f16(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3252,7 +3252,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f16(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3274,7 +3274,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3380,7 +3380,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3400,7 +3400,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *diff_dst));
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3422,7 +3422,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *diff_dst));
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f16(slope_block, slope + channel, 0);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3508,7 +3508,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                         float diff_dst_block[OPGEN_BLOCK];
                                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                         float slope_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                        opgen_load_block_f16(slope_block, slope + channel, 0);
                                         float diff_src_block[OPGEN_BLOCK];
                                         OPGEN_SIMD_FLOAT
                                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3559,7 +3559,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3623,7 +3623,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                     float diff_dst_block[OPGEN_BLOCK];
                                     opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                     float slope_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                    opgen_load_block_f16(slope_block, slope + channel, 0);
                                     float diff_src_block[OPGEN_BLOCK];
                                     OPGEN_SIMD_FLOAT
                                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -3674,7 +3674,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
                                 float diff_dst_block[OPGEN_BLOCK];
                                 opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                                 float slope_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(slope_block, slope + channel, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f16(slope_block, slope + channel, 0);
                                 float diff_src_block[OPGEN_BLOCK];
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
