@@ -553,7 +553,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, OPGEN_CHANNEL_RANGE);
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads, (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_CHANNEL_RANGE : OPGEN_CHANNEL_RANGE);
         /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
          * stream past) and go out once, at the range's end: rounded into the outputs, or
          * added to the caller's sums. Summed in the caller's arrays instead, which the call
@@ -1725,7 +1725,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, OPGEN_FLOAT_RUN_RANGE);
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads, (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_FLOAT_RUN_RANGE);
         /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
          * stream past) and go out once, at the range's end: rounded into the outputs, or
          * added to the caller's sums. Summed in the caller's arrays instead, which the call
@@ -3059,7 +3059,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, OPGEN_FLOAT_RUN_RANGE);
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads, (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_FLOAT_RUN_RANGE);
         /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
          * stream past) and go out once, at the range's end: rounded into the outputs, or
          * added to the caller's sums. Summed in the caller's arrays instead, which the call

@@ -116,6 +116,9 @@
  * many where the split loop's sums go through float runs (which then stay in L1). */
 #define OPGEN_CHANNEL_RANGE 16384
 #define OPGEN_FLOAT_RUN_RANGE 4096
+/* ... and, for tensors bigger than the caches, of these (fewer jumps between the streamed rows) */
+#define OPGEN_STREAM_CHANNEL_RANGE 65536
+#define OPGEN_STREAM_FLOAT_RUN_RANGE 32768
 /* A split running both its passes range by range keeps a range's rows in this many bytes, to
  * read them again from cache, where that leaves at least OPGEN_REREAD_MIN channels. */
 #define OPGEN_REREAD_BYTES 393216

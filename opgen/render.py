@@ -99,6 +99,8 @@ def render_library(
         "in_order_channels": plan.IN_ORDER_CHANNELS,
         "channel_range": plan.CHANNEL_RANGE,
         "float_run_range": plan.FLOAT_RUN_RANGE,
+        "stream_channel_range": plan.STREAM_CHANNEL_RANGE,
+        "stream_float_run_range": plan.STREAM_FLOAT_RUN_RANGE,
         "reread_bytes": plan.REREAD_BYTES,
         "reread_min": plan.REREAD_MIN,
         "paired_rows": plan.PAIRED_ROWS,
