@@ -541,7 +541,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), channels * (int64_t)sizeof *grad_input, grad_input);
+    const int64_t moved = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
+    const int stream = opgen_stream_rows(moved, channels * (int64_t)sizeof *grad_input, grad_input);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
@@ -553,7 +554,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)) >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_CHANNEL_RANGE : OPGEN_CHANNEL_RANGE);
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads, moved >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_CHANNEL_RANGE : OPGEN_CHANNEL_RANGE);
         /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
          * stream past) and go out once, at the range's end: rounded into the outputs, or
          * added to the caller's sums. Summed in the caller's arrays instead, which the call
@@ -1713,7 +1714,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), channels * (int64_t)sizeof *grad_input, grad_input);
+    const int64_t moved = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
+    const int stream = opgen_stream_rows(moved, channels * (int64_t)sizeof *grad_input, grad_input);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
@@ -1725,7 +1727,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_FLOAT_RUN_RANGE);
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads, moved >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_FLOAT_RUN_RANGE);
         /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
          * stream past) and go out once, at the range's end: rounded into the outputs, or
          * added to the caller's sums. Summed in the caller's arrays instead, which the call
@@ -3047,7 +3049,8 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     const int threads = opgen_threads_for(outer * channels);
     /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), channels * (int64_t)sizeof *grad_input, grad_input);
+    const int64_t moved = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
+    const int stream = opgen_stream_rows(moved, channels * (int64_t)sizeof *grad_input, grad_input);
     (void)stream;
     (void)threads;
     if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
@@ -3059,7 +3062,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
          * that a range's streamed stores to each row start and end on lines when the rows do:
          * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
         const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_FLOAT_RUN_RANGE);
+        const int64_t ranges = opgen_channel_ranges(channels - head, threads, moved >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_FLOAT_RUN_RANGE);
         /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
          * stream past) and go out once, at the range's end: rounded into the outputs, or
          * added to the caller's sums. Summed in the caller's arrays instead, which the call
