@@ -110,7 +110,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                         const double src_or_dst_value = (double)src_or_dst_block[lane];
                         const double diff_dst_value = (double)diff_dst_block[lane];
                         const double decay_value = opgen_exp_short(fabs(src_or_dst_value), -2.0);
-                        const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                        const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
@@ -119,7 +119,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                         const double src_or_dst_value = (double)src_or_dst_block[lane];
                         const double diff_dst_value = (double)diff_dst_block[lane];
                         const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-                        const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                        const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 }
@@ -144,7 +144,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
                     const double decay_value = opgen_exp_short(fabs(src_or_dst_value), -2.0);
-                    const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                    const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
@@ -153,7 +153,7 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
                     const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-                    const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                    const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             }
@@ -171,14 +171,14 @@ void OPGEN_KERNEL(tanh_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT src_
                 const double src_or_dst_value = (double)src_or_dst_float;
                 const double diff_dst_value = (double)diff_dst_float;
                 const double decay_value = opgen_exp_short(fabs(src_or_dst_value), -2.0);
-                const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                 diff_src[index] = (float)(diff_src_value);
                 continue;
             }
             const double src_or_dst_value = (double)src_or_dst_float;
             const double diff_dst_value = (double)diff_dst_float;
             const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-            const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+            const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
             diff_src[index] = (float)(diff_src_value);
         }
     }
@@ -288,7 +288,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
                         const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
-                        const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                        const float diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
@@ -297,7 +297,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
                         const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
-                        const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                        const float diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 }
@@ -322,7 +322,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
                     const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
-                    const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                    const float diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
@@ -331,7 +331,7 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
                     const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
-                    const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                    const float diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             }
@@ -349,14 +349,14 @@ void OPGEN_KERNEL(tanh_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
                 const float src_or_dst_value = (float)src_or_dst_float;
                 const float diff_dst_value = (float)diff_dst_float;
                 const float decay_value = opgen_exp_shortf(fabsf(src_or_dst_value), -2.0f);
-                const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+                const float diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f)));
                 diff_src[index] = opgen_f32_to_f16(diff_src_value);
                 continue;
             }
             const float src_or_dst_value = (float)src_or_dst_float;
             const float diff_dst_value = (float)diff_dst_float;
             const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
-            const float diff_src_value = ((diff_dst_value * (4.0f * decay_value)) / ((1.0f + decay_value) * (1.0f + decay_value)));
+            const float diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f)));
             diff_src[index] = opgen_f32_to_f16(diff_src_value);
         }
     }
@@ -496,7 +496,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
                         const float diff_dst_value = (float)diff_dst_block[lane];
                         const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -2.0f);
-                        const float diff_src_value = (diff_dst_value * ((4.0f * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value))));
+                        const float diff_src_value = (diff_dst_value * (decay_value / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f))));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 } else {
@@ -505,7 +505,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                         const double src_or_dst_value = (double)src_or_dst_block[lane];
                         const double diff_dst_value = (double)diff_dst_block[lane];
                         const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-                        const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                        const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
                 }
@@ -530,7 +530,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
                     const float diff_dst_value = (float)diff_dst_block[lane];
                     const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -2.0f);
-                    const float diff_src_value = (diff_dst_value * ((4.0f * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value))));
+                    const float diff_src_value = (diff_dst_value * (decay_value / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f))));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             } else {
@@ -539,7 +539,7 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                     const double src_or_dst_value = (double)src_or_dst_block[lane];
                     const double diff_dst_value = (double)diff_dst_block[lane];
                     const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-                    const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+                    const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
             }
@@ -557,14 +557,14 @@ void OPGEN_KERNEL(tanh_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                 const float src_or_dst_value = (float)src_or_dst_float;
                 const float diff_dst_value = (float)diff_dst_float;
                 const float decay_value = opgen_exp_short3f(fabsf(src_or_dst_value), -2.0f);
-                const float diff_src_value = (diff_dst_value * ((4.0f * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value))));
+                const float diff_src_value = (diff_dst_value * (decay_value / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f))));
                 diff_src[index] = opgen_f32_to_bf16(diff_src_value);
                 continue;
             }
             const double src_or_dst_value = (double)src_or_dst_float;
             const double diff_dst_value = (double)diff_dst_float;
             const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
-            const double diff_src_value = ((diff_dst_value * (4.0 * decay_value)) / ((1.0 + decay_value) * (1.0 + decay_value)));
+            const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
             diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
         }
     }

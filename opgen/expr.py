@@ -160,6 +160,11 @@ def to_c(
                 raise ExprError(f"unknown name '{node.id}'")
             return variables[node.id]
         if isinstance(node, ast.BinOp):
+            scale_add = _scale_add(node)
+            if scale_add:
+                scale, operand, constant = scale_add
+                literals = _literal(scale, literal_suffix), _literal(constant, literal_suffix)
+                return f"opgen_scale_add{math_suffix}({literals[0]}, {emit(operand)}, {literals[1]})"
             return f"({emit(node.left)} {_BINARY[type(node.op)]} {emit(node.right)})"
         if isinstance(node, ast.UnaryOp):
             operator = "!" if isinstance(node.op, ast.Not) else ("-" if isinstance(node.op, ast.USub) else "+")
@@ -213,6 +218,37 @@ def scaled_exps(tree: ast.expr) -> ast.expr:
             return ast.copy_location(ast.Call(node.func, [argument, ast.Constant(scale)], []), node)
 
     return Scaler().visit(ast.parse(ast.unparse(tree), mode="eval").body)
+
+
+# constants a scaled value may be added to as one multiply-add (_scale_add): far above the
+# subnormals, so that a product that underflows cannot move their sum's rounding
+_SCALE_ADD_SMALLEST = 2.0**-100
+
+
+def _scale_add(node: ast.BinOp) -> tuple[float, ast.expr, float] | None:
+    """(c, x, k) when `node` is c * x + k, k + c * x, c * x - k or k - c * x (x * c too) with
+    c a power of 2 and k a constant of magnitude 2^-100 or more; else None. c * x is exact
+    (or, underflowed, far below half an ulp of k), so fused or not the sum rounds once to the
+    same bits: opgen_scale_add(f) fuses it where the target has FMA, one operation for two."""
+    if not isinstance(node.op, (ast.Add, ast.Sub)):
+        return None
+    for product, other, product_sign in ((node.left, node.right, 1.0), (node.right, node.left, -1.0)):
+        if not isinstance(product, ast.BinOp) or not isinstance(product.op, ast.Mult):
+            continue
+        if not isinstance(other, ast.Constant) or isinstance(other.value, bool):
+            continue
+        constant = float(other.value)
+        if abs(constant) < _SCALE_ADD_SMALLEST:
+            continue
+        for factor, operand in ((product.left, product.right), (product.right, product.left)):
+            scale = _power_of_two(factor)
+            if scale is None:
+                continue
+            if isinstance(node.op, ast.Add):
+                return scale, operand, constant
+            # c * x - k, or k - c * x
+            return (scale, operand, -constant) if product_sign > 0 else (-scale, operand, constant)
+    return None
 
 
 def _power_of_two(node: ast.expr) -> float | None:

@@ -697,6 +697,33 @@ def test_the_blocks_fold_power_of_2_factors_of_exp_arguments_into_the_exp(text, 
     assert expr.to_c(tree, {n: n for n in "abx"}, "", "", "select", {"exp": "E"}) == c
 
 
+@pytest.mark.parametrize(
+    "text,c",
+    [
+        ("0.5 + 0.5 * x", "S(0.5, x, 0.5)"),
+        ("x * -4 + 1", "S(-4.0, x, 1.0)"),
+        ("0.25 * (a + b) - 3", "S(0.25, (a + b), -3.0)"),
+        ("1 - 2 * x", "S(-2.0, x, 1.0)"),
+        ("3 * x + 1", "((3.0 * x) + 1.0)"),  # 3: not a power of 2, the product rounds
+        ("0.5 * x + a", "((0.5 * x) + a)"),  # not a constant: both could be tiny
+        ("0.5 * x + 1e-35", "((0.5 * x) + 1e-35)"),  # below 2^-100: an underflowed product could move it
+        ("0.5 * x * a + 1", "(((0.5 * x) * a) + 1.0)"),
+    ],
+)
+def test_a_power_of_2_times_a_value_plus_a_constant_becomes_one_multiply_add(text, c):
+    """expr._scale_add: c * x + k as opgen_scale_add(f)(c, x, k), fused where the target has
+    FMA (the bits stay those of a multiply and an add: test below); other sums stay as written."""
+    tree = expr.parse(text)
+    assert expr.to_c(tree, {n: n for n in "abx"}, "", "", "select", {}).replace("opgen_scale_add", "S") == c
+
+
+def test_the_fused_scale_add_keeps_the_bits_of_a_multiply_and_an_add(tmp_path):
+    """opgen_scale_add(f) with C's fma(): the same bits as c * x + k rounded twice, on float
+    and double patterns that include subnormals, infinities and NaNs (tests/c/scale_add.c)."""
+    checked, mismatches = map(int, build_and_run(tmp_path, "scale_add", True).split())
+    assert checked > 50_000_000 and mismatches == 0
+
+
 @pytest.mark.parametrize("degree", range(3, 9))
 def test_the_exp_polynomials_are_within_their_stated_bounds(degree):
     """float_range.exp_polynomial's bound holds for e^r on |r| <= 0.35 (the polynomial in
