@@ -221,15 +221,18 @@ def scaled_exps(tree: ast.expr) -> ast.expr:
 
 
 # constants a scaled value may be added to as one multiply-add (_scale_add): far above the
-# subnormals, so that a product that underflows cannot move their sum's rounding
+# subnormals, so that a product that underflows cannot move their sum's rounding, and far
+# below float's overflow threshold, so that one that overflows cannot be brought back
 _SCALE_ADD_SMALLEST = 2.0**-100
+_SCALE_ADD_LARGEST = 2.0**100
 
 
 def _scale_add(node: ast.BinOp) -> tuple[float, ast.expr, float] | None:
     """(c, x, k) when `node` is c * x + k, k + c * x, c * x - k or k - c * x (x * c too) with
-    c a power of 2 and k a constant of magnitude 2^-100 or more; else None. c * x is exact
-    (or, underflowed, far below half an ulp of k), so fused or not the sum rounds once to the
-    same bits: opgen_scale_add(f) fuses it where the target has FMA, one operation for two."""
+    c a power of 2 and k a constant of magnitude 2^-100 to 2^100; else None. c * x is exact
+    (or, underflowed, far below half an ulp of k; overflowed, at least 2^128, where adding k
+    stays above the threshold), so fused or not the sum rounds once to the same bits:
+    opgen_scale_add(f) fuses it where the target has FMA, one operation for two."""
     if not isinstance(node.op, (ast.Add, ast.Sub)):
         return None
     for product, other, product_sign in ((node.left, node.right, 1.0), (node.right, node.left, -1.0)):
@@ -238,7 +241,7 @@ def _scale_add(node: ast.BinOp) -> tuple[float, ast.expr, float] | None:
         if not isinstance(other, ast.Constant) or isinstance(other.value, bool):
             continue
         constant = float(other.value)
-        if abs(constant) < _SCALE_ADD_SMALLEST:
+        if not _SCALE_ADD_SMALLEST <= abs(constant) <= _SCALE_ADD_LARGEST:
             continue
         for factor, operand in ((product.left, product.right), (product.right, product.left)):
             scale = _power_of_two(factor)

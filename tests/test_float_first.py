@@ -707,6 +707,7 @@ def test_the_blocks_fold_power_of_2_factors_of_exp_arguments_into_the_exp(text, 
         ("3 * x + 1", "((3.0 * x) + 1.0)"),  # 3: not a power of 2, the product rounds
         ("0.5 * x + a", "((0.5 * x) + a)"),  # not a constant: both could be tiny
         ("0.5 * x + 1e-35", "((0.5 * x) + 1e-35)"),  # below 2^-100: an underflowed product could move it
+        ("2 * x - 3e38", "((2.0 * x) - 3e+38)"),  # above 2^100: fused, 2 * max - 3e38 would be finite
         ("0.5 * x * a + 1", "(((0.5 * x) * a) + 1.0)"),
     ],
 )

@@ -1,5 +1,5 @@
 /* opgen_scale_add and opgen_scale_addf (the math's c * x + k with c a power of 2 and k a
- * constant of magnitude 2^-100 or more, expr._scale_add) against a multiply and an add, for
+ * constant of magnitude 2^-100 to 2^100, expr._scale_add) against a multiply and an add, for
  * c = +-2^-8 .. 2^8, constants from 2^-100 to 2^100 of both signs, and x every 65537th float
  * bit pattern (subnormals and NaNs among them), as many spread double patterns, and zeros,
  * infinities, the smallest subnormals and the largest values. Built with -mfma the helpers
