@@ -420,6 +420,13 @@ static inline double opgen_exp_mul_add(double a, double b, double c)
 #endif
 }
 
+/* The math's c * x + k, c a power of 2 and k a constant (expr._scale_add): c * x is exact, so
+ * fused or not the sum rounds once, the same bits on every target; fused, one operation. */
+static inline double opgen_scale_add(double scale, double x, double constant)
+{
+    return opgen_exp_mul_add(scale, x, constant);
+}
+
 static inline double opgen_exp(double x_in)
 {
     const double x = x_in > 710.0 ? 710.0 : x_in < -746.0 ? -746.0 : x_in;
@@ -498,6 +505,13 @@ static inline float opgen_expf_mul_add(float a, float b, float c)
 #else
     return a * b + c;
 #endif
+}
+
+/* The math's c * x + k, c a power of 2 and k a constant (expr._scale_add): c * x is exact, so
+ * fused or not the sum rounds once, the same bits on every target; fused, one operation. */
+static inline float opgen_scale_addf(float scale, float x, float constant)
+{
+    return opgen_expf_mul_add(scale, x, constant);
 }
 
 static inline float opgen_expf(float x_in)
@@ -599,23 +613,9 @@ static inline double opgen_select_double(int condition, double if_true, double i
     return condition ? if_true : if_false;
 }
 
-/* The math's c * x + k, c a power of 2 and k a constant (expr._scale_add): c * x is exact, so
- * fused or not the sum rounds once, the same bits on every target; fused, one operation. */
-static inline double opgen_scale_add(double scale, double x, double constant)
-{
-    return opgen_exp_mul_add(scale, x, constant);
-}
-
 static inline float opgen_select_float(int condition, float if_true, float if_false)
 {
     return condition ? if_true : if_false;
-}
-
-/* The math's c * x + k, c a power of 2 and k a constant (expr._scale_add): c * x is exact, so
- * fused or not the sum rounds once, the same bits on every target; fused, one operation. */
-static inline float opgen_scale_addf(float scale, float x, float constant)
-{
-    return opgen_expf_mul_add(scale, x, constant);
 }
 
 static inline uint32_t opgen_float_bits(float value)

@@ -235,7 +235,7 @@ def _scale_add(node: ast.BinOp) -> tuple[float, ast.expr, float] | None:
     opgen_scale_add(f) fuses it where the target has FMA, one operation for two."""
     if not isinstance(node.op, (ast.Add, ast.Sub)):
         return None
-    for product, other, product_sign in ((node.left, node.right, 1.0), (node.right, node.left, -1.0)):
+    for product, other, product_first in ((node.left, node.right, True), (node.right, node.left, False)):
         if not isinstance(product, ast.BinOp) or not isinstance(product.op, ast.Mult):
             continue
         if not isinstance(other, ast.Constant) or isinstance(other.value, bool):
@@ -250,7 +250,7 @@ def _scale_add(node: ast.BinOp) -> tuple[float, ast.expr, float] | None:
             if isinstance(node.op, ast.Add):
                 return scale, operand, constant
             # c * x - k, or k - c * x
-            return (scale, operand, -constant) if product_sign > 0 else (-scale, operand, constant)
+            return (scale, operand, -constant) if product_first else (-scale, operand, constant)
     return None
 
 

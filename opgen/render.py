@@ -146,7 +146,6 @@ def render_library(
             env,
             "opgen_internal.h.j2",
             compute_types=sorted(table.compute_types),
-            math_suffixes={name: t.math_suffix for name, t in table.compute_types.items()},
             short_exp=float_range.ARITHMETICS,
             **settings,
         ),
