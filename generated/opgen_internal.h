@@ -410,6 +410,29 @@ static inline int64_t opgen_split_share(int64_t span, int doubles, int floats)
  * stays NaN. The series and the reduction fuse their multiply-adds where the target can
  * (OPGEN_USE_FMA): the x86-64 baseline copy cannot, and its e^x may differ from the others' in
  * the last bit of the compute type. One version per compute type, from the constants below. */
+/* The float-first paths' math on 16 lanes at once (expr.to_vector) where the target has
+ * AVX-512 and fuses multiply-adds as the lane loops' C then does: the same operations in the
+ * same order, so the same bits, without the arrays GCC's vectorized lane loops went through. */
+#if OPGEN_USE_AVX512F && OPGEN_USE_FMA
+#define OPGEN_VECTOR_FLOAT 1
+static inline __m512 opgen_negate_vector(__m512 x)
+{
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+}
+
+static inline __m512 opgen_abs_vector(__m512 x)
+{
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MAX)));
+}
+
+static inline __m512 opgen_scale_add_vector(float scale, __m512 x, float constant)
+{
+    return _mm512_fmadd_ps(_mm512_set1_ps(scale), x, _mm512_set1_ps(constant));
+}
+#else
+#define OPGEN_VECTOR_FLOAT 0
+#endif
+
 /* a * b + c, rounded once where the target fuses it (half the operations of exp's series) */
 static inline double opgen_exp_mul_add(double a, double b, double c)
 {
@@ -577,6 +600,23 @@ static inline float opgen_exp_short3f(float x, float scale)
     }
 }
 
+#if OPGEN_VECTOR_FLOAT
+/* opgen_exp_short3f on 16 lanes: the same operations, the same bits */
+static inline __m512 opgen_exp_short3f_vector(__m512 x, float scale)
+{
+    const __m512 shift = _mm512_set1_ps(0x1.8p23f + 127.0f);
+    const __m512 shifted = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p0f * scale), shift);
+    const __m512 k = _mm512_sub_ps(shifted, shift);
+    __m512 r = x;
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0x1.62e430p-1f / scale), r);
+    __m512 p = _mm512_set1_ps(0.16794662177562714f * scale * scale * scale);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5051237344741821f * scale * scale));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.9999607801437378f * scale));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.999921441078186f));
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(shifted), 23)));
+}
+#endif
+
 /* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
  * intervals, within 2^-16 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one
  * factor, and e^r by a polynomial of degree 4 only (float_range.exp_polynomial), as short as
@@ -605,6 +645,24 @@ static inline float opgen_exp_shortf(float x, float scale)
         return p * power;
     }
 }
+
+#if OPGEN_VECTOR_FLOAT
+/* opgen_exp_shortf on 16 lanes: the same operations, the same bits */
+static inline __m512 opgen_exp_shortf_vector(__m512 x, float scale)
+{
+    const __m512 shift = _mm512_set1_ps(0x1.8p23f + 127.0f);
+    const __m512 shifted = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p0f * scale), shift);
+    const __m512 k = _mm512_sub_ps(shifted, shift);
+    __m512 r = x;
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0x1.62e430p-1f / scale), r);
+    __m512 p = _mm512_set1_ps(0.04192252829670906f * scale * scale * scale * scale);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.16794662177562714f * scale * scale * scale));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.49998822808265686f * scale * scale));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.9999607801437378f * scale));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0000001192092896f));
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(shifted), 23)));
+}
+#endif
 
 /* The math's `a if c else b`: both arms are evaluated (as arguments), so the choice is a
  * branch-free select the compiler can vectorize. */

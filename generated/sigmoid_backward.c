@@ -283,6 +283,14 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
                 float diff_src_block[OPGEN_BLOCK];
                 if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
+                #if OPGEN_VECTOR_FLOAT
+                    /* the lane loop's operations on the 16 lanes at once, written out: the same bits */
+                    const __m512 diff_dst_vector = _mm512_loadu_ps(diff_dst_block);
+                    const __m512 src_or_dst_vector = _mm512_loadu_ps(src_or_dst_block);
+                    const __m512 decay_vector = opgen_exp_shortf_vector(opgen_abs_vector(src_or_dst_vector), -1.0f);
+                    const __m512 diff_src_vector = _mm512_div_ps(_mm512_mul_ps(diff_dst_vector, decay_vector), _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), decay_vector), _mm512_add_ps(_mm512_set1_ps(1.0f), decay_vector)));
+                    _mm512_storeu_ps(diff_src_block, diff_src_vector);
+                #else
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
@@ -291,6 +299,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
                         const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
+                #endif
                 } else {
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -317,6 +326,14 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
             float diff_src_block[OPGEN_BLOCK];
             if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
+            #if OPGEN_VECTOR_FLOAT
+                /* the lane loop's operations on the 16 lanes at once, written out: the same bits */
+                const __m512 diff_dst_vector = _mm512_loadu_ps(diff_dst_block);
+                const __m512 src_or_dst_vector = _mm512_loadu_ps(src_or_dst_block);
+                const __m512 decay_vector = opgen_exp_shortf_vector(opgen_abs_vector(src_or_dst_vector), -1.0f);
+                const __m512 diff_src_vector = _mm512_div_ps(_mm512_mul_ps(diff_dst_vector, decay_vector), _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), decay_vector), _mm512_add_ps(_mm512_set1_ps(1.0f), decay_vector)));
+                _mm512_storeu_ps(diff_src_block, diff_src_vector);
+            #else
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
@@ -325,6 +342,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
                     const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
+            #endif
             } else {
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -390,6 +408,13 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                 float diff_src_block[OPGEN_BLOCK];
                 if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x04800000u, 0x5EFFFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
+                #if OPGEN_VECTOR_FLOAT
+                    /* the lane loop's operations on the 16 lanes at once, written out: the same bits */
+                    const __m512 diff_dst_vector = _mm512_loadu_ps(diff_dst_block);
+                    const __m512 src_or_dst_vector = _mm512_loadu_ps(src_or_dst_block);
+                    const __m512 diff_src_vector = _mm512_mul_ps(diff_dst_vector, _mm512_mul_ps(src_or_dst_vector, _mm512_sub_ps(_mm512_set1_ps(1.0f), src_or_dst_vector)));
+                    _mm512_storeu_ps(diff_src_block, diff_src_vector);
+                #else
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
@@ -397,6 +422,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                         const float diff_src_value = (diff_dst_value * (src_or_dst_value * (1.0f - src_or_dst_value)));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
+                #endif
                 } else {
                     OPGEN_SIMD_FALLBACK
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -422,6 +448,13 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
             float diff_src_block[OPGEN_BLOCK];
             if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x04800000u, 0x5EFFFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
+            #if OPGEN_VECTOR_FLOAT
+                /* the lane loop's operations on the 16 lanes at once, written out: the same bits */
+                const __m512 diff_dst_vector = _mm512_loadu_ps(diff_dst_block);
+                const __m512 src_or_dst_vector = _mm512_loadu_ps(src_or_dst_block);
+                const __m512 diff_src_vector = _mm512_mul_ps(diff_dst_vector, _mm512_mul_ps(src_or_dst_vector, _mm512_sub_ps(_mm512_set1_ps(1.0f), src_or_dst_vector)));
+                _mm512_storeu_ps(diff_src_block, diff_src_vector);
+            #else
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
@@ -429,6 +462,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
                     const float diff_src_value = (diff_dst_value * (src_or_dst_value * (1.0f - src_or_dst_value)));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
+            #endif
             } else {
                 OPGEN_SIMD_FALLBACK
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -491,6 +525,14 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                 float diff_src_block[OPGEN_BLOCK];
                 if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                     /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
+                #if OPGEN_VECTOR_FLOAT
+                    /* the lane loop's operations on the 16 lanes at once, written out: the same bits */
+                    const __m512 diff_dst_vector = _mm512_loadu_ps(diff_dst_block);
+                    const __m512 src_or_dst_vector = _mm512_loadu_ps(src_or_dst_block);
+                    const __m512 decay_vector = opgen_exp_short3f_vector(opgen_abs_vector(src_or_dst_vector), -1.0f);
+                    const __m512 diff_src_vector = _mm512_mul_ps(diff_dst_vector, _mm512_div_ps(decay_vector, _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), decay_vector), _mm512_add_ps(_mm512_set1_ps(1.0f), decay_vector))));
+                    _mm512_storeu_ps(diff_src_block, diff_src_vector);
+                #else
                     OPGEN_SIMD_FLOAT
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         const float src_or_dst_value = (float)src_or_dst_block[lane];
@@ -499,6 +541,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                         const float diff_src_value = (diff_dst_value * (decay_value / ((1.0f + decay_value) * (1.0f + decay_value))));
                         diff_src_block[lane] = (float)diff_src_value;
                     }
+                #endif
                 } else {
                     OPGEN_SIMD_FALLBACK
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -525,6 +568,14 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
             float diff_src_block[OPGEN_BLOCK];
             if (opgen_all_in_range(src_or_dst_block, OPGEN_BLOCK, 0x00000001u, 0x427FFFFFu)) {
                 /* every input 0 or in its interval (the kernel's comment): float stays in its normal range and within 1 ulp */
+            #if OPGEN_VECTOR_FLOAT
+                /* the lane loop's operations on the 16 lanes at once, written out: the same bits */
+                const __m512 diff_dst_vector = _mm512_loadu_ps(diff_dst_block);
+                const __m512 src_or_dst_vector = _mm512_loadu_ps(src_or_dst_block);
+                const __m512 decay_vector = opgen_exp_short3f_vector(opgen_abs_vector(src_or_dst_vector), -1.0f);
+                const __m512 diff_src_vector = _mm512_mul_ps(diff_dst_vector, _mm512_div_ps(decay_vector, _mm512_mul_ps(_mm512_add_ps(_mm512_set1_ps(1.0f), decay_vector), _mm512_add_ps(_mm512_set1_ps(1.0f), decay_vector))));
+                _mm512_storeu_ps(diff_src_block, diff_src_vector);
+            #else
                 OPGEN_SIMD_FLOAT
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                     const float src_or_dst_value = (float)src_or_dst_block[lane];
@@ -533,6 +584,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_no_use_dst)(const opgen_bf16 *OPGEN_REST
                     const float diff_src_value = (diff_dst_value * (decay_value / ((1.0f + decay_value) * (1.0f + decay_value))));
                     diff_src_block[lane] = (float)diff_src_value;
                 }
+            #endif
             } else {
                 OPGEN_SIMD_FALLBACK
                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {

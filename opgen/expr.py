@@ -189,6 +189,54 @@ def to_c(
     return emit(tree)
 
 
+_VECTOR_BINARY = {
+    ast.Add: "_mm512_add_ps",
+    ast.Sub: "_mm512_sub_ps",
+    ast.Mult: "_mm512_mul_ps",
+    ast.Div: "_mm512_div_ps",
+}
+
+
+class _NotVectorized(Exception):
+    pass
+
+
+def to_vector(tree: ast.expr, variables: Mapping[str, str], exp_function: str) -> str | None:
+    """AVX-512 intrinsics computing a float expression (after scaled_exps) on 16 lanes with the
+    operations to_c's C performs, in the same order: +, -, *, /, negation, abs, the short exp
+    `exp_function` (its _vector form) and opgen_scale_add, each rounding as the C's does where
+    the target fuses multiply-adds, so the bits are the lane loop's. None for anything else
+    (selects, comparisons, other functions): the kernel then keeps its lane loop."""
+
+    def emit(node: ast.expr) -> str:
+        if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+            return f"_mm512_set1_ps({_literal(float(node.value), 'f')})"
+        if isinstance(node, ast.Name) and node.id in variables:
+            return variables[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _VECTOR_BINARY:
+            scale_add = _scale_add(node)
+            if scale_add:
+                scale, operand, constant = scale_add
+                return f"opgen_scale_add_vector({_literal(scale, 'f')}, {emit(operand)}, {_literal(constant, 'f')})"
+            return f"{_VECTOR_BINARY[type(node.op)]}({emit(node.left)}, {emit(node.right)})"
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            operand = emit(node.operand)
+            return f"opgen_negate_vector({operand})" if isinstance(node.op, ast.USub) else operand
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "id", None)
+            if name == "abs" and len(node.args) == 1:
+                return f"opgen_abs_vector({emit(node.args[0])})"
+            scale = node.args[1] if name == "exp" and len(node.args) == 2 else None
+            if isinstance(scale, ast.Constant):
+                return f"{exp_function}_vector({emit(node.args[0])}, {_literal(float(scale.value), 'f')})"
+        raise _NotVectorized
+
+    try:
+        return emit(tree)
+    except _NotVectorized:
+        return None
+
+
 def scaled_exps(tree: ast.expr) -> ast.expr:
     """`tree` with each exp(c * y) as exp(y, c): c the product of the argument's constant
     factors that are powers of 2 and its negations (-abs(x): y = abs(x), c = -1; -2 * abs(x):

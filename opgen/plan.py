@@ -479,6 +479,7 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
         and all(float_range.only_a_factor(definitions[o], name, definitions) for o in outputs)
     ]
     last_factors = sorted({name for name, _, _ in last.values()})
+    ordered = [(name, definitions[name]) for name, _ in elements]
     return {
         "type": kind,
         "calls_exp": calls_exp,
@@ -506,9 +507,27 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
                     {"exp": arithmetic.exp_name},  # + the type's suffix; exp(y, scale)
                 ),
             }
-            for name, tree in ((n, definitions[n]) for n, _ in elements)
+            for name, tree in ordered
         ],
+        "vector": _vector_elements(ordered, arithmetic) if kind == "float" else None,
     }
+
+
+def _vector_elements(ordered: list[tuple[str, Any]], arithmetic: float_range.Arithmetic) -> dict | None:
+    """The float path's math as AVX-512 intrinsics (expr.to_vector), the same bits as its lane
+    loop: the inputs it reads and each element's expression; None when any element has no
+    such form. Timed from C, one thread, sigmoid and tanh from src in bf16 and f16: 5-9 %
+    faster past the caches, 3-9 % in L2 (README, "Changes measured")."""
+    names = [name for name, _ in ordered]
+    entries = []
+    for name, tree in ordered:
+        variables = {n: f"{n}_vector" for n in expr.names(tree)}
+        c = expr.to_vector(expr.scaled_exps(tree), variables, arithmetic.exp_function)
+        if c is None:
+            return None
+        entries.append({"name": name, "c": c})
+    read = set().union(*(expr.names(tree) for _, tree in ordered)) - set(names)
+    return {"inputs": sorted(read), "elements": entries}
 
 
 def _literal(value: float | None, kind: str, table: DTypeTable) -> str:

@@ -718,6 +718,24 @@ def test_a_power_of_2_times_a_value_plus_a_constant_becomes_one_multiply_add(tex
     assert expr.to_c(tree, {n: n for n in "abx"}, "", "", "select", {}).replace("opgen_scale_add", "S") == c
 
 
+@pytest.mark.parametrize(
+    "text,vector",
+    [
+        ("d * exp(-2 * abs(x))", "_mm512_mul_ps(d, E_vector(opgen_abs_vector(x), -2.0f))"),
+        ("1 - 0.5 * x", "opgen_scale_add_vector(-0.5f, x, 1.0f)"),
+        ("-(x / d) + 3", "_mm512_add_ps(opgen_negate_vector(_mm512_div_ps(x, d)), _mm512_set1_ps(3.0f))"),
+        ("x if x > 0 else d", None),  # selects and comparisons: the lane loop
+        ("log(x)", None),  # a function without a vector form
+    ],
+)
+def test_the_float_path_in_intrinsics_has_the_operations_of_its_c(text, vector):
+    """expr.to_vector: the float path's math as AVX-512 intrinsics, one for each operation of
+    to_c's C, in the same order (hence the same bits: test_targets_agree_bit_for_bit compares
+    the avx512 copy with the avx2 copy's lane loops); None where it has no such form."""
+    tree = expr.scaled_exps(expr.parse(text))
+    assert expr.to_vector(tree, {"d": "d", "x": "x"}, "E") == vector
+
+
 def test_the_fused_scale_add_keeps_the_bits_of_a_multiply_and_an_add(tmp_path):
     """opgen_scale_add(f) with C's fma(): the same bits as c * x + k rounded twice, on float
     and double patterns that include subnormals, infinities and NaNs (tests/c/scale_add.c)."""

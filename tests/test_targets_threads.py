@@ -45,6 +45,10 @@ SCRIPT = textwrap.dedent("""
         for kind, (a, b) in (("edges", (x, d)), ("plain", plain)):
             results[f"sigmoid_{kind}_{dtype}"] = opgen.sigmoid_backward(a, b)
             results[f"tanh_{kind}_{dtype}"] = opgen.tanh_backward(a, b)
+        # from src on plain values: blocks in float_first's intervals, which the avx512 copy
+        # computes with intrinsics (expr.to_vector) and the avx2 copy with lane loops
+        results[f"exp_plain_sigmoid_{dtype}"] = opgen.sigmoid_backward(*plain, use_dst=False)
+        results[f"exp_plain_tanh_{dtype}"] = opgen.tanh_backward(*plain, use_dst=False)
         inputs[f"x_{dtype}"], inputs[f"d_{dtype}"] = x, d
         results[f"hsig_{dtype}"] = opgen.hard_sigmoid_backward(x, d, alpha=0.2, beta=0.5)
         for layout in ("NCX", "NXC"):
