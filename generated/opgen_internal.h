@@ -412,8 +412,10 @@ static inline int64_t opgen_split_share(int64_t span, int doubles, int floats)
  * the last bit of the compute type. One version per compute type, from the constants below. */
 /* The float-first paths' math on 16 lanes at once (expr.to_vector) where the target has
  * AVX-512 and fuses multiply-adds as the lane loops' C then does: the same operations in the
- * same order, so the same bits, without the arrays GCC's vectorized lane loops went through. */
-#if OPGEN_USE_AVX512F && OPGEN_USE_FMA
+ * same order, so the same bits. Not under clang with OpenMP: it moves a parallel region's body
+ * into a function of its own without the file's target attribute, where 512-bit values are
+ * refused; the lane loops (the same bits) stay there. */
+#if OPGEN_USE_AVX512F && OPGEN_USE_FMA && !(defined(__clang__) && defined(_OPENMP))
 #define OPGEN_VECTOR_FLOAT 1
 static inline __m512 opgen_negate_vector(__m512 x)
 {
