@@ -402,14 +402,6 @@ static inline int64_t opgen_split_share(int64_t span, int doubles, int floats)
     return doubles * span + (floats * span + 1) / 2;
 }
 
-/* The math's exp(): libm's is a call the compiler cannot vectorize (a from-src tanh gradient
- * ran at 3 GB/s). x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in parts with few bits, so each
- * k * part is exact), e^r by its Taylor series (truncated below a unit in the last place), and
- * 2^k applied as two factors so that results near and below the smallest normal round once,
- * as libm's do. Inputs are clamped just beyond the range where e^x is finite and nonzero; NaN
- * stays NaN. The series and the reduction fuse their multiply-adds where the target can
- * (OPGEN_USE_FMA): the x86-64 baseline copy cannot, and its e^x may differ from the others' in
- * the last bit of the compute type. One version per compute type, from the constants below. */
 /* The float-first paths' math on 16 lanes at once (expr.to_vector) where the target has
  * AVX-512 and fuses multiply-adds as the lane loops' C then does: the same operations in the
  * same order, so the same bits. Not under clang with OpenMP: it moves a parallel region's body
@@ -435,6 +427,14 @@ static inline __m512 opgen_scale_add_vector(float scale, __m512 x, float constan
 #define OPGEN_VECTOR_FLOAT 0
 #endif
 
+/* The math's exp(): libm's is a call the compiler cannot vectorize (a from-src tanh gradient
+ * ran at 3 GB/s). x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in parts with few bits, so each
+ * k * part is exact), e^r by its Taylor series (truncated below a unit in the last place), and
+ * 2^k applied as two factors so that results near and below the smallest normal round once,
+ * as libm's do. Inputs are clamped just beyond the range where e^x is finite and nonzero; NaN
+ * stays NaN. The series and the reduction fuse their multiply-adds where the target can
+ * (OPGEN_USE_FMA): the x86-64 baseline copy cannot, and its e^x may differ from the others' in
+ * the last bit of the compute type. One version per compute type, from the constants below. */
 /* a * b + c, rounded once where the target fuses it (half the operations of exp's series) */
 static inline double opgen_exp_mul_add(double a, double b, double c)
 {
