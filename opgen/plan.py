@@ -90,7 +90,7 @@ REREAD_MIN = 1024
 # ncx loop reads a channel again from there) where the repeated rows are shorter than
 # REPEAT_MAX_ROW. (Below BLOCK elements every
 # tensor does.) Which loop runs decides the order of the sums: part of the bits, with the shape
-# and the dtypes. Measured on a Zen 5 core: see README, "Changes measured".
+# and the dtypes. Measured on a Zen 5 core: see docs/performance-changes.md.
 REPEAT_INNER = 256
 REPEAT_MIN_ROWS = 32
 REPEAT_MAX_ROW = 32768
@@ -517,7 +517,7 @@ def _vector_elements(ordered: list[tuple[str, Any]], arithmetic: float_range.Ari
     """The float path's math as AVX-512 intrinsics (expr.to_vector), the same bits as its lane
     loop: the inputs it reads and each element's expression; None when any element has no
     such form. Timed from C, one thread, sigmoid and tanh from src in bf16 and f16: 5-9 %
-    faster past the caches, 3-9 % in L2 (README, "Changes measured")."""
+    faster past the caches, 3-9 % in L2 (docs/performance-changes.md)."""
     named = set().union(*(expr.names(tree) for _, tree in ordered))
     variables = {n: f"{n}_vector" for n in named}
     entries = []
