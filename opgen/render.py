@@ -46,6 +46,20 @@ def _fail(message: str) -> None:
     raise RenderError(message)
 
 
+def comment_text(text: str) -> str:
+    """`text` (a spec's doc, summary or source: anything a user wrote) made inert inside a C block
+    comment: ASCII only (other characters as U+XXXX), one line (line breaks and other control
+    characters as spaces), and no comment delimiters, trigraphs or line splices left in it."""
+    printable = "".join(
+        char if " " <= char <= "~" else " " if char.isspace() or ord(char) < 32 else f"U+{ord(char):04X}"
+        for char in str(text)
+    )
+    for found, inert in (("*/", "* /"), ("/*", "/ *"), ("??", "? ?")):
+        while found in printable:  # "*/*" needs two rounds; each round shortens no delimiter-free text
+            printable = printable.replace(found, inert)
+    return printable.replace("\\", "\\ ")  # a backslash never ends a line of C
+
+
 def environment(template_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir)),
@@ -56,6 +70,7 @@ def environment(template_dir: Path) -> jinja2.Environment:
         autoescape=False,
     )
     env.globals["raise"] = _fail
+    env.filters["comment_text"] = comment_text
     return env
 
 
@@ -85,7 +100,7 @@ def render_library(
     env = environment(Path(template_dir))
     kernels_by_op = {spec.name: [plan.kernel(v, table) for v in plan.variants(spec, table)] for spec in specs}
     kernels = [k for spec in specs for k in kernels_by_op[spec.name]]
-    label = "specs/" if Path(spec_dir).resolve() == BUNDLED_SPECS else Path(spec_dir).name + "/"
+    label = "specs/" if Path(spec_dir).resolve() == BUNDLED_SPECS else comment_text(Path(spec_dir).name) + "/"
     # functions of opgen's own, compiled per target and dispatched like the kernels
     support = {"opgen_bandwidth": ("bandwidth.c.j2", _probes()), "opgen_narrow": ("narrow.c.j2", _narrowers(table))}
     support_kernels = [k for _, described in support.values() for k in described]

@@ -92,6 +92,12 @@ _RESERVED = {
 # The smallest magnitude that rounds to infinity in f32: max + half an ulp.
 _F32_OVERFLOW = expr.F32_OVERFLOW
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# A string attribute's value becomes part of a C enumerator (OPGEN_<ATTRIBUTE>_<VALUE>).
+_ENUM_VALUE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
+# The dtype table's per-element conversions are C: the operand alone, or one function of it.
+_CONVERSION = re.compile(r"\{\}|[A-Za-z_][A-Za-z0-9_]{0,62}\(\{\}\)")
+# Compute types are C's floating types, spelled in C by their names and these suffixes.
+_COMPUTE_TYPES = {"float": ("f",), "double": ("",)}
 
 
 class SpecError(ValueError):
@@ -309,6 +315,11 @@ def load_dtype_table(path: Path) -> DTypeTable:
     for name, row in raw_compute.items():
         key = f"compute_types.{name}"
         _check_keys(where, key, row, {"literal_suffix": True, "math_suffix": True})
+        if name not in _COMPUTE_TYPES:
+            where.fail(key, f"'{name}' is not a compute type the kernels support ({', '.join(_COMPUTE_TYPES)})")
+        for suffix_key in ("literal_suffix", "math_suffix"):
+            if row[suffix_key] not in _COMPUTE_TYPES[name]:
+                where.fail(f"{key}.{suffix_key}", f"{name} spells it {_COMPUTE_TYPES[name][0]!r} in C")
         compute_types[name] = ComputeType(
             name,
             _string(where, f"{key}.literal_suffix", row["literal_suffix"]),
@@ -325,8 +336,9 @@ def load_dtype_table(path: Path) -> DTypeTable:
             if key in row and not _IDENTIFIER.fullmatch(_string(where, f"{name}.{key}", row[key])):
                 where.fail(f"{name}.{key}", "must be a C identifier")
         for key in ("load", "store"):
-            if _string(where, f"{name}.{key}", row[key]).count("{}") != 1:
-                where.fail(f"{name}.{key}", "must contain '{}' exactly once (the operand)")
+            if not _CONVERSION.fullmatch(_string(where, f"{name}.{key}", row[key])):
+                where.fail(f"{name}.{key}", "must be '{}' (the operand) or a C function of it, such as 'f({})'")
+        _check_format(where, name, row)
         if "line_writer_cheap" in row:
             if not isinstance(row["line_writer_cheap"], bool):
                 where.fail(f"{name}.line_writer_cheap", "must be true or false")
@@ -344,6 +356,33 @@ def load_dtype_table(path: Path) -> DTypeTable:
     if not dtypes:
         raise SpecError(f"{path}: no dtypes")
     return DTypeTable(dtypes, compute_types)
+
+
+def _check_format(where: _Where, name: str, row: dict[str, Any]) -> None:
+    """`numpy` names a floating dtype whose format is the row's mantissa_bits and min_exponent."""
+    import ml_dtypes
+
+    dtype = _numpy_dtype(_string(where, f"{name}.numpy", row["numpy"]))
+    if dtype is None:
+        where.fail(f"{name}.numpy", f"'{row['numpy']}' is not a NumPy or ml_dtypes dtype name")
+    try:
+        info = ml_dtypes.finfo(dtype)
+    except (TypeError, ValueError):
+        where.fail(f"{name}.numpy", f"'{row['numpy']}' is not a floating-point dtype")
+    for key, value in (("mantissa_bits", info.nmant), ("min_exponent", info.minexp)):
+        if row[key] != value or isinstance(row[key], bool):
+            where.fail(f"{name}.{key}", f"must be {value}, as in {row['numpy']}")
+
+
+def _numpy_dtype(name: str) -> np.dtype | None:
+    """The NumPy dtype of a dtype table's `numpy` name (ml_dtypes' names included), or None."""
+    import ml_dtypes
+
+    found = getattr(ml_dtypes, name, None) if re.fullmatch(r"[a-z][a-z0-9_]{0,30}", name) else None
+    try:
+        return np.dtype(found if found is not None else name)
+    except TypeError:
+        return None
 
 
 def load_spec(path: Path, table: DTypeTable) -> OpSpec:
@@ -493,6 +532,16 @@ class _SpecReader:
                 self.fail(f"{key}.allowed", "only string attributes take a list of allowed strings")
             if kind == "string" and not allowed:
                 self.fail(f"{key}.allowed", "a string attribute needs its list of allowed values")
+            for value in allowed:
+                if not _ENUM_VALUE.fullmatch(value):
+                    self.fail(
+                        f"{key}.allowed",
+                        f"{value!r} is not a valid value: a letter, then letters, digits or _, at most 63 "
+                        "(values become C enumerators)",
+                    )
+            upper = [value.upper() for value in allowed]
+            if len(set(upper)) != len(upper):
+                self.fail(f"{key}.allowed", "values must differ in more than letter case (they become C enumerators)")
             minimum = table.get("minimum_exclusive")
             if minimum is not None and (kind != "f32" or not isinstance(minimum, (int, float))):
                 self.fail(f"{key}.minimum_exclusive", "only f32 attributes take a numeric minimum")
@@ -672,6 +721,11 @@ class _SpecReader:
             if tensor.kind == "channel":
                 if tensor.like not in {t.name for t in channel_inputs}:
                     self.fail(f"{key}.like", "a channel output names the channel input whose shape it takes")
+                if inputs[tensor.like].optional:
+                    self.fail(
+                        f"{key}.like",
+                        f"'{tensor.like}' is optional: an output takes its shape from a required channel input",
+                    )
             elif tensor.like is not None:
                 self.fail(f"{key}.like", "only channel outputs take 'like'")
         if spec.pattern == "elementwise" and (channel_inputs or any(t.kind == "channel" for t in spec.outputs)):
