@@ -33,6 +33,7 @@ typedef struct {
     const void *operands;
     PyObject *keep;                /* owns `operands` */
     int inputs, outputs, attributes;
+    int ignores_inputs;            /* some input is IGNORED */
     int mode[MAX_OPERANDS];        /* inputs: ABSENT, USED, IGNORED; outputs: ABSENT or USED */
     PyArray_Descr *descr[MAX_OPERANDS];
     int rank[MAX_OPERANDS];
@@ -122,6 +123,7 @@ static PyObject *make_plan(PyObject *self, PyObject *args)
             goto fail;
         }
         p->mode[i] = mode;
+        p->ignores_inputs |= mode == IGNORED;
         if (mode == ABSENT) {
             continue;
         }
@@ -265,7 +267,12 @@ static PyObject *call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const int count = (int)(nargs - 2);
     PyObject *capsule = NULL;
     plan *p = match(args[0], args + 1, count, data, &capsule);
-    if (p == NULL || !outputs_for(p, args[nargs - 1], arrays, data + count)) {
+    if (p == NULL || (args[nargs - 1] != Py_None && p->ignores_inputs)) {
+        /* the C entry point never sees an ignored input, so cannot tell whether `out` overlaps
+         * it: the checked path does */
+        Py_RETURN_NONE;
+    }
+    if (!outputs_for(p, args[nargs - 1], arrays, data + count)) {
         Py_RETURN_NONE;
     }
     /* the plan's spare workspace, else a new one (a thread that finds it taken); large ones

@@ -31,6 +31,7 @@ PLAN_CACHE_SIZE = 512  # plans kept per op
 FAST_PLANS = 8  # plans the fast path tries per attribute values, most recent first
 ALIGNMENT = 64  # bytes; large outputs opgen allocates start on a cache line, so streaming stores apply
 STREAM_ALIGN_BYTES = 1 << 20  # outputs this large get the alignment
+SHARED_MEMORY_WORK = 1 << 16  # cases np.shares_memory may try before the answer is "may share"
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -352,11 +353,17 @@ class Plan:
 
     def _prepare(self, inputs: tuple) -> list[np.ndarray | None]:
         prepared = []
-        for array, used in zip(inputs, self.used):
+        for array, used, name in zip(inputs, self.used, self.input_names):
             if used and not (array.flags.c_contiguous and array.flags.aligned):
                 # a copy (not np.ascontiguousarray: it turns 0-d arrays into 1-d ones); C may only
                 # read elements at addresses aligned to their type
-                array = array.copy(order="C")
+                try:
+                    array = array.copy(order="C")
+                except MemoryError:  # a view with zero strides can stand for far more than memory
+                    raise ValueError(
+                        f"{self.name}(): {name}: this view of shape {array.shape} needs a dense copy of "
+                        f"{array.size * array.itemsize} bytes, which cannot be allocated"
+                    ) from None
             prepared.append(array if used else None)
         return prepared
 
@@ -394,7 +401,7 @@ class Plan:
         data pointers point into (keep them alive until the call returns)."""
         prepared, outputs = self._prepare(inputs), self._outputs(out)
         if out is not None:
-            self._check_copied_overlap(inputs, prepared, outputs)
+            self._check_unseen_overlap(inputs, prepared, outputs)
         arrays = [*prepared, *outputs]
         from_buffer, null = self.ffi.from_buffer, self.ffi.NULL
         views = [null if array is None else from_buffer(array) for array in arrays]
@@ -402,15 +409,23 @@ class Plan:
         arguments = (self.operands, pointers, self.numbers, self.workspace(), self.workspace_bytes)
         return arrays[len(self.used) :], arguments, views
 
-    def _check_copied_overlap(self, inputs: tuple, prepared: list, outputs: list) -> None:
-        """The C API rejects an output that overlaps an input, but sees the copies of inputs
-        that were not dense: the caller's own arrays are checked here, by the same rule."""
+    def _check_unseen_overlap(self, inputs: tuple, prepared: list, outputs: list) -> None:
+        """The C API rejects an output that overlaps an input it is given, but it is given copies
+        of inputs that were not dense and nothing of inputs the call ignores (and will not
+        write): the caller's own arrays are checked here, element by element."""
         for original, array, input_name in zip(inputs, prepared, self.input_names):
-            if array is None or array is original:
+            if original is None or array is original:
                 continue
             for output, (name, *_) in zip(outputs, self.outputs):
-                if output is not None and output.size and original.size and np.may_share_memory(output, original):
-                    raise ValueError(f"{self.name}(): {name}: shares memory with {input_name}")
+                if output is None or not output.size or not original.size:
+                    continue
+                try:
+                    shared = np.shares_memory(output, original, max_work=SHARED_MEMORY_WORK)
+                    verdict = "shares memory"
+                except np.exceptions.TooHardError:  # too many cases to decide: say what is known
+                    shared, verdict = True, "may share memory (too costly to decide)"
+                if shared:
+                    raise ValueError(f"{self.name}(): {name}: {verdict} with {input_name}")
 
     def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
         outputs, arguments, _views = self.arguments(inputs, out)

@@ -71,6 +71,7 @@ class Checked:
                 continue
             if not isinstance(value, np.ndarray):
                 self.fail(TypeError, tensor.name, f"must be a NumPy array, not {type(value).__name__}")
+            self._check_array(tensor.name, value)
             arrays[tensor.name] = value
         # every given array obeys the rules (self.given); an input the spec ignores without its
         # flag is then left out (taken as its default)
@@ -79,6 +80,15 @@ class Checked:
             if tensor.ignored_unless and not self.flags[tensor.ignored_unless]:
                 arrays[tensor.name] = None
         return arrays
+
+    def _check_array(self, name: str, value: np.ndarray) -> None:
+        """An array of the right type a kernel still cannot take: a mask it would ignore."""
+        if isinstance(value, np.ma.MaskedArray):
+            self.fail(
+                TypeError,
+                name,
+                "masked arrays are not supported (a kernel would ignore the mask): pass .filled(value) or .data",
+            )
 
     def _dtype_row(self, dtype_names: dict[np.dtype, str]) -> dict[str, str]:
         names: dict[str, str] = {}
