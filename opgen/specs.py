@@ -733,6 +733,8 @@ class _SpecReader:
         if spec.pattern == "broadcast_reduce" and len(channel_inputs) != 1:
             self.fail("inputs", "pattern broadcast_reduce needs exactly one channel (broadcast) input")
         if spec.pattern == "reduce_then_apply":
+            if not any(t.kind == "tensor" for t in spec.outputs):
+                self.fail("outputs", "pattern reduce_then_apply needs a tensor output (its element pass writes it)")
             for tensor in channel_inputs:
                 if tensor.broadcast != ("per_channel",):
                     self.fail(
