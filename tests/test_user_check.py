@@ -200,7 +200,7 @@ def test_check_a_broadcast_reduce_op_with_one_tensor_input(tmp_path, factor):
     if factor == 1:
         assert result.returncode == 0 and all(row.endswith("pass") for row in rows), result.stdout
     else:
-        assert result.returncode == 1 and all("FAIL: diff_bias" in row for row in rows), result.stdout
+        assert result.returncode == 1 and all("FAIL: " in row and ": diff_bias[" in row for row in rows), result.stdout
 
 
 @pytest.mark.parametrize("factor", [1, 0])
