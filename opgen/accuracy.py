@@ -27,7 +27,10 @@ from opgen.specs import DType
 
 U32, U64 = 2.0**-24, 2.0**-53
 ETA = 2.0**-150  # half the smallest f32 subnormal
-FUNCTION_ROUNDINGS = 4  # roundings a function call of a sum term counts as (exp, log, sqrt, tanh, ...)
+# What a function call in a sum term counts as, in roundings: an allowance for functions
+# within a few ulp (libm's, opgen_exp), not derived per function; a sum whose terms need a
+# tighter or proven bound states an oracle bound function instead (accuracy "oracle:...").
+FUNCTION_ROUNDINGS = 4
 
 
 def numpy_dtype(row: DType) -> np.dtype:
