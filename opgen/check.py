@@ -193,7 +193,6 @@ def check_op(library: OpLibrary, spec: OpSpec, oracles: Any, seed: int) -> list[
     results = []
     for row in spec.dtypes:
         tag = "_".join(dict.fromkeys(row.values()))
-        runs = plan.float_runs(spec, row, library.table)
         for layout in spec.layouts or ("NCX",):
             for flags in _switch_rows(spec):
                 label = ",".join(f"{k}={v}" for k, v in flags.items()) or "-"
@@ -203,9 +202,10 @@ def check_op(library: OpLibrary, spec: OpSpec, oracles: Any, seed: int) -> list[
                 if spec.layout_attribute:
                     kwargs[spec.layout_attribute.name] = layout
                 try:
+                    runs = plan.float_runs(spec, row, library.table)
                     _check_variant(library, spec, oracles, (seed, len(results)), row, layout, kwargs, runs, result)
                 except Exception as error:  # a report, not a crash: the other variants still run
-                    result.failure = f"{type(error).__name__}: {error}"
+                    result.failure = " ".join(f"{type(error).__name__}: {error}".split())
     return results
 
 

@@ -840,9 +840,10 @@ def sum_behind(spec: OpSpec, output: str) -> str | None:
 
 
 def default_accuracy(spec: OpSpec, output: str) -> str | None:
-    """The contract an output has when its spec states none: 1 ulp where the pattern computes
-    it with one rounding per operation and no sum before it (elementwise; the elements of
-    broadcast_reduce), the sum bound for an output that is a sum; else None (not stated)."""
+    """The contract an output has when its spec states none: the sum bound for an output that
+    is a sum; 1 ulp for an output no sum precedes (elementwise ops, the elements of
+    broadcast_reduce: README, "Accuracy"); else None (reduce_then_apply's outputs computed
+    from its sums: not stated, so `opgen check` asks for it)."""
     if sum_behind(spec, output) is not None:
         return "sum"
     if spec.pattern != "reduce_then_apply" and spec.tensor(output).kind == "tensor":
