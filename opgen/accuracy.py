@@ -1,28 +1,36 @@
 """The stated tolerances, as code: test data with edge values, ulp distances and error bounds.
 
-The test suite and `opgen check` both judge results with these (README, "Accuracy"):
-- elementwise outputs: at most 1 ulp of the output dtype from the float64 oracle rounded to
+The test suite and `opgen check` both judge results with these (README, "Accuracy"); each
+output's contract is stated by its spec (key `accuracy`, specs.ACCURACY), so no op is known
+here by name:
+- "exact" / "ulp": at most 0 / 1 ulp of the output dtype from the float64 oracle rounded to
   that dtype;
-- sums: 1 ulp of the output dtype + 2 n 2^-53 sum|terms| (n - 1 double additions in the
+- "sum": 1 ulp of the output dtype + 2 n 2^-53 sum|terms| (n - 1 double additions in the
   kernel, as many in the oracle), + r 2^-24 sum|terms| + n 2^-150 where the kernel adds
   float terms in float partial sums of at most r terms first (plan.float_runs: f16 and bf16
-  PReLU; a bf16 product below 2^-134 is rounded to f32's subnormal grid, 2^-149);
-- BatchNorm: the bounds of batch_norm_bounds, from counting its roundings (its NXC kernels
-  add their terms, computed in float, in float runs too).
+  PReLU; a bf16 product below 2^-134 is rounded to f32's subnormal grid, 2^-149); sum|terms|
+  evaluates the spec's own sum term in float64 (sum_magnitudes);
+- "oracle:<function>": 1 ulp + the bound a function of the oracle module computes from the
+  inputs (the bundled BatchNorm's, from counting its roundings: oracle.py).
 """
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from opgen import runtime, shapes
+from opgen import expr, runtime, shapes, specs
 from opgen.specs import DType
 
 U32, U64 = 2.0**-24, 2.0**-53
 ETA = 2.0**-150  # half the smallest f32 subnormal
+# What a function call in a sum term counts as, in roundings: an allowance for functions
+# within a few ulp (libm's, opgen_exp), not derived per function; a sum whose terms need a
+# tighter or proven bound states an oracle bound function instead (accuracy "oracle:...").
+FUNCTION_ROUNDINGS = 4
 
 
 def numpy_dtype(row: DType) -> np.dtype:
@@ -35,7 +43,7 @@ def finfo(row: DType):
 
 
 def special_values(row: DType, nonfinite: bool) -> np.ndarray:
-    """Zeros, subnormals, small integers (interval edges of HardSigmoid with alpha 1/4 or 1/6), tiny normals."""
+    """Zeros, subnormals, small integers and halves (interval edges of piecewise ops), tiny normals."""
     info = finfo(row)
     tiny, sub = float(info.tiny), float(info.smallest_subnormal)
     values = [0.0, -0.0, sub, -sub, 3 * sub, -5 * sub, tiny, -tiny, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0]
@@ -85,16 +93,156 @@ def sum_bound(terms_abs_sum: np.ndarray, count: int, float_run: int = 0) -> np.n
     return rounding + (max(count, 1) * 2.0**-150 if float_run else 0.0)
 
 
+def term_roundings(text: str) -> int:
+    """Roundings a sum term takes where it is computed in floating point: one per operation,
+    FUNCTION_ROUNDINGS per function call; selections, negations and comparisons are exact."""
+    tree = expr.parse(text)
+    calls = sum(isinstance(node, ast.Call) for node in ast.walk(tree))
+    return sum(isinstance(node, ast.BinOp) for node in ast.walk(tree)) + FUNCTION_ROUNDINGS * calls
+
+
+def stated_sum_bound(spec: Any, name: str, magnitude: np.ndarray, count: int, float_run: int) -> np.ndarray:
+    """The "sum" contract of sum `name` beyond 1 ulp: sum_bound, plus the roundings of its terms
+    where the kernel computes them (reduce_then_apply: in float within float runs, else in the
+    accumulation type; broadcast_reduce computes only terms exact in float there)."""
+    bound = sum_bound(magnitude, count, float_run)
+    if spec.pattern != "reduce_then_apply":
+        return bound
+    roundings = term_roundings(dict(spec.math["sums"])[name])
+    if not roundings:
+        return bound
+    unit = U32 if float_run else U64
+    return (
+        bound
+        + gamma(roundings, unit) * (1 + 2 * max(count, 1) * U64 + float_run * U32) * magnitude
+        + (max(count, 1) * roundings * ETA if float_run else 0.0)
+    )
+
+
 def sum_magnitudes(spec: Any, reference_function: Any, arrays: dict[str, np.ndarray], kwargs: dict[str, Any]) -> tuple:
-    """For a broadcast_reduce op whose sum terms are products of its reference and its other
-    tensor input: the oracle on -|reference| and -|other|, so every term counts and is positive,
-    gives sum|terms| per slot (Inf where Inf * 0 made it NaN: such slots are checked for Inf/NaN)."""
-    other = next(t for t in spec.inputs if t.kind == "tensor" and t.name != spec.reference)
-    flipped = dict(arrays)
-    for name in (spec.reference, other.name):
-        flipped[name] = -np.abs(arrays[name].astype(np.float64))
-    results = reference_function(*(flipped[t.name] for t in spec.inputs), **kwargs)
-    return tuple(np.where(np.isnan(r), np.inf, r) for r in results)
+    """Per output of a broadcast_reduce or reduce_then_apply op: sum|terms| of the sum it is
+    (specs.sum_behind), shaped as the output, or None for an output that is no sum. The terms
+    are the spec's own sum expressions evaluated in float64 on the inputs (Inf where a term
+    is NaN: such slots are checked for Inf/NaN only). `reference_function` is not needed
+    (kept for callers that pass it)."""
+    layout = kwargs.get(spec.layout_attribute.name) if spec.layout_attribute else spec.layout
+    magnitudes = term_magnitudes(spec, arrays, kwargs, layout or "NCX")
+    return tuple(magnitudes.get(specs.sum_behind(spec, t.name) or "") for t in spec.outputs)
+
+
+def term_magnitudes(
+    spec: Any, arrays: dict[str, np.ndarray], kwargs: dict[str, Any], layout: str
+) -> dict[str, np.ndarray]:
+    """Sum name -> sum|term| over the elements each slot of it adds, in that sum's shape: the
+    shape of the channel input its output is `like` (broadcast_reduce), [C] (reduce_then_apply)."""
+    values, forms = expanded_inputs(spec, arrays, kwargs, layout)
+    shape = np.shape(arrays[spec.reference])
+    names = {**values, **_attribute_numbers(spec, kwargs)}
+    result = {}
+    for name, text in spec.math.get("sums", ()):
+        with np.errstate(all="ignore"):
+            term = np.broadcast_to(np.abs(evaluate(expr.parse(text), names)), shape)
+        term = np.where(np.isnan(term), np.inf, term)
+        if spec.pattern == "broadcast_reduce":
+            like = spec.tensor(name).like
+            form, expanded = forms[like]
+            axes = tuple(d for d, size in enumerate(expanded) if size == 1)
+            target = shapes.reduced_shape(form, np.shape(arrays[like]), expanded)
+        else:
+            axis = shapes.channel_axis(len(shape), layout)
+            axes = tuple(d for d in range(len(shape)) if d != axis)
+            target = (shape[axis],)
+        with np.errstate(all="ignore"):
+            result[name] = term.sum(axis=axes, keepdims=True).reshape(target)
+    return result
+
+
+def _attribute_numbers(spec: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes the math reads: f32 values as the kernels get them, bools as conditions."""
+    values = {a.name: kwargs.get(a.name, a.default) for a in spec.attributes}
+    numbers = {a.name: float(np.float32(values[a.name])) for a in spec.attributes if a.type == "f32"}
+    return numbers | {a.name: bool(values[a.name]) for a in spec.attributes if a.type == "bool"}
+
+
+def expanded_inputs(
+    spec: Any, arrays: dict[str, np.ndarray | None], kwargs: dict[str, Any], layout: str
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, tuple[int, ...]]]]:
+    """Every input in float64, broadcast to the reference's shape (an absent or ignored optional
+    input as its default); and (form, expanded shape) of each channel input, the first of its
+    forms that fits, as the kernels choose."""
+    reference = np.shape(arrays[spec.reference])
+    values, forms = {}, {}
+    for tensor in spec.inputs:
+        array = arrays.get(tensor.name)
+        ignored = tensor.ignored_unless is not None and not kwargs.get(tensor.ignored_unless, True)
+        if array is None or ignored:
+            values[tensor.name] = np.full(reference, np.float64(tensor.default or 0.0))
+            continue
+        array = np.asarray(array).astype(np.float64)
+        if tensor.kind == "channel":
+            form, expanded = next(
+                (form, expanded)
+                for form in tensor.broadcast
+                if (expanded := shapes.expand(form, array.shape, reference, layout)) is not None
+            )
+            forms[tensor.name] = (form, expanded)
+            array = array.reshape(expanded)
+        values[tensor.name] = np.broadcast_to(array, reference)
+    return values, forms
+
+
+_ARITHMETIC = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide}
+_COMPARISON = {
+    ast.Lt: np.less,
+    ast.LtE: np.less_equal,
+    ast.Gt: np.greater,
+    ast.GtE: np.greater_equal,
+    ast.Eq: np.equal,
+    ast.NotEq: np.not_equal,
+}
+_FUNCTIONS = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "tanh": np.tanh,
+    "abs": np.abs,
+    "min": np.fmin,
+    "max": np.fmax,
+}
+
+
+def evaluate(node: ast.expr, names: dict[str, Any]) -> Any:
+    """A checked spec expression (opgen.expr) in float64 NumPy: the math as written, exact up to
+    double's roundings; both arms of `a if c else b` are computed, as in the kernels."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, bool) else float(node.value)
+    if isinstance(node, ast.Name):
+        return names[node.id]
+    if isinstance(node, ast.BinOp):
+        return _ARITHMETIC[type(node.op)](evaluate(node.left, names), evaluate(node.right, names))
+    if isinstance(node, ast.UnaryOp):
+        operand = evaluate(node.operand, names)
+        if isinstance(node.op, ast.Not):
+            return np.logical_not(operand)
+        return np.negative(operand) if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.BoolOp):
+        join = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+        result = evaluate(node.values[0], names)
+        for value in node.values[1:]:
+            result = join(result, evaluate(value, names))
+        return result
+    if isinstance(node, ast.Compare):
+        result, left = True, evaluate(node.left, names)
+        for op, comparator in zip(node.ops, node.comparators):
+            right = evaluate(comparator, names)
+            result = np.logical_and(result, _COMPARISON[type(op)](left, right))
+            left = right
+        return result
+    if isinstance(node, ast.IfExp):
+        return np.where(evaluate(node.test, names), evaluate(node.body, names), evaluate(node.orelse, names))
+    if isinstance(node, ast.Call):
+        return _FUNCTIONS[node.func.id](*(evaluate(arg, names) for arg in node.args))  # type: ignore[union-attr]
+    raise expr.ExprError(f"unsupported syntax: {ast.unparse(node)}")
 
 
 def operand_shapes(form: str, shape: tuple[int, ...], layout: str) -> list[tuple[int, ...]]:
@@ -159,57 +307,3 @@ def outside(got: np.ndarray, expected64: np.ndarray, row: DType, bound: np.ndarr
 def gamma(k: int, unit: float = U32) -> float:
     """The classic bound on k roundings: (1 + d1)...(1 + dk) lies within 1 +- k u / (1 - k u)."""
     return k * unit / (1 - k * unit)
-
-
-def batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon: float, axis: int, float_run: int = 0):
-    """Error bounds of BatchNorm's diff_src, diff_gamma and diff_beta, from the inputs in float64.
-
-    u32 = 2^-24, u64 = 2^-53; M terms per channel; r = float_run (0: every term in double):
-    - diff_beta = sum(diff_dst): sum_bound (2 M u64 sum|diff_dst|, plus r u32 sum|diff_dst| and
-      M 2^-150 with float runs).
-    - sum(diff_dst * (src - mean)) in double: 2 M u64 sum|diff_dst (src - mean)|. With float
-      runs each term is computed in float (2 roundings, or 2^-150 absolute below f32's normal
-      range) and added to at most r - 1 others in float first: gamma(r + 1) (1 + 2 M u64) +
-      2 M u64 times the sum, plus 2 M 2^-150. diff_gamma multiplies it by inv_std in double:
-      8 u64 more.
-    - diff_src = scale * (diff_dst - shift - (src - mean) * coefficient) in f32, where shift and
-      coefficient come from those sums (their errors over M, coefficient's times inv_std^2),
-      scale, shift and coefficient are rounded to f32 once (3 roundings) and the expression
-      adds 5 (src - mean, *, -, -, *): at most 8 u32 times the magnitude of every term; each f32
-      rounding that lands among the subnormals errs by up to 2^-150 absolute instead, times the
-      factor its result is multiplied by.
-    (1 ulp of the output dtype for the final store is added by `outside`.)"""
-    with np.errstate(all="ignore"):  # NaN and Inf in the inputs make NaN and Inf bounds
-        return _batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon, axis, float_run)
-
-
-def _batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon: float, axis: int, float_run: int):
-    x, dy = src.astype(np.float64), diff_dst.astype(np.float64)
-    view = [1] * x.ndim
-    view[axis] = x.shape[axis]
-    axes = tuple(d for d in range(x.ndim) if d != axis)
-    count = max(1, x.size // max(1, x.shape[axis]))
-    centered = x - mean.astype(np.float64).reshape(view)
-    inv_std = 1.0 / np.sqrt(variance.astype(np.float64) + float(np.float32(epsilon)))
-    g = np.ones_like(inv_std) if gamma_ is None else gamma_.astype(np.float64)
-    sum_dy = np.abs(dy).sum(axis=axes)
-    sum_centered = np.abs(dy * centered).sum(axis=axes)
-    beta_bound = sum_bound(sum_dy, count, float_run)
-    double_sums = 2 * count * U64
-    if float_run:
-        centered_error = (gamma(float_run + 1) * (1 + double_sums) + double_sums) * sum_centered
-        centered_error = centered_error + 2 * count * ETA
-    else:
-        centered_error = double_sums * sum_centered
-    gamma_bound = (centered_error + 8 * U64 * sum_centered) * inv_std
-    scale = np.abs(g * inv_std).reshape(view)
-    shift_error = (beta_bound / count).reshape(view)
-    coefficient_error = (inv_std * inv_std * centered_error / count).reshape(view)
-    shift = (np.abs(dy.sum(axis=axes)) / count).reshape(view) + shift_error
-    coefficient = (inv_std * inv_std * np.abs((dy * centered).sum(axis=axes)) / count).reshape(view)
-    coefficient = coefficient + coefficient_error
-    terms = np.abs(dy) + shift + np.abs(centered) * coefficient
-    underflow = ETA * (terms + 1 + scale * (2 + np.abs(centered)) + 4 * scale)
-    sums = scale * (shift_error + np.abs(centered) * coefficient_error)
-    src_bound = 8 * U32 * scale * terms + sums + underflow
-    return src_bound, gamma_bound, beta_bound

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from opgen import accuracy, oracle, plan, shapes
+from opgen import accuracy, oracle, plan, specs
 from opgen.runtime import OpLibrary
 from opgen.specs import OpSpec
 
@@ -39,18 +39,19 @@ class Result:
     failure: str | None  # None: passed; else the first failure
 
 
-def load_library(spec_dir: Path, shared_library: Path | None) -> OpLibrary:
-    """The ops of `spec_dir`, running the cffi module or (given) a shared library built from the C."""
+def load_library(spec_dir: Path, shared_library: Path | None, ops: list[str] | None = None) -> OpLibrary:
+    """The ops of `spec_dir` (`ops`: those only), running the cffi module or (given) a shared
+    library built from the C."""
     if shared_library is None:
-        return OpLibrary(spec_dir)
+        return OpLibrary(spec_dir, ops=ops)
     import cffi
 
     from opgen.render import render_library
 
     ffi = cffi.FFI()
-    ffi.cdef(render_library(spec_dir).cdef)
+    ffi.cdef(render_library(spec_dir, ops=ops).cdef)
     lib = ffi.dlopen(str(Path(shared_library).resolve()))
-    return OpLibrary(spec_dir, module=types.SimpleNamespace(ffi=ffi, lib=lib))
+    return OpLibrary(spec_dir, module=types.SimpleNamespace(ffi=ffi, lib=lib), ops=ops)
 
 
 def load_oracle(path: Path | None) -> Any:
@@ -65,17 +66,23 @@ def load_oracle(path: Path | None) -> Any:
 
 
 def _attribute_values(spec: OpSpec) -> dict[str, Any]:
+    """The value of each attribute that is not a switch (bools run both ways, _switch_rows; the
+    layout runs each of its values): its example, else its default, else the first allowed
+    string, or for a number just above its minimum, or 1."""
     values = {}
-    for attribute in spec.attributes:  # strings the math cannot read: the default, else the first allowed
-        if attribute.type == "string" and attribute.role != "layout":
-            values[attribute.name] = attribute.allowed[0] if attribute.default is None else attribute.default
-    for position, attribute in enumerate(a for a in spec.attributes if a.type == "f32"):
-        if attribute.default is not None:
+    for attribute in spec.attributes:
+        if attribute.type == "bool" or attribute.role == "layout":
+            continue
+        if attribute.example is not None:
+            values[attribute.name] = attribute.example
+        elif attribute.default is not None:
             values[attribute.name] = attribute.default
+        elif attribute.type == "string":
+            values[attribute.name] = attribute.allowed[0]
         elif attribute.minimum_exclusive is not None:
             values[attribute.name] = attribute.minimum_exclusive + 1e-3
-        else:  # HardSigmoid-like slopes and offsets
-            values[attribute.name] = float(np.float32(1 / 6)) if position == 0 else 0.5
+        else:
+            values[attribute.name] = 1.0
     return values
 
 
@@ -116,12 +123,14 @@ def _cases(spec: OpSpec, layout: str):
 
 
 def _compare(spec, row, table, got, expected, bounds) -> str | None:
+    """The first output element outside its bound (an int: ulps; an array: the error allowed
+    beyond 1 ulp), described; None when every output is within."""
     for tensor, value, want, bound in zip(spec.outputs, got, expected, bounds):
         if value is None and want is None:
             continue
         dtype = table.dtypes[row[tensor.name]]
-        if bound is None:
-            bad = accuracy.ulps_off(value, want, dtype, 1)
+        if isinstance(bound, int):
+            bad = accuracy.ulps_off(value, want, dtype, bound)
         else:
             bad, _ = accuracy.outside(value, want, dtype, bound)
         if bad.any():
@@ -130,90 +139,115 @@ def _compare(spec, row, table, got, expected, bounds) -> str | None:
     return None
 
 
-def _bounds(spec, arrays, kwargs, reference_function, layout, expected, runs) -> list:
-    """Per output: None (1 ulp) or the allowed error beyond 1 ulp."""
-    if spec.pattern == "elementwise":
-        return [None] * len(spec.outputs)
-    if spec.pattern == "broadcast_reduce":
-        magnitude = accuracy.sum_magnitudes(spec, reference_function, arrays, kwargs)
-        result = []
-        for index, tensor in enumerate(spec.outputs):
-            if tensor.kind == "tensor":
-                result.append(None)
-                continue
-            count = arrays[spec.reference].size // max(1, expected[index].size)
-            result.append(accuracy.sum_bound(magnitude[index], count, runs.get(tensor.name, 0)))
-        return result
-    if spec.name == "batch_norm_training_backward":
-        src_bound, gamma_bound, beta_bound = accuracy.batch_norm_bounds(
-            arrays["src"],
-            arrays["diff_dst"],
-            arrays["mean"],
-            arrays["variance"],
-            arrays["gamma"] if expected[1] is not None else None,
-            kwargs["epsilon"],
-            shapes.channel_axis(arrays["src"].ndim, layout),
-            max(runs.values(), default=0),
-        )
-        return [src_bound, gamma_bound, beta_bound]
-    raise LookupError("no stated accuracy bound for this op")
+def _bounds(spec, arrays, kwargs, oracles, layout, expected, runs) -> list:
+    """Per output, from its stated accuracy contract (spec key `accuracy`): a number of ulps, or
+    the error allowed beyond 1 ulp. LookupError: a contract that cannot be evaluated."""
+    args = [arrays.get(t.name) for t in spec.inputs]
+    magnitudes: dict[str, np.ndarray] | None = None
+    from_oracle: dict[str, tuple] = {}
+    result: list = []
+    for index, tensor in enumerate(spec.outputs):
+        contract = spec.accuracy.get(tensor.name)
+        if contract is None:
+            raise LookupError(f"no accuracy contract for {tensor.name} (state accuracy.{tensor.name} in the spec)")
+        if contract in ("exact", "ulp"):
+            result.append(0 if contract == "exact" else 1)
+        elif contract == "sum":
+            if magnitudes is None:
+                magnitudes = accuracy.term_magnitudes(spec, arrays, kwargs, layout)
+            name = specs.sum_behind(spec, tensor.name)
+            count = arrays[spec.reference].size // max(1, np.size(expected[index]))
+            result.append(accuracy.stated_sum_bound(spec, name, magnitudes[name], count, runs.get(name, 0)))
+        else:
+            function = contract.removeprefix("oracle:")
+            if function not in from_oracle:
+                bound_function = getattr(oracles, function, None)
+                if bound_function is None:
+                    raise LookupError(f"accuracy.{tensor.name}: the oracle has no function {function}")
+                from_oracle[function] = tuple(bound_function(*args, **kwargs, float_run=max(runs.values(), default=0)))
+            bound = from_oracle[function][index]
+            result.append(1 if bound is None else bound)
+    return result
+
+
+def _input_data(spec: OpSpec, table, row, generator, input_shapes, specials) -> dict[str, np.ndarray]:
+    """Random data with edge values per input, within each input's stated domain."""
+    arrays = {}
+    for name, shape in input_shapes.items():
+        dtype = table.dtypes[row[name]]
+        values = accuracy.random_data(generator, shape, dtype, specials)
+        domain = spec.tensor(name).domain
+        if domain == "nonnegative":
+            values = np.abs(values)
+            values[np.isnan(values)] = 0
+        elif domain == "positive":
+            tiny = accuracy.finfo(dtype).smallest_subnormal
+            values = np.where(np.abs(values) > 0, np.abs(values), tiny).astype(values.dtype)
+        arrays[name] = values
+    return arrays
 
 
 def check_op(library: OpLibrary, spec: OpSpec, oracles: Any, seed: int) -> list[Result]:
-    function, reference_function = library.ops[spec.name], getattr(oracles, spec.name, None)
+    """One Result per dtype combination, layout and switch row; an exception of the op, the
+    oracle or a bound function fails its row, and the other rows still run."""
     results = []
-    layouts = spec.layouts or ("NCX",)
-    flag_sets = _switch_rows(spec)
     for row in spec.dtypes:
         tag = "_".join(dict.fromkeys(row.values()))
-        runs = plan.float_runs(spec, row, library.table)
-        for layout in layouts:
-            for flags in flag_sets:
+        for layout in spec.layouts or ("NCX",):
+            for flags in _switch_rows(spec):
                 label = ",".join(f"{k}={v}" for k, v in flags.items()) or "-"
                 result = Result(spec.name, tag, layout if spec.layouts else "-", label, 0, None)
                 results.append(result)
-                if reference_function is None:
-                    result.failure = "no oracle function of this name"
-                    continue
                 kwargs = dict(_attribute_values(spec), **flags)
                 if spec.layout_attribute:
                     kwargs[spec.layout_attribute.name] = layout
-                # BatchNorm computes diff_src in f32: inputs near the f32 limits overflow there
-                # (README, "Numerical behaviour"), so its data stays finite and away from them
-                specials_list = ("finite",) if spec.pattern == "reduce_then_apply" else ("finite", "all")
-                for case, input_shapes in _cases(spec, layout):
-                    for specials in specials_list:
-                        generator = np.random.default_rng([seed, len(results), result.cases])
-                        arrays = {
-                            name: accuracy.random_data(generator, s, library.table.dtypes[row[name]], specials)
-                            for name, s in input_shapes.items()
-                        }
-                        if "variance" in arrays:
-                            arrays["variance"] = np.abs(arrays["variance"])
-                        args = [arrays[t.name] for t in spec.inputs]
-                        got = function(*args, **kwargs)
-                        want = reference_function(*args, **kwargs)
-                        got = (got,) if len(spec.outputs) == 1 else tuple(got)
-                        want = (want,) if len(spec.outputs) == 1 else tuple(want)
-                        result.cases += 1
-                        try:
-                            bounds = _bounds(spec, arrays, kwargs, reference_function, layout, want, runs)
-                        except LookupError as error:
-                            result.failure = str(error)
-                            break
-                        failure = _compare(spec, row, library.table, got, want, bounds)
-                        if failure:
-                            result.failure = f"{case} {specials}: {failure}"
-                            break
-                    if result.failure:
-                        break
+                try:
+                    runs = plan.float_runs(spec, row, library.table)
+                    _check_variant(library, spec, oracles, (seed, len(results)), row, layout, kwargs, runs, result)
+                except Exception as error:  # a report, not a crash: the other variants still run
+                    result.failure = " ".join(f"{type(error).__name__}: {error}".split())
     return results
 
 
+def _check_variant(library, spec, oracles, seed, row, layout, kwargs, runs, result: Result) -> None:
+    """Every case of one variant, until the first failure (set on `result`)."""
+    function, reference_function = library.ops[spec.name], getattr(oracles, spec.name, None)
+    if reference_function is None:
+        result.failure = "no oracle function of this name"
+        return
+    # reduce_then_apply computes its elements in f32 from per-channel values: inputs near the
+    # f32 limits overflow there (README, "Numerical behaviour"), so its data stays finite
+    specials_list = ("finite",) if spec.pattern == "reduce_then_apply" else ("finite", "all")
+    for case, input_shapes in _cases(spec, layout):
+        for specials in specials_list:
+            generator = np.random.default_rng([*seed, result.cases])
+            arrays = _input_data(spec, library.table, row, generator, input_shapes, specials)
+            args = [arrays[t.name] for t in spec.inputs]
+            got = function(*args, **kwargs)
+            want = reference_function(*args, **kwargs)
+            got = (got,) if len(spec.outputs) == 1 else tuple(got)
+            want = (want,) if len(spec.outputs) == 1 else tuple(want)
+            result.cases += 1
+            try:
+                bounds = _bounds(spec, arrays, kwargs, oracles, layout, want, runs)
+            except LookupError as error:
+                result.failure = str(error)
+                return
+            failure = _compare(spec, row, library.table, got, want, bounds)
+            if failure:
+                result.failure = f"{case} {specials}: {failure}"
+                return
+
+
 def run(spec_dir: Path, shared_library: Path | None, oracle_path: Path | None, seed: int) -> list[Result]:
-    library = load_library(spec_dir, shared_library)
-    oracles = load_oracle(oracle_path)
-    return [result for spec in library.specs for result in check_op(library, spec, oracles, seed)]
+    """Every variant of every op whose spec loads; each spec that does not is a failed row."""
+    _, loaded, problems = specs.scan_specs(spec_dir)
+    results = [Result(Path(p.split(": ")[0]).stem, "-", "-", "-", 0, p) for p in problems]
+    if loaded:
+        library = load_library(spec_dir, shared_library, [spec.name for spec in loaded])
+        oracles = load_oracle(oracle_path)
+        results += [result for spec in library.specs for result in check_op(library, spec, oracles, seed)]
+    return results
 
 
 def report(results: list[Result]) -> str:

@@ -131,12 +131,17 @@ def _info(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from opgen import check
+    from opgen.compile import BuildError
 
     spec_dir = Path(args.specs) if args.specs else BUNDLED_SPECS
     library = Path(args.library) if args.library else None
     if library is not None and not library.is_file():
         raise RenderError(f"--library: no such file: {library}")
-    results = check.run(spec_dir, library, Path(args.oracle) if args.oracle else None, args.seed)
+    try:
+        results = check.run(spec_dir, library, Path(args.oracle) if args.oracle else None, args.seed)
+    except BuildError as error:  # the specs that load do not compile: nothing to check
+        print(f"opgen check: error: {error}", file=sys.stderr)
+        return 1
     print(check.report(results))
     return 1 if any(r.failure for r in results) else 0
 

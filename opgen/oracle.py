@@ -3,11 +3,18 @@
 Each function takes the public API's arguments (arrays of any float dtype, converted exactly to
 float64) and returns float64 results in the same order as the op. The only deliberate f32 step is
 HardSigmoid's interval test, which the op defines as evaluated in f32.
+
+A spec may name a bound function here as an output's accuracy contract (`accuracy.<output> =
+"oracle:<function>"`): called with the op's arguments and `float_run` (plan.float_runs), it
+returns per output the error allowed beyond 1 ulp of the output's dtype, from counting the
+kernels' roundings (None: 1 ulp).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from opgen import accuracy as _accuracy
 
 
 def _f64(array: np.ndarray) -> np.ndarray:
@@ -126,3 +133,65 @@ def batch_norm_training_backward(
     if not with_diff_gamma_beta:
         return diff_src, None, None
     return diff_src, diff_gamma, diff_beta
+
+
+def batch_norm_training_backward_bounds(
+    src, diff_dst, mean, variance, gamma=None, *, epsilon, data_format="NXC", with_diff_gamma_beta=None, float_run=0
+):
+    """Error bounds of batch_norm_training_backward's diff_src, diff_gamma and diff_beta beyond 1
+    ulp of their dtype, from the inputs in float64 (its spec's accuracy contract).
+
+    u32 = 2^-24, u64 = 2^-53; M terms per channel; r = float_run (0: every term in double):
+    - diff_beta = sum(diff_dst): sum_bound (2 M u64 sum|diff_dst|, plus r u32 sum|diff_dst| and
+      M 2^-150 with float runs).
+    - sum(diff_dst * (src - mean)) in double: 2 M u64 sum|diff_dst (src - mean)|. With float
+      runs each term is computed in float (2 roundings, or 2^-150 absolute below f32's normal
+      range) and added to at most r - 1 others in float first: gamma(r + 1) (1 + 2 M u64) +
+      2 M u64 times the sum, plus 2 M 2^-150. diff_gamma multiplies it by inv_std in double:
+      8 u64 more.
+    - diff_src = scale * (diff_dst - shift - (src - mean) * coefficient) in f32, where shift and
+      coefficient come from those sums (their errors over M, coefficient's times inv_std^2),
+      scale, shift and coefficient are rounded to f32 once (3 roundings) and the expression
+      adds 5 (src - mean, *, -, -, *): at most 8 u32 times the magnitude of every term; each f32
+      rounding that lands among the subnormals errs by up to 2^-150 absolute instead, times the
+      factor its result is multiplied by.
+    (1 ulp of the output dtype for the final store is added by `outside`.)"""
+    if with_diff_gamma_beta is None:
+        with_diff_gamma_beta = gamma is not None
+    axis = _channel_axis(np.ndim(src), data_format)
+    with np.errstate(all="ignore"):  # NaN and Inf in the inputs make NaN and Inf bounds
+        return _batch_norm_bounds(
+            src, diff_dst, mean, variance, gamma if with_diff_gamma_beta else None, epsilon, axis, float_run
+        )
+
+
+def _batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon: float, axis: int, float_run: int):
+    x, dy = src.astype(np.float64), diff_dst.astype(np.float64)
+    view = [1] * x.ndim
+    view[axis] = x.shape[axis]
+    axes = tuple(d for d in range(x.ndim) if d != axis)
+    count = max(1, x.size // max(1, x.shape[axis]))
+    centered = x - mean.astype(np.float64).reshape(view)
+    inv_std = 1.0 / np.sqrt(variance.astype(np.float64) + float(np.float32(epsilon)))
+    g = np.ones_like(inv_std) if gamma_ is None else gamma_.astype(np.float64)
+    sum_dy = np.abs(dy).sum(axis=axes)
+    sum_centered = np.abs(dy * centered).sum(axis=axes)
+    beta_bound = _accuracy.sum_bound(sum_dy, count, float_run)
+    double_sums = 2 * count * _accuracy.U64
+    if float_run:
+        centered_error = (_accuracy.gamma(float_run + 1) * (1 + double_sums) + double_sums) * sum_centered
+        centered_error = centered_error + 2 * count * _accuracy.ETA
+    else:
+        centered_error = double_sums * sum_centered
+    gamma_bound = (centered_error + 8 * _accuracy.U64 * sum_centered) * inv_std
+    scale = np.abs(g * inv_std).reshape(view)
+    shift_error = (beta_bound / count).reshape(view)
+    coefficient_error = (inv_std * inv_std * centered_error / count).reshape(view)
+    shift = (np.abs(dy.sum(axis=axes)) / count).reshape(view) + shift_error
+    coefficient = (inv_std * inv_std * np.abs((dy * centered).sum(axis=axes)) / count).reshape(view)
+    coefficient = coefficient + coefficient_error
+    terms = np.abs(dy) + shift + np.abs(centered) * coefficient
+    underflow = _accuracy.ETA * (terms + 1 + scale * (2 + np.abs(centered)) + 4 * scale)
+    sums = scale * (shift_error + np.abs(centered) * coefficient_error)
+    src_bound = 8 * _accuracy.U32 * scale * terms + sums + underflow
+    return src_bound, gamma_bound, beta_bound

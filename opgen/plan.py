@@ -233,7 +233,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         # broadcast_reduce: terms exact in float, even out of f32's range: a run whose float
         # sums overflow is summed again in double, and terms below 2^-134 lose at most 2^-150
         # each (accuracy.sum_bound). reduce_then_apply: every term, computed in float (its
-        # roundings are in the op's stated bounds, accuracy.batch_norm_bounds), each run
+        # roundings are in the op's stated accuracy contract, as BatchNorm's), each run
         # checked the same way; a term in double costs more than the rest of the op
         if section != "sums" or compute != "float":
             return False

@@ -95,7 +95,7 @@ def render_library(
     """Load and check the specs in `spec_dir`, then render every file in memory.
 
     `ops` keeps only those ops; `dtypes` keeps only the dtype combinations made of those dtypes."""
-    table, specs = load_specs(Path(spec_dir))
+    table, specs = load_specs(Path(spec_dir), ops)  # `ops`: those files alone
     specs = select(specs, table, ops, dtypes)
     env = environment(Path(template_dir))
     kernels_by_op = {spec.name: [plan.kernel(v, table) for v in plan.variants(spec, table)] for spec in specs}

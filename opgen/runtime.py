@@ -51,10 +51,12 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 class OpLibrary:
     """The ops of one spec directory; kernels are compiled (or taken from the cache) on first use."""
 
-    def __init__(self, spec_dir: Path, module: Any = None) -> None:
-        """`module` (with .ffi and .lib): run these instead of building the specs' cffi module."""
+    def __init__(self, spec_dir: Path, module: Any = None, ops: list[str] | None = None) -> None:
+        """`module` (with .ffi and .lib): run these instead of building the specs' cffi module;
+        `ops`: only these ops of `spec_dir`."""
         self.spec_dir = Path(spec_dir)
-        self.table, self.specs = load_specs(self.spec_dir)
+        self.op_names = ops
+        self.table, self.specs = load_specs(self.spec_dir, ops)
         self.variants = {spec.name: [v.name for v in plan.variants(spec, self.table)] for spec in self.specs}
         self.dtype_names = {numpy_dtype(d.numpy): d.name for d in self.table.dtypes.values()}
         # string attribute values -> their C enum values
@@ -77,7 +79,7 @@ class OpLibrary:
             from opgen.compile import build_module, load_module
             from opgen.render import render_library
 
-            self._module = load_module(build_module(render_library(self.spec_dir)))
+            self._module = load_module(build_module(render_library(self.spec_dir, ops=self.op_names)))
             _check_target_setting()
         return self._module
 

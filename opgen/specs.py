@@ -1,7 +1,8 @@
 """Load and validate op specs (one TOML file per op) and the dtype table.
 
-Every problem is reported as `file: key: what is wrong`, and loading stops at the
-first one, so no half-checked spec ever reaches the templates.
+Every problem is reported as `file: key: what is wrong`, and loading a spec stops at its
+first one, so no half-checked spec ever reaches the templates; a directory reports each of
+its broken specs (load_specs), and a subset of its ops loads those ops' files alone.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ CHANNEL_FORMS = ("per_channel", "per_tensor", "trailing", "numpy", "single", "ch
 TENSOR_FORMS = ("to_reference",)
 ATTRIBUTE_TYPES = ("bool", "f32", "string")
 MAX_RANK = 12  # dims of the C API's tensor descriptor (opgen_tensor)
+# Input domains (inputs.<name>.domain): the values an op is defined for; `opgen check` and the
+# tests draw that input's data from it.
+DOMAINS = ("positive", "nonnegative")
+# Accuracy contracts (accuracy.<output>): how far an output may be from the float64 oracle.
+# "exact": the oracle rounded to the output dtype; "ulp": within 1 ulp of it; "sum": 1 ulp plus
+# the accumulation bound of one sum (accuracy.sum_bound: its terms and their magnitudes);
+# "oracle:<function>": 1 ulp plus the bound the oracle module's <function> computes.
+ACCURACY = ("exact", "ulp", "sum", "oracle:")
 
 # Names the generated C or Python uses for itself; a spec may not take them.
 _RESERVED = {
@@ -165,6 +174,7 @@ class Attribute:
     allowed: tuple[str, ...] = ()
     minimum_exclusive: float | None = None
     role: str | None = None
+    example: Any = None  # the value `opgen check` calls the op with when there is no default
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,7 @@ class Tensor:
     broadcast: tuple[str, ...] = ()
     like: str | None = None
     requested_by: str | None = None
+    domain: str | None = None  # an input's values the op is defined for (DOMAINS); None: every value
 
 
 @dataclass(frozen=True)
@@ -211,6 +222,8 @@ class OpSpec:
     path: str = ""
     specialized: tuple[str, ...] = field(default=())
     aclnn: str | None = None  # name of an aclnn-compatible API to generate (aclnn<Name>)
+    # output -> its accuracy contract against the float64 oracle (ACCURACY), None: not stated
+    accuracy: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def layout_attribute(self) -> Attribute | None:
@@ -248,6 +261,7 @@ _TOP_KEYS = {
     "flags": False,
     "dtypes": True,
     "math": True,
+    "accuracy": False,
 }
 _ATTRIBUTE_KEYS = {
     "name": True,
@@ -257,6 +271,7 @@ _ATTRIBUTE_KEYS = {
     "allowed": False,
     "minimum_exclusive": False,
     "role": False,
+    "example": False,
 }
 _INPUT_KEYS = {
     "name": True,
@@ -266,6 +281,7 @@ _INPUT_KEYS = {
     "default": False,
     "ignored_unless": False,
     "broadcast": False,
+    "domain": False,
 }
 _OUTPUT_KEYS = {"name": True, "doc": True, "kind": False, "like": False, "requested_by": False}
 _FLAG_KEYS = {"name": True, "doc": True, "default_if_given": True}
@@ -389,8 +405,27 @@ def load_spec(path: Path, table: DTypeTable) -> OpSpec:
     return _SpecReader(path, table).read()
 
 
-def load_specs(directory: Path) -> tuple[DTypeTable, list[OpSpec]]:
-    """The dtype table (dtypes.toml) and every other *.toml in `directory`, sorted by op name."""
+def spec_paths(directory: Path) -> dict[str, Path]:
+    """Op name -> its spec file: every *.toml of `directory` but the dtype table (a spec's file
+    is named after its op)."""
+    return {path.stem: path for path in sorted(Path(directory).glob("*.toml")) if path.name != "dtypes.toml"}
+
+
+def load_specs(directory: Path, ops: list[str] | None = None) -> tuple[DTypeTable, list[OpSpec]]:
+    """The dtype table (dtypes.toml) and every other *.toml in `directory` (with `ops`, only
+    those ops' files), sorted by op name. One SpecError names every broken spec, a line each."""
+    table, specs, problems = scan_specs(directory, ops)
+    if len(problems) == 1:
+        raise SpecError(problems[0])
+    if problems:
+        raise SpecError(f"{len(problems)} specs in {directory} are broken:\n" + "\n".join(problems))
+    return table, specs
+
+
+def scan_specs(directory: Path, ops: list[str] | None = None) -> tuple[DTypeTable, list[OpSpec], list[str]]:
+    """The dtype table, the specs of `directory` that load (with `ops`, of those ops only) and
+    the problem of each that does not (`file: key: what is wrong`). A directory or dtype table
+    that cannot be read is a SpecError: no spec loads without it."""
     directory = Path(directory)
     if not directory.is_dir():
         raise SpecError(f"{directory}: not a directory of specs")
@@ -398,17 +433,22 @@ def load_specs(directory: Path) -> tuple[DTypeTable, list[OpSpec]]:
     if not table_path.is_file():
         raise SpecError(f"{table_path}: missing (the dtype table)")
     table = load_dtype_table(table_path)
-    specs: dict[str, OpSpec] = {}
-    for path in sorted(directory.glob("*.toml")):
-        if path.name == "dtypes.toml":
-            continue
-        spec = load_spec(path, table)
-        if spec.name in specs:
-            raise SpecError(f"{path}: op.name: '{spec.name}' is also defined in {specs[spec.name].path}")
-        specs[spec.name] = spec
-    if not specs:
+    paths = spec_paths(directory)
+    if not paths:
         raise SpecError(f"{directory}: no op specs (*.toml besides dtypes.toml)")
-    return table, sorted(specs.values(), key=lambda s: s.name)
+    if ops is not None:
+        unknown = [name for name in ops if name not in paths]
+        if unknown:
+            raise SpecError(f"--ops: no op named {', '.join(unknown)} (known: {', '.join(paths)})")
+        paths = {name: path for name, path in paths.items() if name in ops}
+    specs: list[OpSpec] = []
+    problems: list[str] = []
+    for path in paths.values():
+        try:
+            specs.append(load_spec(path, table))
+        except SpecError as error:
+            problems.append(str(error))
+    return table, sorted(specs, key=lambda s: s.name), problems
 
 
 class _Where:
@@ -494,7 +534,11 @@ class _SpecReader:
         )
         self._check_roles(spec)
         specialized = self._check_math(spec)
-        return OpSpec(**{**spec.__dict__, "specialized": specialized, "aclnn": self._aclnn(op, spec)})
+        self._check_examples_and_domains(spec)
+        accuracy = self._accuracy(data.get("accuracy", {}), spec)
+        return OpSpec(
+            **{**spec.__dict__, "specialized": specialized, "aclnn": self._aclnn(op, spec), "accuracy": accuracy}
+        )
 
     def _aclnn(self, op: dict[str, Any], spec: OpSpec) -> str | None:
         name = op.get("aclnn")
@@ -559,6 +603,7 @@ class _SpecReader:
                 allowed=tuple(allowed),
                 minimum_exclusive=minimum,
                 role=role,
+                example=table.get("example"),
             )
             if "default" in table:
                 problem = check_attribute_value(attribute, attribute.default)
@@ -625,6 +670,7 @@ class _SpecReader:
                     broadcast=tuple(broadcast),
                     like=table.get("like"),
                     requested_by=requested_by,
+                    domain=table.get("domain"),
                 )
             )
         return tuple(result)
@@ -780,6 +826,41 @@ class _SpecReader:
         self._check_outputs_defined(spec, defined)
         return tuple(a for a in booleans if a in used_booleans)
 
+    def _check_examples_and_domains(self, spec: OpSpec) -> None:
+        for attribute in spec.attributes:
+            if attribute.example is not None:
+                problem = check_attribute_value(attribute, attribute.example)
+                if problem:
+                    self.fail(f"attributes.{attribute.name}.example", problem)
+        for tensor in spec.inputs:
+            if tensor.domain is not None and tensor.domain not in DOMAINS:
+                self.fail(f"inputs.{tensor.name}.domain", f"{tensor.domain!r} is not one of {', '.join(DOMAINS)}")
+
+    def _accuracy(self, raw: Any, spec: OpSpec) -> dict[str, str | None]:
+        """Each output's contract: the one stated in [accuracy], else the pattern's default."""
+        if not isinstance(raw, dict):
+            self.fail("accuracy", 'must be a table of output = "contract"')
+        outputs = [t.name for t in spec.outputs]
+        for name, contract in raw.items():
+            key = f"accuracy.{name}"
+            if name not in outputs:
+                self.fail(key, f"'{name}' is not an output (outputs: {', '.join(outputs)})")
+            if not isinstance(contract, str):
+                self.fail(key, f"must be a string, not {type(contract).__name__}")
+            function = contract.removeprefix("oracle:")
+            if contract.startswith("oracle:"):
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", function) or keyword.iskeyword(function):
+                    self.fail(key, f"'{function}' is not a Python function name (oracle:<function>)")
+            elif contract not in ACCURACY:
+                self.fail(key, f"{contract!r} is not one of exact, ulp, sum, oracle:<function>")
+            if contract == "sum" and sum_behind(spec, name) is None:
+                self.fail(
+                    key,
+                    "'sum' is the contract of an output that is one sum (a channel output of "
+                    "broadcast_reduce; in reduce_then_apply, one whose math.after is a sum's name)",
+                )
+        return {name: raw.get(name, default_accuracy(spec, name)) for name in outputs}
+
     def _parse(self, key: str, text: str, conditions: list[str] | None = None) -> Any:
         try:
             return expr.parse(text, conditions)
@@ -798,6 +879,32 @@ class _SpecReader:
             for name in defined["sums"]:
                 if name not in outputs:
                     self.fail(f"math.sums.{name}", "in broadcast_reduce every sum is a channel output")
+
+
+def sum_behind(spec: OpSpec, output: str) -> str | None:
+    """The sum an output is, or None: a broadcast_reduce channel output is its own sum; a
+    reduce_then_apply channel output is the sum its `after` expression names alone."""
+    tensor = spec.tensor(output)
+    if tensor.kind != "channel":
+        return None
+    if spec.pattern == "broadcast_reduce":
+        return output
+    after = dict(spec.math.get("after", ()))
+    sums = {name for name, _ in spec.math.get("sums", ())}
+    text = after.get(output, "").strip()
+    return text if text in sums else None
+
+
+def default_accuracy(spec: OpSpec, output: str) -> str | None:
+    """The contract an output has when its spec states none: the sum bound for an output that
+    is a sum; 1 ulp for an output no sum precedes (elementwise ops, the elements of
+    broadcast_reduce: README, "Accuracy"); else None (reduce_then_apply's outputs computed
+    from its sums: not stated, so `opgen check` asks for it)."""
+    if sum_behind(spec, output) is not None:
+        return "sum"
+    if spec.pattern != "reduce_then_apply" and spec.tensor(output).kind == "tensor":
+        return "ulp"
+    return None
 
 
 def check_attribute_value(attribute: Attribute, value: Any) -> str | None:

@@ -1,5 +1,5 @@
 """BatchNorm training backward (pattern reduce_then_apply) against the oracle, within the bounds
-derived in opgen.accuracy.batch_norm_bounds."""
+derived in opgen.oracle.batch_norm_training_backward_bounds (the spec's accuracy contract)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 
 import opgen
 from opgen import oracle, plan
-from opgen.accuracy import batch_norm_bounds
 from opgen.plan import BLOCK
 from opgen.shapes import channel_axis
 from tests.helpers import assert_within, data, dtype_of, rng, threads_set_to
@@ -53,7 +52,17 @@ def bounds(src, diff_dst, mean, variance, gamma, epsilon, layout):
     names = opgen.bundled.dtype_names
     row = next(r for r in SPEC.dtypes if r["src"] == names[src.dtype] and r["mean"] == names[mean.dtype])
     run = max(plan.float_runs(SPEC, row, opgen.bundled.table).values(), default=0)
-    return batch_norm_bounds(src, diff_dst, mean, variance, gamma, epsilon, channel_axis(src.ndim, layout), run)
+    return oracle.batch_norm_training_backward_bounds(
+        src,
+        diff_dst,
+        mean,
+        variance,
+        gamma,
+        epsilon=epsilon,
+        data_format=layout,
+        with_diff_gamma_beta=True,
+        float_run=run,
+    )
 
 
 def cases():
