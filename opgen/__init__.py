@@ -12,8 +12,8 @@ import numpy as np
 
 __version__ = "0.1.0"
 
+from opgen.bundle import SPECS as BUNDLED_SPECS  # noqa: E402
 from opgen.plan import MAX_THREADS  # noqa: E402
-from opgen.render import BUNDLED_SPECS  # noqa: E402
 from opgen.runtime import OpLibrary  # noqa: E402
 
 _libraries: dict[Path, OpLibrary] = {}

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from opgen import bundle
 from opgen.render import BUNDLED_OUTPUT, BUNDLED_SPECS, BUNDLED_TEMPLATES, RenderError, render_library, write_files
 from opgen.specs import SpecError
 
@@ -24,6 +25,8 @@ def _build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if (args.ops or args.dtypes) and not args.out:
         raise SystemExit("opgen build: --out DIR is required with --ops or --dtypes (generated/ holds every op)")
+    if bundle.INSTALLED and not args.out:  # generated/ belongs to a checkout, not to site-packages
+        raise SystemExit("opgen build: --out DIR is required in an installed opgen (it has no generated/ folder)")
 
     def names(text: str | None) -> list[str] | None:
         return [name for name in text.split(",") if name] if text else None

@@ -25,9 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from opgen import __version__, c_api, plan, specs
-from opgen.render import Library, write_files
+
+if TYPE_CHECKING:  # loading a module needs no templates: render (and jinja2) is imported by builds
+    from opgen.render import Library
 
 # IEEE semantics: no -ffast-math, and no contraction into FMA, so every target rounds alike.
 # -fno-math-errno only lets sqrt be one instruction; results are unchanged.
@@ -158,6 +161,8 @@ def _cached(key: str, name: str, build: Callable[[Path, str], None]) -> Path:
 
 
 def _build(library: Library, work: Path, name: str) -> None:
+    from opgen.render import write_files
+
     write_files(work, library.files)
     sources = sorted(work.glob("*.c"))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

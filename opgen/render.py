@@ -14,13 +14,12 @@ from typing import Any
 
 import jinja2
 
-from opgen import c_api, float_range, plan
+from opgen import bundle, c_api, float_range, plan
 from opgen.specs import DTypeTable, OpSpec, load_specs
 
-PACKAGE_ROOT = Path(__file__).resolve().parent.parent
-BUNDLED_SPECS = PACKAGE_ROOT / "specs"
-BUNDLED_TEMPLATES = PACKAGE_ROOT / "templates"
-BUNDLED_OUTPUT = PACKAGE_ROOT / "generated"
+BUNDLED_SPECS = bundle.SPECS
+BUNDLED_TEMPLATES = bundle.TEMPLATES
+BUNDLED_OUTPUT = bundle.OUTPUT
 
 
 class RenderError(RuntimeError):

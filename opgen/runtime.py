@@ -76,10 +76,16 @@ class OpLibrary:
     @property
     def module(self) -> Any:
         if self._module is None:
+            from opgen import bundle
             from opgen.compile import build_module, load_module
-            from opgen.render import render_library
 
-            self._module = load_module(build_module(render_library(self.spec_dir, ops=self.op_names)))
+            bundled = self.spec_dir.resolve() == bundle.SPECS and self.op_names is None
+            found = bundle.prebuilt("module") if bundled else None
+            if found is None:
+                from opgen.render import render_library
+
+                found = build_module(render_library(self.spec_dir, ops=self.op_names))
+            self._module = load_module(found)
             _check_target_setting()
         return self._module
 
@@ -437,11 +443,12 @@ class Plan:
 
 @functools.cache
 def _fastcall() -> Any:
-    """fastcall.c's module, built (once per cache key) on first use; None if it cannot be."""
+    """fastcall.c's module, prebuilt or built (once per cache key) on first use; None if it cannot be."""
+    from opgen import bundle
     from opgen.compile import BuildError, build_fastcall, load_module
 
     try:
-        return load_module(build_fastcall())
+        return load_module(bundle.prebuilt("fastcall") or build_fastcall())
     except (BuildError, OSError, ImportError) as error:
         warnings.warn(f"opgen: repeated calls take the checked path: {error}", RuntimeWarning, stacklevel=3)
         return None
