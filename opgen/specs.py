@@ -186,6 +186,21 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class Backward:
+    """How a forward op's gradients come from its backward op (spec table [backward]).
+
+    inputs: (backward input, source kind, name), kind 'input' or 'output' (a forward tensor)
+    or 'gradient' (the gradient with respect to the forward output `name`); attributes:
+    (backward attribute, kind, value), kind 'attribute' (a forward attribute's name) or
+    'constant'; gradients: (forward input, the backward output that is its gradient)."""
+
+    op: str
+    inputs: tuple[tuple[str, str, str], ...]
+    attributes: tuple[tuple[str, str, Any], ...]
+    gradients: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     summary: str
@@ -205,6 +220,7 @@ class OpSpec:
     path: str = ""
     specialized: tuple[str, ...] = field(default=())
     aclnn: str | None = None  # name of an aclnn-compatible API to generate (aclnn<Name>)
+    backward: Backward | None = None  # the op giving this one's gradients, if any
 
     @property
     def layout_attribute(self) -> Attribute | None:
@@ -242,7 +258,10 @@ _TOP_KEYS = {
     "flags": False,
     "dtypes": True,
     "math": True,
+    "backward": False,
 }
+_BACKWARD_KEYS = {"op": True, "inputs": True, "attributes": False, "gradients": True}
+_GRADIENT_SOURCE = re.compile(r"grad\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _ATTRIBUTE_KEYS = {
     "name": True,
     "type": True,
@@ -369,6 +388,9 @@ def load_specs(directory: Path) -> tuple[DTypeTable, list[OpSpec]]:
         specs[spec.name] = spec
     if not specs:
         raise SpecError(f"{directory}: no op specs (*.toml besides dtypes.toml)")
+    for spec in specs.values():
+        if spec.backward is not None:
+            _check_backward(spec, specs)
     return table, sorted(specs.values(), key=lambda s: s.name)
 
 
@@ -455,7 +477,61 @@ class _SpecReader:
         )
         self._check_roles(spec)
         specialized = self._check_math(spec)
-        return OpSpec(**{**spec.__dict__, "specialized": specialized, "aclnn": self._aclnn(op, spec)})
+        return OpSpec(
+            **{
+                **spec.__dict__,
+                "specialized": specialized,
+                "aclnn": self._aclnn(op, spec),
+                "backward": self._backward(data.get("backward"), spec),
+            }
+        )
+
+    def _backward(self, raw: Any, spec: OpSpec) -> Backward | None:
+        """The [backward] table's own rules; the backward op it names is checked in load_specs."""
+        if raw is None:
+            return None
+        _check_keys(self.where, "backward", raw, _BACKWARD_KEYS)
+        op = _string(self.where, "backward.op", raw["op"])
+        if op == spec.name:
+            self.fail("backward.op", "an op cannot be its own backward op")
+        tensors = {t.name: "input" for t in spec.inputs} | {t.name: "output" for t in spec.outputs}
+        inputs = []
+        for name, source in self._table(raw["inputs"], "backward.inputs").items():
+            source = _string(self.where, f"backward.inputs.{name}", source)
+            gradient = _GRADIENT_SOURCE.fullmatch(source)
+            if gradient and gradient[1] in {t.name for t in spec.outputs}:
+                inputs.append((name, "gradient", gradient[1]))
+            elif source in tensors:
+                inputs.append((name, tensors[source], source))
+            else:
+                self.fail(
+                    f"backward.inputs.{name}",
+                    f"'{source}' is not an input or output of {spec.name}, nor grad(<output>)",
+                )
+        attributes = []
+        own = {a.name for a in spec.attributes}
+        for name, value in self._table(raw.get("attributes", {}), "backward.attributes").items():
+            if isinstance(value, str):
+                if value not in own:
+                    self.fail(f"backward.attributes.{name}", f"'{value}' is not an attribute of {spec.name}")
+                attributes.append((name, "attribute", value))
+            elif isinstance(value, (bool, int, float)):
+                attributes.append((name, "constant", value))
+            else:
+                self.fail(f"backward.attributes.{name}", "must be an attribute's name, a bool or a number")
+        gradients = []
+        for name, output in self._table(raw["gradients"], "backward.gradients").items():
+            if name not in {t.name for t in spec.inputs}:
+                self.fail(f"backward.gradients.{name}", f"'{name}' is not an input of {spec.name}")
+            gradients.append((name, _string(self.where, f"backward.gradients.{name}", output)))
+        if not gradients:
+            self.fail("backward.gradients", "at least one input's gradient is needed")
+        return Backward(op, tuple(inputs), tuple(attributes), tuple(gradients))
+
+    def _table(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(key, "must be a table")
+        return value
 
     def _aclnn(self, op: dict[str, Any], spec: OpSpec) -> str | None:
         name = op.get("aclnn")
@@ -742,6 +818,62 @@ class _SpecReader:
             for name in defined["sums"]:
                 if name not in outputs:
                     self.fail(f"math.sums.{name}", "in broadcast_reduce every sum is a channel output")
+
+
+def _check_backward(spec: OpSpec, specs: dict[str, OpSpec]) -> None:
+    """The [backward] table of `spec` against the op it names: every name exists, every
+    required input and attribute is given, and each dtype row of `spec` maps to a row of the
+    backward op whose gradients have the dtypes of the inputs they belong to."""
+    where = _Where(Path(spec.path))
+    pairing = spec.backward
+    assert pairing is not None
+    backward = specs.get(pairing.op)
+    if backward is None:
+        where.fail("backward.op", f"'{pairing.op}' is not an op of this spec directory")
+    inputs = {t.name: t for t in backward.inputs}
+    for name, _, _ in pairing.inputs:
+        if name not in inputs:
+            where.fail(f"backward.inputs.{name}", f"'{name}' is not an input of {backward.name}")
+    given = {name for name, _, _ in pairing.inputs}
+    for tensor in backward.inputs:
+        if not tensor.optional and tensor.name not in given:
+            where.fail("backward.inputs", f"{backward.name}'s input '{tensor.name}' is not given")
+    _check_backward_attributes(where, spec, backward)
+    outputs = {t.name for t in backward.outputs}
+    for name, output in pairing.gradients:
+        if output not in outputs:
+            where.fail(f"backward.gradients.{name}", f"'{output}' is not an output of {backward.name}")
+    for index, row in enumerate(spec.dtypes):
+        wanted = {name: row[source] for name, _, source in pairing.inputs}
+        found = [r for r in backward.dtypes if all(r[n] == d for n, d in wanted.items())]
+        if not found:
+            where.fail(f"dtypes[{index}]", f"{backward.name} has no dtype row with {wanted}")
+        for name, output in pairing.gradients:
+            if all(r[output] != row[name] for r in found):
+                where.fail(f"backward.gradients.{name}", f"{backward.name} gives {output} in another dtype than {name}'s")
+
+
+def _check_backward_attributes(where: _Where, spec: OpSpec, backward: OpSpec) -> None:
+    assert spec.backward is not None
+    attributes = {a.name: a for a in backward.attributes}
+    own = {a.name: a for a in spec.attributes}
+    for name, kind, value in spec.backward.attributes:
+        key = f"backward.attributes.{name}"
+        if name not in attributes:
+            where.fail(key, f"'{name}' is not an attribute of {backward.name}")
+        target = attributes[name]
+        if kind == "constant":
+            problem = check_attribute_value(target, value)
+            if problem:
+                where.fail(key, problem)
+        elif (own[value].type, own[value].allowed) != (target.type, target.allowed) and not (
+            target.type == "string" and set(own[value].allowed) <= set(target.allowed)
+        ):
+            where.fail(key, f"'{value}' ({own[value].type}) does not fit {backward.name}'s {name} ({target.type})")
+    given = {name for name, _, _ in spec.backward.attributes}
+    for attribute in backward.attributes:
+        if attribute.required and attribute.name not in given:
+            where.fail("backward.attributes", f"{backward.name}'s attribute '{attribute.name}' is not given")
 
 
 def check_attribute_value(attribute: Attribute, value: Any) -> str | None:
