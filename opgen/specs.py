@@ -850,7 +850,9 @@ def _check_backward(spec: OpSpec, specs: dict[str, OpSpec]) -> None:
             where.fail(f"dtypes[{index}]", f"{backward.name} has no dtype row with {wanted}")
         for name, output in pairing.gradients:
             if all(r[output] != row[name] for r in found):
-                where.fail(f"backward.gradients.{name}", f"{backward.name} gives {output} in another dtype than {name}'s")
+                where.fail(
+                    f"backward.gradients.{name}", f"{backward.name} gives {output} in another dtype than {name}'s"
+                )
 
 
 def _check_backward_attributes(where: _Where, spec: OpSpec, backward: OpSpec) -> None:
