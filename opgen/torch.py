@@ -14,7 +14,6 @@ registers the ops of other specs.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import re
 from typing import Any
@@ -168,11 +167,17 @@ def _autograd(spec: OpSpec, backward_spec: OpSpec, backward_op: Any) -> tuple[An
     return backward, setup_context
 
 
-@functools.cache
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    if dtype == torch.bfloat16:
-        return np.dtype(ml_dtypes.bfloat16)
-    return torch.empty((), dtype=dtype).numpy().dtype
+    """The NumPy dtype of a torch dtype (by name beyond the float ones), for the checks to
+    accept or name; a dtype NumPy lacks (such as float8 ones) becomes a void dtype of its
+    size, which no spec supports."""
+    for numpy_type, torch_type in _TORCH_DTYPES.items():
+        if torch_type == dtype:
+            return numpy_type
+    try:
+        return np.dtype(str(dtype).removeprefix("torch."))
+    except TypeError:
+        return np.dtype(f"V{dtype.itemsize}")
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
