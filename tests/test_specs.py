@@ -336,8 +336,7 @@ def test_dtype_table_without_line_writers_stores_blocks_directly(tmp_path):
     assert "opgen_store_block_f32(diff_src + index" in bundled
 
 
-HARD_SIGMOID = (BUNDLED_SPECS / "hard_sigmoid.toml").read_text()
-HARD_SIGMOID_BACKWARD = (BUNDLED_SPECS / "hard_sigmoid_backward.toml").read_text()
+HARD_SIGMOID_FORWARD = (BUNDLED_SPECS / "hard_sigmoid.toml").read_text()
 
 
 def test_the_bundled_forward_ops_name_their_backward_ops():
@@ -374,14 +373,14 @@ def test_the_bundled_forward_ops_name_their_backward_ops():
     ],
 )
 def test_backward_table_violations_name_file_and_key(tmp_path, old, new, fragments):
-    assert old in HARD_SIGMOID
-    spec_dir(tmp_path, HARD_SIGMOID_BACKWARD, "hard_sigmoid_backward")
-    rejected(tmp_path, HARD_SIGMOID.replace(old, new, 1), "hard_sigmoid.toml", *fragments, name="hard_sigmoid")
+    assert old in HARD_SIGMOID_FORWARD
+    spec_dir(tmp_path, HARD_SIGMOID, "hard_sigmoid_backward")
+    rejected(tmp_path, HARD_SIGMOID_FORWARD.replace(old, new, 1), "hard_sigmoid.toml", *fragments, name="hard_sigmoid")
 
 
 def test_backward_gradients_in_another_dtype_are_rejected(tmp_path):
     """A gradient must have its input's dtype (a bf16 input gets a bf16 gradient)."""
-    mixed = HARD_SIGMOID_BACKWARD + '\n[[dtypes]]\nsrc = "f16"\ndiff_dst = "bf16"\ndiff_src = "f32"\n'
+    mixed = HARD_SIGMOID + '\n[[dtypes]]\nsrc = "f16"\ndiff_dst = "bf16"\ndiff_src = "f32"\n'
     spec_dir(tmp_path, mixed, "hard_sigmoid_backward")
-    forward = HARD_SIGMOID.replace('src = "f16"\ndst = "f16"', 'src = "f16"\ndst = "bf16"')
+    forward = HARD_SIGMOID_FORWARD.replace('src = "f16"\ndst = "f16"', 'src = "f16"\ndst = "bf16"')
     rejected(tmp_path, forward, "backward.gradients.src", "another dtype", name="hard_sigmoid")
