@@ -244,7 +244,7 @@ def _torch_as_array(torch: Any, tensor: Any) -> np.ndarray:
 
 def _as_arrays(op: _Op, out: Any) -> Any:
     if not isinstance(out, tuple):
-        return as_array(out, op.spec.name, "out")
+        return as_array(out, op.spec.name, f"out ({op.spec.outputs[0].name})" if op.single else "out")
     return (
         tuple(as_array(x, op.spec.name, f"out ({t.name})") for x, t in zip(out, op.spec.outputs))
         + out[len(op.spec.outputs) :]
