@@ -140,6 +140,20 @@ opgen_status opgen_batch_norm_training_backward_with_workspace(const opgen_tenso
 opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size);
 opgen_status opgen_batch_norm_training_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
+/* opgen_hard_sigmoid: HardSigmoid: dst = max(0, min(1, alpha*src + beta)) (NaN stays NaN).
+ * (oneDNN Graph API, HardSigmoid)
+ *   src (input): Input tensor.
+ *   dst (output): Output tensor, of src's shape and dtype.
+ *   alpha (float): alpha in the formula. Arbitrary f32 value.
+ *   beta (float): beta in the formula. Arbitrary f32 value.
+ *   dtype combinations: src f32, dst f32; src f16, dst f16; src bf16, dst bf16
+ */
+opgen_status opgen_hard_sigmoid(const opgen_tensor *src, const opgen_tensor *dst, float alpha, float beta);
+opgen_status opgen_hard_sigmoid_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, float alpha, float beta, size_t *workspace_size);
+opgen_status opgen_hard_sigmoid_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, float alpha, float beta, void *workspace, size_t workspace_size);
+opgen_status opgen_hard_sigmoid_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, float alpha, float beta, void *workspace, size_t workspace_size);
+opgen_status opgen_hard_sigmoid_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
 /* opgen_hard_sigmoid_backward: Gradient of HardSigmoid: diff_src = diff_dst * alpha where 0 < alpha*src + beta < 1
  * (evaluated in f32), else 0.
  * (oneDNN Graph API, HardSigmoidBackward)
@@ -178,6 +192,18 @@ opgen_status opgen_prelu_backward_with_workspace(const opgen_tensor *src, const 
 opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *src_data, void *slope_data, void *diff_dst_data, void *diff_src_data, void *diff_slope_data, opgen_data_format data_format, void *workspace, size_t workspace_size);
 opgen_status opgen_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
+/* opgen_relu: ReLU: dst = src where src is positive, else 0 (NaN stays NaN).
+ * (oneDNN Graph API, ReLU)
+ *   src (input): Input tensor.
+ *   dst (output): Output tensor, of src's shape and dtype.
+ *   dtype combinations: src f32, dst f32; src f16, dst f16; src bf16, dst bf16
+ */
+opgen_status opgen_relu(const opgen_tensor *src, const opgen_tensor *dst);
+opgen_status opgen_relu_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, size_t *workspace_size);
+opgen_status opgen_relu_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, void *workspace, size_t workspace_size);
+opgen_status opgen_relu_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, void *workspace, size_t workspace_size);
+opgen_status opgen_relu_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
 /* opgen_relu_backward: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (oneDNN Graph API, ReLUBackward)
  *   src_or_dst (input): ReLU output (use_dst=True) or input (use_dst=False).
@@ -194,6 +220,18 @@ opgen_status opgen_relu_backward_with_workspace(const opgen_tensor *src_or_dst, 
 opgen_status opgen_relu_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
 opgen_status opgen_relu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
+/* opgen_sigmoid: Logistic sigmoid: dst = 1 / (1 + exp(-src)).
+ * (oneDNN Graph API, Sigmoid)
+ *   src (input): Input tensor.
+ *   dst (output): Output tensor, of src's shape and dtype.
+ *   dtype combinations: src f32, dst f32; src f16, dst f16; src bf16, dst bf16
+ */
+opgen_status opgen_sigmoid(const opgen_tensor *src, const opgen_tensor *dst);
+opgen_status opgen_sigmoid_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, size_t *workspace_size);
+opgen_status opgen_sigmoid_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, void *workspace, size_t workspace_size);
+opgen_status opgen_sigmoid_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, void *workspace, size_t workspace_size);
+opgen_status opgen_sigmoid_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
 /* opgen_sigmoid_backward: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src),
  * or s = dst when use_dst.
  * (oneDNN Graph API, SigmoidBackward)
@@ -209,6 +247,18 @@ opgen_status opgen_sigmoid_backward_workspace_size(const opgen_tensor *src_or_ds
 opgen_status opgen_sigmoid_backward_with_workspace(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, void *workspace, size_t workspace_size);
 opgen_status opgen_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
 opgen_status opgen_sigmoid_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_tanh: Hyperbolic tangent: dst = tanh(src).
+ * (oneDNN Graph API, Tanh)
+ *   src (input): Input tensor.
+ *   dst (output): Output tensor, of src's shape and dtype.
+ *   dtype combinations: src f32, dst f32; src f16, dst f16; src bf16, dst bf16
+ */
+opgen_status opgen_tanh(const opgen_tensor *src, const opgen_tensor *dst);
+opgen_status opgen_tanh_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, size_t *workspace_size);
+opgen_status opgen_tanh_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, void *workspace, size_t workspace_size);
+opgen_status opgen_tanh_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, void *workspace, size_t workspace_size);
+opgen_status opgen_tanh_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_tanh_backward: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when
  * use_dst.
@@ -363,6 +413,18 @@ void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT sr
 /* doubles of `workspace` batch_norm_training_backward_f16_f32_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
+/* hard_sigmoid_f32: HardSigmoid: dst = max(0, min(1, alpha*src + beta)) (NaN stays NaN).
+ * (src f32, dst f32; computed in double) */
+void hard_sigmoid_f32(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
+
+/* hard_sigmoid_f16: HardSigmoid: dst = max(0, min(1, alpha*src + beta)) (NaN stays NaN).
+ * (src f16, dst f16; computed in float) */
+void hard_sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+
+/* hard_sigmoid_bf16: HardSigmoid: dst = max(0, min(1, alpha*src + beta)) (NaN stays NaN).
+ * (src bf16, dst bf16; computed in double) */
+void hard_sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+
 /* hard_sigmoid_backward_f32: Gradient of HardSigmoid: diff_src = diff_dst * alpha where 0 < alpha*src + beta < 1 (evaluated in f32), else 0.
  * (src f32, diff_dst f32, diff_src f32; computed in float) */
 void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
@@ -441,6 +503,18 @@ void prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f1
 /* doubles of `workspace` prelu_backward_f16_full needs: none */
 int64_t prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
+/* relu_f32: ReLU: dst = src where src is positive, else 0 (NaN stays NaN).
+ * (src f32, dst f32; computed in float) */
+void relu_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+
+/* relu_f16: ReLU: dst = src where src is positive, else 0 (NaN stays NaN).
+ * (src f16, dst f16; computed in float) */
+void relu_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+
+/* relu_bf16: ReLU: dst = src where src is positive, else 0 (NaN stays NaN).
+ * (src bf16, dst bf16; computed in float) */
+void relu_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+
 /* relu_backward_f32: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in float) */
 void relu_backward_f32(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
@@ -452,6 +526,18 @@ void relu_backward_f16(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f
 /* relu_backward_bf16: Gradient of ReLU: diff_src = diff_dst where the ReLU input (or output) is positive, else 0.
  * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float) */
 void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+
+/* sigmoid_f32: Logistic sigmoid: dst = 1 / (1 + exp(-src)).
+ * (src f32, dst f32; computed in double) */
+void sigmoid_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+
+/* sigmoid_f16: Logistic sigmoid: dst = 1 / (1 + exp(-src)).
+ * (src f16, dst f16; computed in float) */
+void sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+
+/* sigmoid_bf16: Logistic sigmoid: dst = 1 / (1 + exp(-src)).
+ * (src bf16, dst bf16; computed in double) */
+void sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 
 /* sigmoid_backward_f32_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double; use_dst=true) */
@@ -476,6 +562,18 @@ void sigmoid_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
 /* sigmoid_backward_bf16_no_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
  * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude src_or_dst in [2^-149, 2^6) (diff_dst: any, multiplied in last), else in double; use_dst=false) */
 void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+
+/* tanh_f32: Hyperbolic tangent: dst = tanh(src).
+ * (src f32, dst f32; computed in double) */
+void tanh_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+
+/* tanh_f16: Hyperbolic tangent: dst = tanh(src).
+ * (src f16, dst f16; computed in float) */
+void tanh_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+
+/* tanh_bf16: Hyperbolic tangent: dst = tanh(src).
+ * (src bf16, dst bf16; computed in double) */
+void tanh_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 
 /* tanh_backward_f32_use_dst: Gradient of tanh: diff_src = diff_dst * (1 - t * t), with t = tanh(src), or t = dst when use_dst.
  * (src_or_dst f32, diff_dst f32, diff_src f32; computed in double; use_dst=true) */

@@ -712,6 +712,84 @@ int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, i
     return (5 + tiles * 2) * channels;
 }
 
+void hard_sigmoid_f32__baseline(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void hard_sigmoid_f32__avx2(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
+void hard_sigmoid_f32__avx512(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void hard_sigmoid_f32(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        hard_sigmoid_f32__avx512(src, alpha, beta, dst, count);
+        return;
+    case 2:
+        hard_sigmoid_f32__avx512(src, alpha, beta, dst, count);
+        return;
+    case 1:
+        hard_sigmoid_f32__avx2(src, alpha, beta, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    hard_sigmoid_f32__baseline(src, alpha, beta, dst, count);
+}
+
+void hard_sigmoid_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void hard_sigmoid_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+void hard_sigmoid_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void hard_sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        hard_sigmoid_f16__avx512(src, alpha, beta, dst, count);
+        return;
+    case 2:
+        hard_sigmoid_f16__avx512(src, alpha, beta, dst, count);
+        return;
+    case 1:
+        hard_sigmoid_f16__avx2(src, alpha, beta, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    hard_sigmoid_f16__baseline(src, alpha, beta, dst, count);
+}
+
+void hard_sigmoid_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void hard_sigmoid_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+void hard_sigmoid_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void hard_sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        hard_sigmoid_bf16__avx512(src, alpha, beta, dst, count);
+        return;
+    case 2:
+        hard_sigmoid_bf16__avx512(src, alpha, beta, dst, count);
+        return;
+    case 1:
+        hard_sigmoid_bf16__avx2(src, alpha, beta, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    hard_sigmoid_bf16__baseline(src, alpha, beta, dst, count);
+}
+
 void hard_sigmoid_backward_f32__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
 void hard_sigmoid_backward_f32__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
@@ -1096,6 +1174,84 @@ int64_t prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, 
     return 0;
 }
 
+void relu_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void relu_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+void relu_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void relu_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        relu_f32__avx512(src, dst, count);
+        return;
+    case 2:
+        relu_f32__avx512(src, dst, count);
+        return;
+    case 1:
+        relu_f32__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    relu_f32__baseline(src, dst, count);
+}
+
+void relu_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void relu_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+void relu_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void relu_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        relu_f16__avx512(src, dst, count);
+        return;
+    case 2:
+        relu_f16__avx512(src, dst, count);
+        return;
+    case 1:
+        relu_f16__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    relu_f16__baseline(src, dst, count);
+}
+
+void relu_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void relu_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+void relu_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void relu_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        relu_bf16__avx512(src, dst, count);
+        return;
+    case 2:
+        relu_bf16__avx512(src, dst, count);
+        return;
+    case 1:
+        relu_bf16__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    relu_bf16__baseline(src, dst, count);
+}
+
 void relu_backward_f32__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
 void relu_backward_f32__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
@@ -1172,6 +1328,84 @@ void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen
     }
 #endif
     relu_backward_bf16__baseline(src_or_dst, diff_dst, diff_src, count);
+}
+
+void sigmoid_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void sigmoid_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+void sigmoid_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void sigmoid_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        sigmoid_f32__avx512(src, dst, count);
+        return;
+    case 2:
+        sigmoid_f32__avx512(src, dst, count);
+        return;
+    case 1:
+        sigmoid_f32__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    sigmoid_f32__baseline(src, dst, count);
+}
+
+void sigmoid_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void sigmoid_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+void sigmoid_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        sigmoid_f16__avx512(src, dst, count);
+        return;
+    case 2:
+        sigmoid_f16__avx512(src, dst, count);
+        return;
+    case 1:
+        sigmoid_f16__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    sigmoid_f16__baseline(src, dst, count);
+}
+
+void sigmoid_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void sigmoid_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+void sigmoid_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        sigmoid_bf16__avx512(src, dst, count);
+        return;
+    case 2:
+        sigmoid_bf16__avx512(src, dst, count);
+        return;
+    case 1:
+        sigmoid_bf16__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    sigmoid_bf16__baseline(src, dst, count);
 }
 
 void sigmoid_backward_f32_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
@@ -1328,6 +1562,84 @@ void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
     }
 #endif
     sigmoid_backward_bf16_no_use_dst__baseline(src_or_dst, diff_dst, diff_src, count);
+}
+
+void tanh_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void tanh_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+void tanh_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void tanh_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        tanh_f32__avx512(src, dst, count);
+        return;
+    case 2:
+        tanh_f32__avx512(src, dst, count);
+        return;
+    case 1:
+        tanh_f32__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    tanh_f32__baseline(src, dst, count);
+}
+
+void tanh_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void tanh_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+void tanh_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void tanh_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        tanh_f16__avx512(src, dst, count);
+        return;
+    case 2:
+        tanh_f16__avx512(src, dst, count);
+        return;
+    case 1:
+        tanh_f16__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    tanh_f16__baseline(src, dst, count);
+}
+
+void tanh_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#if OPGEN_X86_DISPATCH
+void tanh_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+void tanh_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+
+void tanh_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        tanh_bf16__avx512(src, dst, count);
+        return;
+    case 2:
+        tanh_bf16__avx512(src, dst, count);
+        return;
+    case 1:
+        tanh_bf16__avx2(src, dst, count);
+        return;
+    default:
+        break;
+    }
+#endif
+    tanh_bf16__baseline(src, dst, count);
 }
 
 void tanh_backward_f32_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);

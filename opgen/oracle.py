@@ -25,6 +25,29 @@ def _channel_axis(rank: int, data_format: str) -> int:
     return 1 if data_format == "NCX" else rank - 1
 
 
+def relu(src):
+    x = _f64(src)
+    return np.where(np.isnan(x), x, np.maximum(x, 0.0))
+
+
+def sigmoid(src):
+    x = _f64(src)
+    with np.errstate(all="ignore"):
+        # 1 / (1 + e^-x) = (1 + tanh(x / 2)) / 2, written without the exp that overflows
+        return np.where(x >= 0, 0.5 + 0.5 * np.tanh(x / 2.0), np.exp(x) / (1.0 + np.exp(x)))
+
+
+def tanh(src):
+    return np.tanh(_f64(src))
+
+
+def hard_sigmoid(src, *, alpha, beta):
+    x = _f64(src)
+    with np.errstate(all="ignore"):
+        linear = x * float(np.float32(alpha)) + float(np.float32(beta))
+    return np.where(np.isnan(linear), linear, np.clip(linear, 0.0, 1.0))
+
+
 def relu_backward(src_or_dst, diff_dst, *, use_dst=True):
     x, dy = _f64(src_or_dst), _f64(diff_dst)
     return np.where(x > 0, dy, 0.0)

@@ -203,6 +203,21 @@ class Flag:
 
 
 @dataclass(frozen=True)
+class Backward:
+    """How a forward op's gradients come from its backward op (spec table [backward]).
+
+    inputs: (backward input, source kind, name), kind 'input' or 'output' (a forward tensor)
+    or 'gradient' (the gradient with respect to the forward output `name`); attributes:
+    (backward attribute, kind, value), kind 'attribute' (a forward attribute's name) or
+    'constant'; gradients: (forward input, the backward output that is its gradient)."""
+
+    op: str
+    inputs: tuple[tuple[str, str, str], ...]
+    attributes: tuple[tuple[str, str, Any], ...]
+    gradients: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     summary: str
@@ -224,6 +239,7 @@ class OpSpec:
     aclnn: str | None = None  # name of an aclnn-compatible API to generate (aclnn<Name>)
     # output -> its accuracy contract against the float64 oracle (ACCURACY), None: not stated
     accuracy: dict[str, str | None] = field(default_factory=dict)
+    backward: Backward | None = None  # the op giving this one's gradients, if any
 
     @property
     def layout_attribute(self) -> Attribute | None:
@@ -262,7 +278,10 @@ _TOP_KEYS = {
     "dtypes": True,
     "math": True,
     "accuracy": False,
+    "backward": False,
 }
+_BACKWARD_KEYS = {"op": True, "inputs": True, "attributes": False, "gradients": True}
+_GRADIENT_SOURCE = re.compile(r"grad\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _ATTRIBUTE_KEYS = {
     "name": True,
     "type": True,
@@ -440,15 +459,27 @@ def scan_specs(directory: Path, ops: list[str] | None = None) -> tuple[DTypeTabl
         unknown = [name for name in ops if name not in paths]
         if unknown:
             raise SpecError(f"--ops: no op named {', '.join(unknown)} (known: {', '.join(paths)})")
-        paths = {name: path for name, path in paths.items() if name in ops}
-    specs: list[OpSpec] = []
+    wanted = list(paths) if ops is None else list(ops)
+    specs: dict[str, OpSpec] = {}
     problems: list[str] = []
-    for path in paths.values():
+    while wanted:  # the asked-for ops, then the backward ops they name (their dependencies)
+        name = wanted.pop(0)
+        if name in specs or name not in paths:
+            continue
         try:
-            specs.append(load_spec(path, table))
+            spec = specs[name] = load_spec(paths[name], table)
         except SpecError as error:
             problems.append(str(error))
-    return table, sorted(specs, key=lambda s: s.name), problems
+            continue
+        if spec.backward is not None:
+            wanted.append(spec.backward.op)
+    for spec in specs.values():
+        if spec.backward is not None:
+            try:
+                _check_backward(spec, specs)
+            except SpecError as error:
+                problems.append(str(error))
+    return table, sorted(specs.values(), key=lambda s: s.name), problems
 
 
 class _Where:
@@ -535,10 +566,62 @@ class _SpecReader:
         self._check_roles(spec)
         specialized = self._check_math(spec)
         self._check_examples_and_domains(spec)
-        accuracy = self._accuracy(data.get("accuracy", {}), spec)
         return OpSpec(
-            **{**spec.__dict__, "specialized": specialized, "aclnn": self._aclnn(op, spec), "accuracy": accuracy}
+            **{
+                **spec.__dict__,
+                "specialized": specialized,
+                "aclnn": self._aclnn(op, spec),
+                "accuracy": self._accuracy(data.get("accuracy", {}), spec),
+                "backward": self._backward(data.get("backward"), spec),
+            }
         )
+
+    def _backward(self, raw: Any, spec: OpSpec) -> Backward | None:
+        """The [backward] table's own rules; the backward op it names is checked in load_specs."""
+        if raw is None:
+            return None
+        _check_keys(self.where, "backward", raw, _BACKWARD_KEYS)
+        op = _string(self.where, "backward.op", raw["op"])
+        if op == spec.name:
+            self.fail("backward.op", "an op cannot be its own backward op")
+        tensors = {t.name: "input" for t in spec.inputs} | {t.name: "output" for t in spec.outputs}
+        inputs = []
+        for name, source in self._table(raw["inputs"], "backward.inputs").items():
+            source = _string(self.where, f"backward.inputs.{name}", source)
+            gradient = _GRADIENT_SOURCE.fullmatch(source)
+            if gradient and gradient[1] in {t.name for t in spec.outputs}:
+                inputs.append((name, "gradient", gradient[1]))
+            elif source in tensors:
+                inputs.append((name, tensors[source], source))
+            else:
+                self.fail(
+                    f"backward.inputs.{name}",
+                    f"'{source}' is not an input or output of {spec.name}, nor grad(<output>)",
+                )
+        attributes = []
+        own = {a.name for a in spec.attributes}
+        for name, value in self._table(raw.get("attributes", {}), "backward.attributes").items():
+            if isinstance(value, str):
+                if value not in own:
+                    self.fail(f"backward.attributes.{name}", f"'{value}' is not an attribute of {spec.name}")
+                attributes.append((name, "attribute", value))
+            elif isinstance(value, (bool, int, float)):
+                attributes.append((name, "constant", value))
+            else:
+                self.fail(f"backward.attributes.{name}", "must be an attribute's name, a bool or a number")
+        gradients = []
+        for name, output in self._table(raw["gradients"], "backward.gradients").items():
+            if name not in {t.name for t in spec.inputs}:
+                self.fail(f"backward.gradients.{name}", f"'{name}' is not an input of {spec.name}")
+            gradients.append((name, _string(self.where, f"backward.gradients.{name}", output)))
+        if not gradients:
+            self.fail("backward.gradients", "at least one input's gradient is needed")
+        return Backward(op, tuple(inputs), tuple(attributes), tuple(gradients))
+
+    def _table(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(key, "must be a table")
+        return value
 
     def _aclnn(self, op: dict[str, Any], spec: OpSpec) -> str | None:
         name = op.get("aclnn")
@@ -905,6 +988,62 @@ def default_accuracy(spec: OpSpec, output: str) -> str | None:
     if spec.pattern != "reduce_then_apply" and spec.tensor(output).kind == "tensor":
         return "ulp"
     return None
+def _check_backward(spec: OpSpec, specs: dict[str, OpSpec]) -> None:
+    """The [backward] table of `spec` against the op it names: every name exists, every
+    required input and attribute is given, and each dtype row of `spec` maps to a row of the
+    backward op whose gradients have the dtypes of the inputs they belong to."""
+    where = _Where(Path(spec.path))
+    pairing = spec.backward
+    assert pairing is not None
+    backward = specs.get(pairing.op)
+    if backward is None:
+        where.fail("backward.op", f"'{pairing.op}' is not an op of this spec directory")
+    inputs = {t.name: t for t in backward.inputs}
+    for name, _, _ in pairing.inputs:
+        if name not in inputs:
+            where.fail(f"backward.inputs.{name}", f"'{name}' is not an input of {backward.name}")
+    given = {name for name, _, _ in pairing.inputs}
+    for tensor in backward.inputs:
+        if not tensor.optional and tensor.name not in given:
+            where.fail("backward.inputs", f"{backward.name}'s input '{tensor.name}' is not given")
+    _check_backward_attributes(where, spec, backward)
+    outputs = {t.name for t in backward.outputs}
+    for name, output in pairing.gradients:
+        if output not in outputs:
+            where.fail(f"backward.gradients.{name}", f"'{output}' is not an output of {backward.name}")
+    for index, row in enumerate(spec.dtypes):
+        wanted = {name: row[source] for name, _, source in pairing.inputs}
+        found = [r for r in backward.dtypes if all(r[n] == d for n, d in wanted.items())]
+        if not found:
+            where.fail(f"dtypes[{index}]", f"{backward.name} has no dtype row with {wanted}")
+        for name, output in pairing.gradients:
+            if all(r[output] != row[name] for r in found):
+                where.fail(
+                    f"backward.gradients.{name}", f"{backward.name} gives {output} in another dtype than {name}'s"
+                )
+
+
+def _check_backward_attributes(where: _Where, spec: OpSpec, backward: OpSpec) -> None:
+    assert spec.backward is not None
+    attributes = {a.name: a for a in backward.attributes}
+    own = {a.name: a for a in spec.attributes}
+    for name, kind, value in spec.backward.attributes:
+        key = f"backward.attributes.{name}"
+        if name not in attributes:
+            where.fail(key, f"'{name}' is not an attribute of {backward.name}")
+        target = attributes[name]
+        if kind == "constant":
+            problem = check_attribute_value(target, value)
+            if problem:
+                where.fail(key, problem)
+        elif (own[value].type, own[value].allowed) != (target.type, target.allowed) and not (
+            target.type == "string" and set(own[value].allowed) <= set(target.allowed)
+        ):
+            where.fail(key, f"'{value}' ({own[value].type}) does not fit {backward.name}'s {name} ({target.type})")
+    given = {name for name, _, _ in spec.backward.attributes}
+    for attribute in backward.attributes:
+        if attribute.required and attribute.name not in given:
+            where.fail("backward.attributes", f"{backward.name}'s attribute '{attribute.name}' is not given")
 
 
 def check_attribute_value(attribute: Attribute, value: Any) -> str | None:

@@ -70,7 +70,11 @@ class Checked:
                 arrays[tensor.name] = None
                 continue
             if not isinstance(value, np.ndarray):
-                self.fail(TypeError, tensor.name, f"must be a NumPy array, not {type(value).__name__}")
+                self.fail(
+                    TypeError,
+                    tensor.name,
+                    f"must be a NumPy array or an object with __dlpack__, not {type(value).__name__}",
+                )
             self._check_array(tensor.name, value)
             arrays[tensor.name] = value
         # every given array obeys the rules (self.given); an input the spec ignores without its

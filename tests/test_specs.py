@@ -334,3 +334,53 @@ def test_dtype_table_without_line_writers_stores_blocks_directly(tmp_path):
     bundled = render_library(BUNDLED_SPECS).files["prelu_backward.c"]
     assert "opgen_lines_f32_put(&diff_slope_lines, diff_slope + index" in bundled
     assert "opgen_store_block_f32(diff_src + index" in bundled
+
+
+HARD_SIGMOID_FORWARD = (BUNDLED_SPECS / "hard_sigmoid.toml").read_text()
+
+
+def test_the_bundled_forward_ops_name_their_backward_ops():
+    _, specs = load_specs(BUNDLED_SPECS)
+    pairs = {s.name: s.backward.op for s in specs if s.backward is not None}
+    assert pairs == {name: f"{name}_backward" for name in ("relu", "sigmoid", "tanh", "hard_sigmoid")}
+
+
+@pytest.mark.parametrize(
+    "old,new,fragments",
+    [
+        ('op = "hard_sigmoid_backward"', 'op = "hard_sigmoid_backwards"', ["backward.op", "not an op of this"]),
+        ('op = "hard_sigmoid_backward"', 'op = "hard_sigmoid"', ["backward.op", "its own backward"]),
+        ('src = "src"\n', 'src = "source"\n', ["backward.inputs.src", "'source' is not an input or output"]),
+        ('diff_dst = "grad(dst)"', 'diff_dst = "grad(src)"', ["backward.inputs.diff_dst", "grad(<output>)"]),
+        ('diff_dst = "grad(dst)"', 'diff_dist = "grad(dst)"', ["backward.inputs.diff_dist", "not an input of"]),
+        ('src = "src"\n', "", ["backward.inputs", "input 'src' is not given"]),
+        ('alpha = "alpha"', 'alpha = "gamma"', ["backward.attributes.alpha", "not an attribute of hard_sigmoid"]),
+        ('alpha = "alpha"', 'alpha = "inf"', ["backward.attributes.alpha", "not an attribute"]),
+        ('alpha = "alpha"', "alpha = 1e39", ["backward.attributes.alpha", "outside the f32 range"]),
+        ('alpha = "alpha"', "alpha = true", ["backward.attributes.alpha", "must be a number"]),
+        ('alpha = "alpha"', "alpha = [1]", ["backward.attributes.alpha", "an attribute's name, a bool or a number"]),
+        ('alpha = "alpha"', 'gamma = "alpha"', ["backward.attributes.gamma", "not an attribute of hard_sigmoid_b"]),
+        ('beta = "beta"\n', "", ["backward.attributes", "attribute 'beta' is not given"]),
+        ('{ src = "diff_src" }', '{ dst = "diff_src" }', ["backward.gradients.dst", "not an input of"]),
+        ('{ src = "diff_src" }', '{ src = "diff_dst" }', ["backward.gradients.src", "not an output of"]),
+        ('{ src = "diff_src" }', "{}", ["backward.gradients", "at least one"]),
+        ("gradients =", "gradient =", ["backward.gradient", "unknown key"]),
+        (
+            '[[dtypes]]\nsrc = "bf16"\ndst = "bf16"',
+            '[[dtypes]]\nsrc = "bf16"\ndst = "f16"',
+            ["dtypes[2]", "no dtype row"],
+        ),
+    ],
+)
+def test_backward_table_violations_name_file_and_key(tmp_path, old, new, fragments):
+    assert old in HARD_SIGMOID_FORWARD
+    spec_dir(tmp_path, HARD_SIGMOID, "hard_sigmoid_backward")
+    rejected(tmp_path, HARD_SIGMOID_FORWARD.replace(old, new, 1), "hard_sigmoid.toml", *fragments, name="hard_sigmoid")
+
+
+def test_backward_gradients_in_another_dtype_are_rejected(tmp_path):
+    """A gradient must have its input's dtype (a bf16 input gets a bf16 gradient)."""
+    mixed = HARD_SIGMOID + '\n[[dtypes]]\nsrc = "f16"\ndiff_dst = "bf16"\ndiff_src = "f32"\n'
+    spec_dir(tmp_path, mixed, "hard_sigmoid_backward")
+    forward = HARD_SIGMOID_FORWARD.replace('src = "f16"\ndst = "f16"', 'src = "f16"\ndst = "bf16"')
+    rejected(tmp_path, forward, "backward.gradients.src", "another dtype", name="hard_sigmoid")
