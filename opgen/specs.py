@@ -988,6 +988,8 @@ def default_accuracy(spec: OpSpec, output: str) -> str | None:
     if spec.pattern != "reduce_then_apply" and spec.tensor(output).kind == "tensor":
         return "ulp"
     return None
+
+
 def _check_backward(spec: OpSpec, specs: dict[str, OpSpec]) -> None:
     """The [backward] table of `spec` against the op it names: every name exists, every
     required input and attribute is given, and each dtype row of `spec` maps to a row of the
