@@ -24,7 +24,6 @@ import random
 import shutil
 import sys
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from opgen import accuracy, expr
 from opgen.render import BUNDLED_SPECS, render_library
 from opgen.specs import LAYOUTS, OpSpec, SpecError, load_specs
 
 SPEC_FILES = sorted(p for p in BUNDLED_SPECS.glob("*.toml") if p.name != "dtypes.toml")
 FORMS = ["per_channel", "per_tensor", "trailing", "numpy", "single", "channel_count", "to_reference"]
-NUMPY_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "tanh": np.tanh,
-    "abs": np.abs,
-    "min": np.fmin,  # C's fmin/fmax: a NaN operand gives the other
-    "max": np.fmax,
-}
 
 
 # --- writing a spec back as TOML ---------------------------------------------------
@@ -68,28 +59,35 @@ def _toml_value(value: Any) -> str:
     raise TypeError(type(value))
 
 
+def _table(name: str, table: dict[str, Any], lines: list[str]) -> None:
+    """`[name]` with the scalars of `table`, then its sub-tables as `[name.key]`."""
+    lines.append(f"[{name}]")
+    lines += [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    for key, value in table.items():
+        if isinstance(value, dict):
+            _table(f"{name}.{key}", value, lines)
+
+
 def to_toml(data: dict[str, Any]) -> str:
-    """The spec's TOML text (tables of scalars, arrays of tables, and math's nested tables)."""
-    lines: list[str] = []
+    """The spec's TOML text: top-level scalars, tables (nested ones included), arrays of tables."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, (dict, list))]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in data.items() if isinstance(v, list) and not v]
     for key, value in data.items():
-        if isinstance(value, dict) and key == "math":
-            for section, entries in value.items():
-                lines.append(f"[math.{section}]")
-                lines += (
-                    [f"{name} = {_toml_value(text)}" for name, text in entries.items()]
-                    if isinstance(entries, dict)
-                    else [f"# {section} is not a table"]
-                )
-        elif isinstance(value, dict):
-            lines.append(f"[{key}]")
-            lines += [f"{k} = {_toml_value(v)}" for k, v in value.items()]
-        elif isinstance(value, list) and all(isinstance(v, dict) for v in value) and value:
+        if isinstance(value, dict):
+            _table(key, value, lines)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             for entry in value:
                 lines.append(f"[[{key}]]")
                 lines += [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
-        else:
+        elif isinstance(value, list) and value:
             lines.insert(0, f"{key} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"
+
+
+def spec_files(path: Path) -> list[Path]:
+    """The spec at `path` and the specs it needs (the backward op its [backward] table names)."""
+    backward = tomllib.loads(path.read_text()).get("backward", {}).get("op")
+    return [path] + ([path.with_name(f"{backward}.toml")] if backward else [])
 
 
 # --- mutations ----------------------------------------------------------------------
@@ -120,7 +118,7 @@ def _mutate_expression(text: str, rng: random.Random, names: list[str]) -> str:
     elif choice == 2 and isinstance(node, ast.Constant):
         node.value = constant.value
     elif choice == 3:
-        function = rng.choice(list(NUMPY_FUNCTIONS))
+        function = rng.choice(list(expr.FUNCTIONS))
         arguments = [copy.deepcopy(node)] + ([name] if function in ("min", "max") else [])
         replacement: ast.expr = ast.Call(ast.Name(function, ast.Load()), arguments, [])
         return ast.unparse(_replace(tree, node, replacement))
@@ -206,14 +204,17 @@ def mutate(data: dict[str, Any], rng: random.Random, edits: int) -> dict[str, An
                 entry[rng.choice(list(entry))] = rng.choice(["f32", "f16", "bf16", "f64"])
             elif choice == 5:
                 entry.pop(field_name, None)
+            elif (value := _value_for(field_name, rng, names)) is None:
+                entry.pop(field_name, None)
             else:
-                entry[field_name] = _value_for(field_name, rng, names)
+                entry[field_name] = value
         else:
             key = rng.choice(["pattern", "layout", "min_rank", "max_rank", "compute", "reference", "summary"])
-            if rng.randrange(4) == 0:
+            value = _value_for(key, rng, names)
+            if rng.randrange(4) == 0 or value is None:
                 data["op"].pop(key, None)
             else:
-                data["op"][key] = _value_for(key, rng, names)
+                data["op"][key] = value
     return data
 
 
@@ -221,47 +222,12 @@ def mutate(data: dict[str, Any], rng: random.Random, edits: int) -> dict[str, An
 
 
 def evaluate(tree: ast.expr, env: dict[str, Any], dtype: type) -> Any:
-    """The expression over NumPy values, each operation rounded to `dtype` (IEEE: 0/0 is NaN)."""
-
-    def walk(node: ast.expr) -> Any:
-        if isinstance(node, ast.Constant):
-            return dtype(node.value)
-        if isinstance(node, ast.Name):
-            value = env[node.id]
-            return value if isinstance(value, (bool, np.bool_)) else np.asarray(value).astype(dtype)
-        if isinstance(node, ast.BinOp):
-            left, right = walk(node.left), walk(node.right)
-            operation = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply, ast.Div: np.divide}
-            return operation[type(node.op)](left, right, dtype=dtype)
-        if isinstance(node, ast.UnaryOp):
-            operand = walk(node.operand)
-            return np.logical_not(operand) if isinstance(node.op, ast.Not) else np.negative(operand)
-        if isinstance(node, ast.Compare):
-            result: Any = True
-            left = walk(node.left)
-            for operator, comparator in zip(node.ops, node.comparators):
-                right = walk(comparator)
-                compare = {ast.Lt: np.less, ast.LtE: np.less_equal, ast.Gt: np.greater, ast.GtE: np.greater_equal}
-                compare |= {ast.Eq: np.equal, ast.NotEq: np.not_equal}
-                result = np.logical_and(result, compare[type(operator)](left, right))
-                left = right
-            return result
-        if isinstance(node, ast.BoolOp):
-            values = [walk(v) for v in node.values]
-            combine = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
-            result = values[0]
-            for value in values[1:]:
-                result = combine(result, value)
-            return result
-        if isinstance(node, ast.IfExp):
-            return np.where(walk(node.test), walk(node.body), walk(node.orelse)).astype(dtype)
-        if isinstance(node, ast.Call):
-            function = NUMPY_FUNCTIONS[node.func.id]  # type: ignore[attr-defined]
-            return function(*(walk(a) for a in node.args)).astype(dtype)
-        raise ValueError(f"not in the spec language: {ast.dump(node)}")
-
+    """The expression over NumPy values, each operation rounded to `dtype` (its operands are of
+    `dtype`, and NumPy keeps a Python number's operation in the array's type)."""
+    values = {k: v if isinstance(v, (bool, np.bool_)) else np.asarray(v).astype(dtype) for k, v in env.items()}
     with np.errstate(all="ignore"):
-        return walk(tree)
+        result = accuracy.evaluate(tree, values)
+    return np.asarray(result).astype(dtype)
 
 
 def channel_axis(rank: int, layout: str) -> int:
@@ -419,11 +385,12 @@ def judge(got: np.ndarray, spec: OpSpec, call: Call, row: dict[str, str], name: 
     return None
 
 
-def run_mutant(directory: Path, seed: int) -> list[str]:
-    """Build the accepted spec in `directory` and run every dtype row and layout; the failures."""
+def run_mutant(directory: Path, name: str, seed: int) -> list[str]:
+    """Build the accepted spec `name` in `directory` and run every dtype row and layout; the failures."""
     import opgen
 
-    table, (spec,) = load_specs(directory)
+    table, specs = load_specs(directory)
+    spec = next(s for s in specs if s.name == name)
     library = opgen.load(directory)
     function = getattr(library, spec.name)
     rng = np.random.default_rng(seed)
@@ -463,7 +430,8 @@ def fuzz(work: Path, mutants: int, seed: int, build_limit: int, edits: int = 2) 
         path = rng.choice(SPEC_FILES)
         directory = work / f"mutant{index}"
         directory.mkdir(parents=True)
-        shutil.copy(BUNDLED_SPECS / "dtypes.toml", directory)
+        for needed in [BUNDLED_SPECS / "dtypes.toml", *spec_files(path)[1:]]:
+            shutil.copy(needed, directory)
         text = to_toml(mutate(originals[path], rng, rng.randint(1, edits)))
         (directory / path.name).write_text(text)
         try:
@@ -479,7 +447,7 @@ def fuzz(work: Path, mutants: int, seed: int, build_limit: int, edits: int = 2) 
             render_library(directory)
             if outcome.built < build_limit:
                 outcome.built += 1
-                outcome.failures += [f"mutant{index}: {f}" for f in run_mutant(directory, seed + index)]
+                outcome.failures += [f"mutant{index}: {f}" for f in run_mutant(directory, path.stem, seed + index)]
         except Exception as error:  # noqa: BLE001 - anything here is a broken promise, reported whole
             outcome.failures.append(f"mutant{index} ({path.name}): {type(error).__name__}: {error}\n{text}")
     return outcome

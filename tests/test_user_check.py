@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 import opgen
-from opgen.render import BUNDLED_SPECS, PACKAGE_ROOT
+from opgen import expr
+from opgen.bundle import PACKAGE
+from opgen.render import BUNDLED_SPECS
 from opgen.specs import SpecError, load_specs
 from tests.test_cli import LEAKY, run_cli
 
@@ -257,9 +259,10 @@ def test_an_accuracy_contract_names_an_output_and_a_known_kind(tmp_path):
 
 
 def test_check_and_accuracy_know_no_op_by_name():
-    names = [path.stem for path in BUNDLED_SPECS.glob("*.toml") if path.stem != "dtypes"]
+    # an op may share its name with a function of the spec language (tanh): that is not the op
+    names = [p.stem for p in BUNDLED_SPECS.glob("*.toml") if p.stem != "dtypes" and p.stem not in expr.FUNCTIONS]
     for module in ("check.py", "accuracy.py"):
-        text = (PACKAGE_ROOT / "opgen" / module).read_text()
+        text = (PACKAGE / module).read_text()
         named = [name for name in names if name in text]
         assert not named, f"opgen/{module} names {named}"
         assert not re.search(r"\bvariance\b|HardSigmoid", text), module
