@@ -462,10 +462,12 @@ def scan_specs(directory: Path, ops: list[str] | None = None) -> tuple[DTypeTabl
     wanted = list(paths) if ops is None else list(ops)
     specs: dict[str, OpSpec] = {}
     problems: list[str] = []
+    tried: set[str] = set()
     while wanted:  # the asked-for ops, then the backward ops they name (their dependencies)
         name = wanted.pop(0)
-        if name in specs or name not in paths:
+        if name in tried or name not in paths:
             continue
+        tried.add(name)
         try:
             spec = specs[name] = load_spec(paths[name], table)
         except SpecError as error:
@@ -565,6 +567,7 @@ class _SpecReader:
         )
         self._check_roles(spec)
         specialized = self._check_math(spec)
+        self._check_attributes_read(spec)
         self._check_examples_and_domains(spec)
         return OpSpec(
             **{
@@ -943,6 +946,17 @@ class _SpecReader:
                     "broadcast_reduce; in reduce_then_apply, one whose math.after is a sum's name)",
                 )
         return {name: raw.get(name, default_accuracy(spec, name)) for name in outputs}
+
+    def _check_attributes_read(self, spec: OpSpec) -> None:
+        """A string attribute changes what the op computes only as the layout (role = 'layout'):
+        the math cannot read strings, so any other would be taken from callers and ignored."""
+        for attribute in spec.attributes:
+            if attribute.type == "string" and attribute.role != "layout":
+                self.fail(
+                    f"attributes.{attribute.name}",
+                    "the math cannot read a string attribute, so it would change nothing "
+                    "(a string attribute is the layout, with role = 'layout')",
+                )
 
     def _parse(self, key: str, text: str, conditions: list[str] | None = None) -> Any:
         try:

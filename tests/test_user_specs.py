@@ -83,3 +83,17 @@ def test_mutated_specs_are_refused_cleanly_or_build_and_compute_their_math(tmp_p
     print(f"{MUTANTS} mutants: {outcome.refused} refused, {outcome.accepted} accepted, {outcome.built} built and run")
     assert outcome.failures == []
     assert outcome.built == min(BUILT, outcome.accepted) and outcome.built > 0
+
+
+def test_a_string_attribute_the_math_cannot_read_is_refused(tmp_path):
+    """An attribute the math cannot read (a string other than the layout, such as an axis
+    written as a name) loaded, built and was silently ignored: refused."""
+    directory = _edited(
+        tmp_path,
+        "hard_sigmoid_backward",
+        "[[attributes]]",
+        '[[attributes]]\nname = "axis"\ntype = "string"\nallowed = ["last", "first"]\ndefault = "last"\n'
+        'doc = "An axis the math cannot see."\n\n[[attributes]]',
+    )
+    with pytest.raises(SpecError, match=r"hard_sigmoid_backward\.toml: attributes\.axis: the math cannot read"):
+        load_specs(directory)
