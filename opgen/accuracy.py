@@ -1,6 +1,6 @@
 """The stated tolerances, as code: test data with edge values, ulp distances and error bounds.
 
-The test suite and `opgen check` both judge results with these (README, "Accuracy"):
+The test suite and `opgen check` both judge results with these (docs/numerics.md, "Accuracy"):
 - elementwise outputs: at most 1 ulp of the output dtype from the float64 oracle rounded to
   that dtype;
 - sums: 1 ulp of the output dtype + 2 n 2^-53 sum|terms| (n - 1 double additions in the

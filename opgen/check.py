@@ -179,7 +179,7 @@ def check_op(library: OpLibrary, spec: OpSpec, oracles: Any, seed: int) -> list[
                 if spec.layout_attribute:
                     kwargs[spec.layout_attribute.name] = layout
                 # BatchNorm computes diff_src in f32: inputs near the f32 limits overflow there
-                # (README, "Numerical behaviour"), so its data stays finite and away from them
+                # (docs/numerics.md), so its data stays finite and away from them
                 specials_list = ("finite",) if spec.pattern == "reduce_then_apply" else ("finite", "all")
                 for case, input_shapes in _cases(spec, layout):
                     for specials in specials_list:

@@ -1,6 +1,6 @@
 """Test data with edge values, and comparisons with stated tolerances.
 
-Tolerances (README, "Accuracy"):
+Tolerances (docs/numerics.md, "Accuracy"):
 - elementwise outputs: at most `ulps` units in the last place of the output dtype from the
   float64 oracle rounded to that dtype (ReLU, a pure selection: 0; everything else: 1);
 - sums: |got - exact| <= 1 ulp of the output dtype (the final double -> f32 -> dtype rounding)

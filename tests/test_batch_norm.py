@@ -139,7 +139,7 @@ def check_nonfinite(generator, row, layout, shape):
     expected = oracle.batch_norm_training_backward(
         src, diff_dst, mean, variance, epsilon=1e-3, data_format=layout, with_diff_gamma_beta=True
     )
-    # diff_src is computed in f32 from f32 per-channel values (README): where the oracle's value
+    # diff_src is computed in f32 from f32 per-channel values (docs/numerics.md): where the oracle's value
     # lies beyond the output dtype's range, or a channel's values (mean of diff_dst, centered
     # coefficient) lie beyond f32's, steps overflow and may meet (Inf - Inf, 0 * Inf: NaN)
     axis = channel_axis(4, layout)
