@@ -115,8 +115,10 @@ def _math() -> list[str]:
         "",
     ]
     for pattern, doc in specs.PATTERN_DOCS.items():
-        lines.append(f"- **`{pattern}`**: {doc} Sections: " + ", ".join(f"`{s}`" for s in specs._SECTIONS[pattern]))
-    lines.append("")
+        sections = ", ".join(f"`{s}`" for s in specs._SECTIONS[pattern])
+        lines += [f"### `{pattern}`", "", f"{doc} Sections, in order: {sections}.", ""]
+        lines += ["```toml", specs.PATTERN_EXAMPLES[pattern].rstrip("\n"), "```", ""]
+    lines += ["### Math sections", ""]
     lines += _keys("Math sections", "What each section computes and may read.", specs._SECTION_KEYS)[2:]
     return lines
 

@@ -549,6 +549,43 @@ PATTERN_DOCS = {
     "reduce_then_apply": "Per-channel sums over the reference, then a per-element pass that reads them (BatchNorm "
     "backward): `channel`, then `sums`, then `after`, then `elements`.",
 }
+# One worked `math` per pattern (docs/spec-language.md; tests/test_spec_docs.py loads each in
+# place of the math of a bundled op of the pattern).
+PATTERN_EXAMPLES = {
+    "elementwise": """\
+# sigmoid_backward: use_dst is a bool attribute, read as a condition
+[math.elements]
+decay = "exp(-abs(src_or_dst))"
+diff_src = "diff_dst * src_or_dst * (1 - src_or_dst) if use_dst else diff_dst * decay / ((1 + decay) * (1 + decay))"
+""",
+    "broadcast_reduce": """\
+# prelu_backward: slope is the channel input; diff_slope, a channel output like slope, is a sum
+[math.elements]
+diff_src = "diff_dst if src > 0 else slope * diff_dst"
+
+[math.sums]
+diff_slope = "0 if src > 0 else src * diff_dst"
+""",
+    "reduce_then_apply": """\
+# batch_norm_training_backward: mean, variance, gamma are per-channel inputs
+[math.channel]
+inv_std = "1 / sqrt(variance + epsilon)"
+
+[math.sums]
+sum_diff_dst = "diff_dst"
+sum_diff_dst_centered = "diff_dst * (src - mean)"
+
+[math.after]
+diff_beta = "sum_diff_dst"
+diff_gamma = "sum_diff_dst_centered * inv_std"
+scale = "gamma * inv_std"
+mean_diff_dst = "sum_diff_dst / count"
+centered_coefficient = "inv_std * inv_std * sum_diff_dst_centered / count"
+
+[math.elements]
+diff_src = "scale * (diff_dst - mean_diff_dst - (src - mean) * centered_coefficient)"
+""",
+}
 FORM_DOCS = {
     "per_channel": "1-D of the channel length, along the layout's channel axis.",
     "per_tensor": "1-D of length 1.",

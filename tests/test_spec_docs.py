@@ -55,6 +55,24 @@ def test_the_example_spec_loads(tmp_path):
     assert [spec.name for spec in loaded] == ["hard_sigmoid_backward"]
 
 
+@pytest.mark.parametrize(
+    ("pattern", "op"),
+    [
+        ("elementwise", "sigmoid_backward"),
+        ("broadcast_reduce", "prelu_backward"),
+        ("reduce_then_apply", "batch_norm_training_backward"),
+    ],
+)
+def test_each_worked_example_loads_in_place_of_a_bundled_ops_math(tmp_path, pattern, op):
+    assert set(specs.PATTERN_EXAMPLES) == set(specs.PATTERNS)
+    text = (BUNDLED_SPECS / f"{op}.toml").read_text()
+    shutil.copy(BUNDLED_SPECS / "dtypes.toml", tmp_path)
+    (tmp_path / f"{op}.toml").write_text(text[: text.index("[math.")] + specs.PATTERN_EXAMPLES[pattern])
+    _, loaded = specs.load_specs(tmp_path)
+    assert loaded[0].pattern == pattern
+    assert set(loaded[0].math) == set(specs._SECTIONS[pattern])
+
+
 def test_an_undocumented_key_is_refused_as_before(tmp_path):
     """The documented tables are what the loader checks: a key outside them is an error naming it."""
     shutil.copy(BUNDLED_SPECS / "dtypes.toml", tmp_path)
