@@ -116,7 +116,7 @@ def _math() -> list[str]:
     ]
     for pattern, doc in specs.PATTERN_DOCS.items():
         sections = ", ".join(f"`{s}`" for s in specs._SECTIONS[pattern])
-        lines += [f"### `{pattern}`", "", f"{doc} Sections, in order: {sections}.", ""]
+        lines += [f"### `{pattern}`", "", f"{doc} Sections: {sections}.", ""]
         lines += ["```toml", specs.PATTERN_EXAMPLES[pattern].rstrip("\n"), "```", ""]
     lines += ["### Math sections", ""]
     lines += _keys("Math sections", "What each section computes and may read.", specs._SECTION_KEYS)[2:]

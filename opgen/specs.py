@@ -509,7 +509,7 @@ _COMPUTE_TYPE_KEYS = {
     "literal_suffix": Key(True, "Suffix of a number literal in this type (`f` for float).", 'literal_suffix = "f"'),
     "math_suffix": Key(True, "Suffix of libm functions in this type (`expf`, `sqrtf`).", 'math_suffix = "f"'),
 }
-# Sections of `math` each pattern takes, in the order they run.
+# Sections of `math` each pattern takes.
 _SECTIONS = {
     "elementwise": ("elements",),
     "broadcast_reduce": ("elements", "sums"),
