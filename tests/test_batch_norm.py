@@ -220,6 +220,7 @@ def test_float_runs_that_overflow_are_summed_again(row, layout, shape):
     assert_within(got.diff_src, expected[0], row["diff_src"], src_bound, "overflowing run diff_src")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
 @pytest.mark.parametrize("channels", [300, 17, 24, 49, plan.SEGMENT_BYTES // 4 + 300])
 def test_nxc_tensors_past_the_caches(row, channels):
@@ -237,6 +238,7 @@ def test_nxc_tensors_past_the_caches(row, channels):
     check_threads_and_oracle(rng("bn past the caches", row, channels), row, shape, "NXC", (1, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
 def test_ncx_short_units_past_the_caches(row):
     """NCX tensors bigger than plan.STREAM_BYTES whose spatial units are shorter than

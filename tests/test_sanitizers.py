@@ -21,6 +21,8 @@ from opgen.compile import compiler
 from opgen.plan import BLOCK, CHANNEL_SPLIT, PARALLEL_THRESHOLD, STREAM_BYTES, TARGETS
 from opgen.render import render_library
 
+pytestmark = pytest.mark.slow  # builds every kernel under AddressSanitizer and UndefinedBehaviorSanitizer
+
 LIBRARY = render_library()
 API_CASES = Path(__file__).parent / "c" / "api_cases.c"
 B = BLOCK

@@ -196,7 +196,7 @@ def test_cmake_without_build_type_optimizes(vendored):
         pytest.skip("cmake is not installed (the test extra installs it)")
     build = vendored / "build_default"
     run(["cmake", "-S", str(vendored / "opgen"), "-B", str(build)])
-    flags = (build / "CMakeFiles" / "opgen_kernels.dir" / "flags.make").read_text()
+    flags = (build / "CMakeFiles" / "opgen_objects.dir" / "flags.make").read_text()
     c_flags = next(line for line in flags.splitlines() if line.startswith("C_FLAGS"))
     assert "-O3" in c_flags and "-ffp-contract=off" in c_flags, c_flags
 
