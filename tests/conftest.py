@@ -24,7 +24,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"OPGEN_TEST_SEED={SEED} (set OPGEN_TEST_SEED to repeat a run with another seed, or 'random')"
+    return f"OPGEN_TEST_SEED={SEED} (fixed unless set in the environment; 'random' draws one)"
 
 
 @pytest.hookimpl(wrapper=True)
