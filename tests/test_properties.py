@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +16,6 @@ import opgen
 from opgen import oracle
 from opgen.shapes import channel_axis
 from tests.helpers import assert_ulps, assert_within, data, float_run, sum_bound
-
-pytestmark = pytest.mark.slow  # hundreds of drawn examples per property
 
 SPECS = {s.name: s for s in opgen.bundled.specs}
 ELEMENTWISE = sorted(name for name, s in SPECS.items() if s.pattern == "elementwise")
