@@ -49,19 +49,26 @@ class ObjectBuilds:
     def _compile(self, command: list[str]) -> list[Path] | str:
         directory = self.root / hashlib.sha256("\0".join(command).encode()).hexdigest()[:16]
         directory.mkdir()
+        objects, failed = compile_each(command, sorted(self.sources.glob("*.c")), directory)
+        if failed is not None:
+            return f"{' '.join(failed.args)}\n{failed.stderr}"
+        return objects
 
-        def compile_one(source: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
-            target = directory / source.with_suffix(".o").name
-            run = [*command, "-c", str(source), "-o", str(target)]
-            return target, subprocess.run(run, capture_output=True, text=True, check=False)
 
-        sources = sorted(self.sources.glob("*.c"))
-        # largest first, so the long files do not end up last on one core
-        order = sorted(sources, key=lambda p: -p.stat().st_size)
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            results = dict(zip(order, pool.map(compile_one, order)))
-        for source in sources:
-            target, result = results[source]
-            if result.returncode != 0:
-                return f"{' '.join(command)} -c {source.name}\n{result.stderr}"
-        return [results[source][0] for source in sources]
+def compile_each(
+    command: list[str], sources: list[Path], directory: Path
+) -> tuple[list[Path], subprocess.CompletedProcess[str] | None]:
+    """Each of `sources` compiled with `command` (compiler and flags; -c and -o are added) into
+    `directory`, one process per core: the objects in the sources' order, and the first failed
+    compile in that order (None when every one succeeded)."""
+
+    def compile_one(source: Path) -> subprocess.CompletedProcess[str]:
+        run = [*command, "-c", str(source), "-o", str(directory / source.with_suffix(".o").name)]
+        return subprocess.run(run, capture_output=True, text=True, check=False)
+
+    # largest first, so the long files do not end up last on one core
+    order = sorted(sources, key=lambda p: -p.stat().st_size)
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = dict(zip(order, pool.map(compile_one, order)))
+    failed = next((results[source] for source in sources if results[source].returncode != 0), None)
+    return [directory / source.with_suffix(".o").name for source in sources], failed
