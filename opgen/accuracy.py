@@ -1,6 +1,6 @@
 """The stated tolerances, as code: test data with edge values, ulp distances and error bounds.
 
-The test suite and `opgen check` both judge results with these (README, "Accuracy"); each
+The test suite and `opgen check` both judge results with these (docs/numerics.md, "Accuracy"); each
 output's contract is stated by its spec (key `accuracy`, specs.ACCURACY), so no op is known
 here by name:
 - "exact" / "ulp": at most 0 / 1 ulp of the output dtype from the float64 oracle rounded to

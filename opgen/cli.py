@@ -1,4 +1,4 @@
-"""Command line: `opgen build`, `list`, `info`, `bench` and `check`."""
+"""Command line: `opgen build`, `list`, `info`, `bench`, `check` and `docs`."""
 
 from __future__ import annotations
 
@@ -149,6 +149,21 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if any(r.failure for r in results) else 0
 
 
+def _docs(args: argparse.Namespace) -> int:
+    from opgen import spec_docs
+
+    if args.check:
+        if spec_docs.stale():
+            print(f"{spec_docs.DOC_PATH} is stale: run `opgen docs`", file=sys.stderr)
+            return 1
+        print(f"{spec_docs.DOC_PATH} is current")
+        return 0
+    spec_docs.DOC_PATH.parent.mkdir(exist_ok=True)
+    spec_docs.DOC_PATH.write_text(spec_docs.render())
+    print(f"wrote {spec_docs.DOC_PATH}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="opgen", description="Generate, compile and list deep-learning kernels.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -181,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     checking.add_argument("--oracle", help="a Python file with one oracle function per op (default: opgen.oracle)")
     checking.add_argument("--seed", type=int, default=0, help="seed of the random data (default 0)")
     checking.set_defaults(run=_check)
+    docs = commands.add_parser("docs", help="write docs/spec-language.md from the spec loader's key tables")
+    docs.add_argument("--check", action="store_true", help="only say whether the file is current (exit 1 if not)")
+    docs.set_defaults(run=_docs)
     args = parser.parse_args(argv)
     try:
         status = args.run(args)

@@ -15,16 +15,27 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Collection, Mapping
+from typing import NamedTuple
 
-# name -> (arity, C name without the float/double suffix)
-FUNCTIONS: dict[str, tuple[int, str]] = {
-    "exp": (1, "opgen_exp"),  # opgen_internal.h: vectorizable, unlike libm's
-    "log": (1, "log"),
-    "sqrt": (1, "sqrt"),
-    "tanh": (1, "tanh"),
-    "abs": (1, "fabs"),
-    "min": (2, "fmin"),
-    "max": (2, "fmax"),
+
+class Function(NamedTuple):
+    """A function the math may call: its arity, its C name without the float/double suffix, and
+    what it computes (docs/spec-language.md is generated from these)."""
+
+    arity: int
+    c_name: str
+    doc: str
+
+
+FUNCTIONS: dict[str, Function] = {
+    # opgen_internal.h: vectorizable, unlike libm's
+    "exp": Function(1, "opgen_exp", "e**x, within 1 ulp of f32 (opgen's own, vectorizable)."),
+    "log": Function(1, "log", "Natural logarithm (libm)."),
+    "sqrt": Function(1, "sqrt", "Square root, one instruction (no errno)."),
+    "tanh": Function(1, "tanh", "Hyperbolic tangent (libm)."),
+    "abs": Function(1, "fabs", "Absolute value."),
+    "min": Function(2, "fmin", "The smaller of two numbers (C's fmin: a NaN operand gives the other)."),
+    "max": Function(2, "fmax", "The larger of two numbers (C's fmax: a NaN operand gives the other)."),
 }
 
 MAX_LENGTH = 4000  # characters in one expression

@@ -12,6 +12,7 @@ import math
 import numbers
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,11 @@ LAYOUTS = {"NCX": 1, "NXC": -1}  # layout -> channel axis of the reference tenso
 CHANNEL_FORMS = ("per_channel", "per_tensor", "trailing", "numpy", "single", "channel_count")
 TENSOR_FORMS = ("to_reference",)
 ATTRIBUTE_TYPES = ("bool", "f32", "string")
+ATTRIBUTE_TYPE_DOCS = {
+    "bool": "True or False; in the math a condition. One kernel variant per value when the math reads it.",
+    "f32": "A finite number that the kernels receive as an f32 (checked: it must not round to infinity).",
+    "string": 'One of the attribute\'s `allowed` strings (a C enum); with `role = "layout"` it picks the layout.',
+}
 MAX_RANK = 12  # dims of the C API's tensor descriptor (opgen_tensor)
 # Input domains (inputs.<name>.domain): the values an op is defined for; `opgen check` and the
 # tests draw that input's data from it.
@@ -98,6 +104,15 @@ _RESERVED = {
     "uint16_t",
     "uint32_t",
 }
+# Suffixes the generated C adds to a spec's names for its own variables, and the prefix of its own names.
+_RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data")
+_RESERVED_PREFIX = "opgen"
+RESERVED_DOC = (
+    "Names (of ops, attributes, inputs, outputs, flags, math entries and dtypes) are C identifiers of at most 63 "
+    "characters. Refused: C and Python keywords, C type names, the names below (used by the generated C or "
+    "Python), any name starting with `opgen`, and any name ending in `_value`, `_acc`, `_sums` or `_data` "
+    "(the generated C's own variables for a name)."
+)
 # The smallest magnitude that rounds to infinity in f32: max + half an ulp.
 _F32_OVERFLOW = expr.F32_OVERFLOW
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -256,77 +271,414 @@ class OpSpec:
         return next(t for t in (*self.inputs, *self.outputs) if t.name == name)
 
 
-# Keys each table may hold: name -> required?
+@dataclass(frozen=True)
+class Key:
+    """One key of a spec or dtype-table table: whether it must be given, what it means, and a
+    TOML example of it. docs/spec-language.md is generated from these (`opgen docs`)."""
+
+    required: bool
+    doc: str
+    example: str
+
+
+# Keys each table may hold.
 _OP_KEYS = {
-    "name": True,
-    "summary": True,
-    "source": True,
-    "pattern": True,
-    "compute": False,
-    "reference": False,
-    "layout": False,
-    "min_rank": False,
-    "max_rank": False,
-    "aclnn": False,
+    "name": Key(
+        True,
+        "The op's name: the Python function, the C entry points (`opgen_<name>`) and the file name (`<name>.toml`) "
+        "all take it.",
+        'name = "prelu_backward"',
+    ),
+    "summary": Key(
+        True,
+        "One sentence saying what the op computes; it heads the Python function's docstring.",
+        'summary = "Gradient of ReLU: diff_src = diff_dst where src > 0, else 0."',
+    ),
+    "source": Key(
+        True,
+        "The document the op follows (its call shape, dtype table and edge cases).",
+        'source = "oneDNN Graph API, ReLUBackward"',
+    ),
+    "pattern": Key(
+        True,
+        "The loop structure, one of `elementwise`, `broadcast_reduce`, `reduce_then_apply` (see Patterns and math "
+        "sections).",
+        'pattern = "broadcast_reduce"',
+    ),
+    "compute": Key(
+        False,
+        '`"normal"` (default): the math runs in the dtype row\'s `compute` type; `"wide"`: in its `wide_compute` type'
+        " (double for f32 and bf16 data), for math with several roundings per element that must stay within 1 ulp.",
+        'compute = "wide"',
+    ),
+    "reference": Key(
+        False,
+        "The tensor input whose shape every tensor operand has and that broadcast forms and layouts refer to; "
+        "default: the first input of kind `tensor`. It cannot itself broadcast.",
+        'reference = "src"',
+    ),
+    "layout": Key(
+        False,
+        "A fixed layout, `NCX` (channel is dim 1) or `NXC` (channel is the last dim), for an op with channel operands"
+        " and no layout attribute. Elementwise ops take none.",
+        'layout = "NCX"',
+    ),
+    "min_rank": Key(False, f"The smallest rank the reference may have (0..{MAX_RANK}; default 0).", "min_rank = 2"),
+    "max_rank": Key(
+        False,
+        f"The largest rank the reference may have (0..{MAX_RANK}; default {MAX_RANK}, the dims an `opgen_tensor` "
+        f"holds).",
+        "max_rank = 8",
+    ),
+    "aclnn": Key(
+        False,
+        "Also generate an Ascend CANN-compatible API `aclnn<aclnn>GetWorkspaceSize` / `aclnn<aclnn>` "
+        "(`opgen_aclnn.h`). CamelCase; the op takes tensors only, and every dtype of its table needs an `acl_name`.",
+        'aclnn = "PreluBackward"',
+    ),
 }
 _TOP_KEYS = {
-    "op": True,
-    "attributes": False,
-    "inputs": True,
-    "outputs": True,
-    "flags": False,
-    "dtypes": True,
-    "math": True,
-    "accuracy": False,
-    "backward": False,
+    "op": Key(True, "The op itself: the table of `op` keys below.", '[op]\nname = "relu_backward"'),
+    "attributes": Key(
+        False,
+        "Non-tensor arguments, keyword-only in Python, in the C call after the tensors; an array of tables.",
+        '[[attributes]]\nname = "epsilon"\ntype = "f32"\ndoc = "Added to the variance."',
+    ),
+    "inputs": Key(
+        True,
+        "The tensor inputs in the document's order (the positional arguments); an array of tables.",
+        '[[inputs]]\nname = "src"\ndoc = "The forward input."',
+    ),
+    "outputs": Key(
+        True,
+        "The outputs in the document's order (a multi-output op returns a named tuple); an array of tables.",
+        '[[outputs]]\nname = "diff_src"\ndoc = "Gradient with respect to src."',
+    ),
+    "flags": Key(
+        False,
+        "Keywords that request optional outputs (Python: `None` means requested when their input is given); an array "
+        "of tables.",
+        '[[flags]]\nname = "with_diff_gamma_beta"\ndefault_if_given = "gamma"\ndoc = "Compute diff_gamma and '
+        'diff_beta."',
+    ),
+    "dtypes": Key(
+        True,
+        "The dtype combinations the op accepts, one table per row of the document's table, naming the dtype of every "
+        "input and output.",
+        '[[dtypes]]\nsrc = "bf16"\ndiff_dst = "bf16"\ndiff_src = "bf16"',
+    ),
+    "math": Key(
+        True,
+        'The computation: one table per section of the pattern, each `name = "expression"` (see Patterns and math '
+        "sections).",
+        '[math.elements]\ndiff_src = "diff_dst if src > 0 else 0"',
+    ),
+    "accuracy": Key(
+        False,
+        'Each output\'s accuracy contract against the float64 oracle, `<output> = "<contract>"`: `exact` (the '
+        "oracle rounded to the output dtype), `ulp` (within 1 ulp of it), `sum` (1 ulp plus the bound of the sum's "
+        "accumulation, from its terms' magnitudes and count; only for an output that is one sum) or "
+        "`oracle:<function>` (1 ulp plus the bound that function of the oracle module computes). Defaults: `sum` for "
+        "an output that is one sum, `ulp` for elementwise and broadcast_reduce tensor outputs; `opgen check` asks for "
+        "the rest.",
+        '[accuracy]\ndiff_src = "ulp"\ndiff_slope = "sum"',
+    ),
+    "backward": Key(
+        False,
+        "The op of this spec directory that gives this op's gradients (keys in `[backward]` below): used for "
+        "autograd (`opgen.torch`); the loader checks the pairing against that op's spec.",
+        '[backward]\nop = "relu_backward"\ngradients = { src = "diff_src" }\n[backward.inputs]\n'
+        'src_or_dst = "dst"\ndiff_dst = "grad(dst)"\n[backward.attributes]\nuse_dst = true',
+    ),
 }
-_BACKWARD_KEYS = {"op": True, "inputs": True, "attributes": False, "gradients": True}
+_BACKWARD_KEYS = {
+    "op": Key(True, "The backward op's name (a spec of the same directory).", 'op = "relu_backward"'),
+    "inputs": Key(
+        True,
+        "Each backward input: a forward input's or output's name, or `grad(<output>)`, the gradient flowing into "
+        "that forward output.",
+        '[backward.inputs]\nsrc_or_dst = "dst"\ndiff_dst = "grad(dst)"',
+    ),
+    "attributes": Key(
+        False,
+        "Each backward attribute: a forward attribute's name, or a constant (bool or number).",
+        "[backward.attributes]\nuse_dst = true",
+    ),
+    "gradients": Key(
+        True,
+        "Each forward input that has a gradient: the backward output that gives it (of that input's dtype).",
+        '[backward.gradients]\nsrc = "diff_src"',
+    ),
+}
 _GRADIENT_SOURCE = re.compile(r"grad\(([A-Za-z_][A-Za-z0-9_]*)\)")
 _ATTRIBUTE_KEYS = {
-    "name": True,
-    "type": True,
-    "doc": True,
-    "default": False,
-    "allowed": False,
-    "minimum_exclusive": False,
-    "role": False,
-    "example": False,
+    "name": Key(True, "The attribute's name: a C identifier, not reserved.", 'name = "alpha"'),
+    "type": Key(
+        True,
+        "`bool`, `f32` or `string`. A bool the math reads is fixed when the kernels are generated (one variant per "
+        "value); a string is one of `allowed`.",
+        'type = "f32"',
+    ),
+    "doc": Key(
+        True, "What the attribute means; shown by `help()` and in `opgen.h`.", 'doc = "Slope of the linear part."'
+    ),
+    "default": Key(
+        False,
+        "The value when the caller gives none; without it the attribute is required. Checked as a call's value would "
+        "be.",
+        "default = true",
+    ),
+    "allowed": Key(
+        False,
+        "The values of a string attribute (required for one, refused for the others).",
+        'allowed = ["NCX", "NXC"]',
+    ),
+    "minimum_exclusive": Key(
+        False,
+        "For an f32 attribute: values must exceed this, compared after rounding to f32.",
+        "minimum_exclusive = 0.0",
+    ),
+    "role": Key(
+        False,
+        "`layout`: this string attribute picks the layout; its `allowed` values are among NCX and NXC. At most one "
+        "per op.",
+        'role = "layout"',
+    ),
+    "example": Key(
+        False,
+        "A valid value (checked as a default is) that `opgen check` and the tests call the op with, ahead of the "
+        "default.",
+        "example = 0.5",
+    ),
 }
 _INPUT_KEYS = {
-    "name": True,
-    "doc": True,
-    "kind": False,
-    "optional": False,
-    "default": False,
-    "ignored_unless": False,
-    "broadcast": False,
-    "domain": False,
+    "name": Key(
+        True, "The input's name: a C identifier, not reserved, not ending in a reserved suffix.", 'name = "diff_dst"'
+    ),
+    "doc": Key(
+        True, "What the input is; shown by `help()` and in `opgen.h`.", 'doc = "Gradient with respect to the output."'
+    ),
+    "kind": Key(
+        False,
+        "`tensor` (default): the reference's shape (or broadcast to it with `to_reference`); `channel`: a per-channel"
+        " operand, broadcast along the reference by one of its `broadcast` forms.",
+        'kind = "channel"',
+    ),
+    "optional": Key(
+        False, "A channel input the caller may leave out (`None`); it then takes `default`.", "optional = true"
+    ),
+    "default": Key(
+        False,
+        "The value of an optional input when it is absent (a number the kernels' C holds as a literal).",
+        "default = 1.0",
+    ),
+    "ignored_unless": Key(
+        False,
+        "A flag: when that flag is off, the input is taken as its `default` even if given (a given one must still be "
+        "valid).",
+        'ignored_unless = "with_diff_gamma_beta"',
+    ),
+    "broadcast": Key(
+        False,
+        "The shapes the input may take, tried in order; the first that fits is used (see Broadcast forms). Required "
+        "for a channel input.",
+        'broadcast = ["per_channel", "per_tensor"]',
+    ),
+    "domain": Key(
+        False,
+        "The values the op is defined for: `positive` or `nonnegative`; `opgen check` and the tests draw this "
+        "input's data from it. Left out: any value.",
+        'domain = "nonnegative"',
+    ),
 }
-_OUTPUT_KEYS = {"name": True, "doc": True, "kind": False, "like": False, "requested_by": False}
-_FLAG_KEYS = {"name": True, "doc": True, "default_if_given": True}
+_OUTPUT_KEYS = {
+    "name": Key(True, "The output's name: a C identifier, not reserved; the math defines it.", 'name = "diff_slope"'),
+    "doc": Key(
+        True, "What the output is; shown by `help()` and in `opgen.h`.", 'doc = "Gradient with respect to slope."'
+    ),
+    "kind": Key(
+        False,
+        "`tensor` (default): the reference's shape, defined in `math.elements`; `channel`: a reduction, defined in "
+        "`math.sums` (broadcast_reduce) or `math.after` (reduce_then_apply).",
+        'kind = "channel"',
+    ),
+    "like": Key(
+        False, "For a channel output: the channel input whose shape (and broadcast form) it takes.", 'like = "slope"'
+    ),
+    "requested_by": Key(
+        False,
+        "A flag: the output is computed only when the flag is on (else `None`, and NULL from C).",
+        'requested_by = "with_diff_gamma_beta"',
+    ),
+}
+_FLAG_KEYS = {
+    "name": Key(
+        True,
+        "The flag's name (a keyword argument in Python; true or false, or `None`).",
+        'name = "with_diff_gamma_beta"',
+    ),
+    "doc": Key(True, "What the flag requests.", 'doc = "Compute diff_gamma and diff_beta (both or neither)."'),
+    "default_if_given": Key(
+        True,
+        "An optional input: when the caller leaves the flag `None`, it is on exactly when that input is given.",
+        'default_if_given = "gamma"',
+    ),
+}
 _DTYPE_KEYS = {
-    "c_type": True,
-    "numpy": True,
-    "load": True,
-    "store": True,
-    "load_block": True,
-    "store_block": True,
-    "load_part": True,
-    "store_part": True,
-    "compute": True,
-    "wide_compute": True,
-    "accumulate": True,
-    "mantissa_bits": True,
-    "min_exponent": True,
-    "line_writer": False,
-    "line_writer_cheap": False,
-    "acl_name": False,
-    "acl_value": False,
+    "c_type": Key(
+        True, "C type of one stored element (`opgen_f16`/`opgen_bf16` hold the raw bits).", 'c_type = "opgen_bf16"'
+    ),
+    "numpy": Key(True, "NumPy dtype name (`bfloat16` is `ml_dtypes.bfloat16`).", 'numpy = "bfloat16"'),
+    "load": Key(
+        True,
+        "C expression converting one element to `float`; `{}` is the operand, exactly once.",
+        'load = "opgen_bf16_to_f32({})"',
+    ),
+    "store": Key(
+        True,
+        "C expression converting one `float` to the dtype; `{}` is the operand, exactly once.",
+        'store = "opgen_f32_to_bf16({})"',
+    ),
+    "load_block": Key(
+        True,
+        "C function converting a block of `OPGEN_BLOCK` elements to `float`, `(out, in, ahead)`; it also prefetches "
+        "the line `ahead` bytes past `in`.",
+        'load_block = "opgen_load_block_bf16"',
+    ),
+    "store_block": Key(
+        True,
+        "C function storing a `float` block in the dtype, `(out, in, stream)`.",
+        'store_block = "opgen_store_block_bf16"',
+    ),
+    "load_part": Key(
+        True,
+        "C function loading the first `count` (< `OPGEN_BLOCK`) elements into a `float` block, the other lanes 0: a "
+        "row's tail.",
+        'load_part = "opgen_load_part_bf16"',
+    ),
+    "store_part": Key(
+        True,
+        "C function storing the first `count` elements of a `float` block, `(out, in, count, stream)`.",
+        'store_part = "opgen_store_part_bf16"',
+    ),
+    "compute": Key(True, "The compute type (a `compute_types` entry) of the per-element math.", 'compute = "float"'),
+    "wide_compute": Key(
+        True,
+        'The compute type of ops with `compute = "wide"`, wider than the storage type in precision and range.',
+        'wide_compute = "double"',
+    ),
+    "accumulate": Key(True, "The compute type of every sum and of the per-channel math.", 'accumulate = "double"'),
+    "mantissa_bits": Key(True, "Stored mantissa bits, for the tolerance arithmetic.", "mantissa_bits = 7"),
+    "min_exponent": Key(True, "Smallest normal exponent, for the tolerance arithmetic.", "min_exponent = -126"),
+    "line_writer": Key(
+        False,
+        "C type of a writer that stores an output's consecutive blocks as whole cache lines wherever the output "
+        "starts (functions `<line_writer>_start`, `_put`, `_finish`).",
+        'line_writer = "opgen_lines_bf16"',
+    ),
+    "line_writer_cheap": Key(
+        False,
+        "With `line_writer`: true when the writer costs about the instructions of the stores it replaces, so loops "
+        "already short of issue slots use it too.",
+        "line_writer_cheap = true",
+    ),
+    "acl_name": Key(
+        False,
+        "The dtype's `aclDataType` enumerator, for aclnn-compatible APIs (with `acl_value`).",
+        'acl_name = "ACL_BF16"',
+    ),
+    "acl_value": Key(False, "That enumerator's value, 0..1023 (with `acl_name`).", "acl_value = 27"),
 }
+_COMPUTE_TYPE_KEYS = {
+    "literal_suffix": Key(True, "Suffix of a number literal in this type (`f` for float).", 'literal_suffix = "f"'),
+    "math_suffix": Key(True, "Suffix of libm functions in this type (`expf`, `sqrtf`).", 'math_suffix = "f"'),
+}
+# Sections of `math` each pattern takes.
 _SECTIONS = {
     "elementwise": ("elements",),
     "broadcast_reduce": ("elements", "sums"),
     "reduce_then_apply": ("channel", "sums", "after", "elements"),
+}
+_SECTION_KEYS = {
+    "channel": Key(
+        False,
+        "Per channel, before the sums, in the accumulation type; reads channel inputs and f32 attributes.",
+        '[math.channel]\ninv_std = "1 / sqrt(variance + epsilon)"',
+    ),
+    "sums": Key(
+        False,
+        "Each entry is a sum over the elements of a channel (broadcast_reduce: over the elements that share an "
+        "element of the channel input), in the accumulation type; reads tensor inputs, channel inputs and f32 "
+        "attributes, not other sums. In broadcast_reduce every sum is a channel output.",
+        '[math.sums]\ndiff_slope = "0 if src > 0 else src * diff_dst"',
+    ),
+    "after": Key(
+        False,
+        "Per channel, after the sums; reads channel inputs, attributes, `channel` and `sums` names and `count` (the "
+        "elements summed per channel). Channel outputs of reduce_then_apply are defined here.",
+        '[math.after]\nmean_diff_dst = "sum_diff_dst / count"',
+    ),
+    "elements": Key(
+        False,
+        "Per element, in the compute type; reads tensor and channel inputs, attributes and the `channel` and `after` "
+        "names. Every tensor output is defined here.",
+        '[math.elements]\ndiff_src = "diff_dst * alpha if 0 < alpha * src + beta < 1 else 0"',
+    ),
+}
+_GIVEN = Key(True, "", "")  # a key every row must give (a dtype row names every tensor)
+PATTERN_DOCS = {
+    "elementwise": "Every output element computed from the same element of each input: tensor inputs and outputs only.",
+    "broadcast_reduce": "One channel input broadcast along the reference (its `broadcast` forms); tensor outputs per "
+    "element, and the channel outputs as sums over the elements each channel value met.",
+    "reduce_then_apply": "Per-channel sums over the reference, then a per-element pass that reads them (BatchNorm "
+    "backward): `channel`, then `sums`, then `after`, then `elements`.",
+}
+# One worked `math` per pattern (docs/spec-language.md; tests/test_spec_docs.py loads each in
+# place of the math of a bundled op of the pattern).
+PATTERN_EXAMPLES = {
+    "elementwise": """\
+# sigmoid_backward: use_dst is a bool attribute, read as a condition
+[math.elements]
+decay = "exp(-abs(src_or_dst))"
+diff_src = "diff_dst * src_or_dst * (1 - src_or_dst) if use_dst else diff_dst * decay / ((1 + decay) * (1 + decay))"
+""",
+    "broadcast_reduce": """\
+# prelu_backward: slope is the channel input; diff_slope, a channel output like slope, is a sum
+[math.elements]
+diff_src = "diff_dst if src > 0 else slope * diff_dst"
+
+[math.sums]
+diff_slope = "0 if src > 0 else src * diff_dst"
+""",
+    "reduce_then_apply": """\
+# batch_norm_training_backward: mean, variance, gamma are per-channel inputs
+[math.channel]
+inv_std = "1 / sqrt(variance + epsilon)"
+
+[math.sums]
+sum_diff_dst = "diff_dst"
+sum_diff_dst_centered = "diff_dst * (src - mean)"
+
+[math.after]
+diff_beta = "sum_diff_dst"
+diff_gamma = "sum_diff_dst_centered * inv_std"
+scale = "gamma * inv_std"
+mean_diff_dst = "sum_diff_dst / count"
+centered_coefficient = "inv_std * inv_std * sum_diff_dst_centered / count"
+
+[math.elements]
+diff_src = "scale * (diff_dst - mean_diff_dst - (src - mean) * centered_coefficient)"
+""",
+}
+FORM_DOCS = {
+    "per_channel": "1-D of the channel length, along the layout's channel axis.",
+    "per_tensor": "1-D of length 1.",
+    "trailing": "The reference's shape without its first dim (TensorFlow's form).",
+    "numpy": "The reference's rank, each dim 1 or equal to the reference's.",
+    "single": "Exactly one element, in any shape.",
+    "channel_count": "As many elements as the reference's dim 1, in any shape (1 when it has one dim or none); the "
+    "gradient is 1-D `[C]`.",
+    "to_reference": "(tensor inputs) Any shape that broadcasts to the reference by NumPy's rules.",
 }
 
 
@@ -349,12 +701,7 @@ def load_dtype_table(path: Path) -> DTypeTable:
     compute_types = {}
     for name, row in raw_compute.items():
         key = f"compute_types.{name}"
-        _check_keys(where, key, row, {"literal_suffix": True, "math_suffix": True})
-        if name not in _COMPUTE_TYPES:
-            where.fail(key, f"'{name}' is not a compute type the kernels support ({', '.join(_COMPUTE_TYPES)})")
-        for suffix_key in ("literal_suffix", "math_suffix"):
-            if row[suffix_key] not in _COMPUTE_TYPES[name]:
-                where.fail(f"{key}.{suffix_key}", f"{name} spells it {_COMPUTE_TYPES[name][0]!r} in C")
+        _check_keys(where, key, row, _COMPUTE_TYPE_KEYS)
         compute_types[name] = ComputeType(
             name,
             _string(where, f"{key}.literal_suffix", row["literal_suffix"]),
@@ -492,14 +839,14 @@ class _Where:
         raise SpecError(f"{self.path}: {key}: {message}")
 
 
-def _check_keys(where: _Where, key: str, table: Any, allowed: dict[str, bool]) -> None:
+def _check_keys(where: _Where, key: str, table: Any, allowed: Mapping[str, Key]) -> None:
     if not isinstance(table, dict):
         where.fail(key, "must be a table")
     for name in table:
         if name not in allowed:
             where.fail(f"{key}.{name}" if key else name, f"unknown key (allowed: {', '.join(allowed)})")
-    for name, required in allowed.items():
-        if required and name not in table:
+    for name, entry in allowed.items():
+        if entry.required and name not in table:
             where.fail(f"{key}.{name}" if key else name, "missing")
 
 
@@ -513,9 +860,9 @@ def _identifier(where: _Where, key: str, value: Any) -> str:
     name = _string(where, key, value)
     if not _IDENTIFIER.fullmatch(name):
         where.fail(key, f"'{name}' is not a C identifier (letters, digits, _; at most 63)")
-    if name in _RESERVED or keyword.iskeyword(name) or name.startswith("opgen"):
+    if name in _RESERVED or keyword.iskeyword(name) or name.startswith(_RESERVED_PREFIX):
         where.fail(key, f"'{name}' is reserved")
-    if name.endswith(("_value", "_acc", "_sums", "_data")):
+    if name.endswith(_RESERVED_SUFFIXES):
         where.fail(key, f"'{name}' may not end in _value, _acc, _sums or _data (used by the generated C)")
     return name
 
@@ -712,7 +1059,7 @@ class _SpecReader:
             )
         return tuple(result)
 
-    def _tensors(self, raw: Any, section: str, allowed: dict[str, bool]) -> tuple[Tensor, ...]:
+    def _tensors(self, raw: Any, section: str, allowed: Mapping[str, Key]) -> tuple[Tensor, ...]:
         result = []
         tables = self._list_of_tables(raw, section)
         if not tables:
@@ -809,7 +1156,7 @@ class _SpecReader:
         rows = []
         for index, row in enumerate(self._list_of_tables(raw, "dtypes")):
             key = f"dtypes[{index}]"
-            _check_keys(self.where, key, row, dict.fromkeys(names, True))
+            _check_keys(self.where, key, row, dict.fromkeys(names, _GIVEN))
             for name, dtype in row.items():
                 if dtype not in self.table.dtypes:
                     self.fail(f"{key}.{name}", f"'{dtype}' is not in the dtype table ({', '.join(self.table.dtypes)})")
@@ -822,7 +1169,7 @@ class _SpecReader:
         return tuple(rows)
 
     def _math_sections(self, raw: Any, pattern: str) -> dict[str, tuple[tuple[str, str], ...]]:
-        _check_keys(self.where, "math", raw, dict.fromkeys(_SECTIONS[pattern], False))
+        _check_keys(self.where, "math", raw, {name: _SECTION_KEYS[name] for name in _SECTIONS[pattern]})
         sections = {}
         for section in _SECTIONS[pattern]:
             table = raw.get(section, {})

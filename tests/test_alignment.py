@@ -117,6 +117,7 @@ def test_same_bits_at_any_offset(spec, row, attributes):
                 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,row,attributes", list(cases()))
 def test_same_bits_past_the_caches_on_two_threads(spec, row, attributes):
     """Calls moving more than plan.STREAM_BYTES stream their stores, and split their blocks
@@ -147,6 +148,7 @@ def costly_writer_cases():
             yield case
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec,row,attributes", list(costly_writer_cases()))
 def test_same_bits_past_l2_at_any_offset(spec, row, attributes):
     """From plan.COSTLY_LINES_BYTES moved on (below STREAM_BYTES: ordinary stores), the later

@@ -148,7 +148,7 @@ def check_nonfinite(generator, row, layout, shape):
     expected = oracle.batch_norm_training_backward(
         src, diff_dst, mean, variance, epsilon=1e-3, data_format=layout, with_diff_gamma_beta=True
     )
-    # diff_src is computed in f32 from f32 per-channel values (README): where the oracle's value
+    # diff_src is computed in f32 from f32 per-channel values (docs/numerics.md): where the oracle's value
     # lies beyond the output dtype's range, or a channel's values (mean of diff_dst, centered
     # coefficient) lie beyond f32's, steps overflow and may meet (Inf - Inf, 0 * Inf: NaN)
     axis = channel_axis(4, layout)
@@ -229,6 +229,7 @@ def test_float_runs_that_overflow_are_summed_again(row, layout, shape):
     assert_within(got.diff_src, expected[0], row["diff_src"], src_bound, "overflowing run diff_src")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
 @pytest.mark.parametrize("channels", [300, 17, 24, 49, plan.SEGMENT_BYTES // 4 + 300])
 def test_nxc_tensors_past_the_caches(row, channels):
@@ -246,6 +247,7 @@ def test_nxc_tensors_past_the_caches(row, channels):
     check_threads_and_oracle(rng("bn past the caches", row, channels), row, shape, "NXC", (1, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
 def test_ncx_short_units_past_the_caches(row):
     """NCX tensors bigger than plan.STREAM_BYTES whose spatial units are shorter than

@@ -11,6 +11,8 @@ import pytest
 
 from opgen import bench
 
+pytestmark = pytest.mark.slow  # runs the benchmark and its command line
+
 
 def test_run_reports_every_case_with_its_baselines():
     report = bench.run(

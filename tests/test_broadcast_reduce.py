@@ -201,6 +201,7 @@ def test_float_runs_that_overflow_are_summed_again(dtype, layout, shape, places)
     assert_within(got[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "shape",
     [
@@ -284,6 +285,7 @@ def test_sums_over_several_kernel_calls(dtype, layout, shape):
     assert_within(whole[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("channels", [300, 17, 24, 49])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_nxc_tensors_past_the_caches(dtype, channels):
@@ -326,6 +328,7 @@ def test_nxc_tensors_past_the_caches(dtype, channels):
     assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(4, 6, 8 * 16384), (3, 5, 200003), (2048, 29, 7, 7)])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_ncx_tensors_past_the_caches(dtype, shape):

@@ -630,6 +630,7 @@ int main(void)
 """
 
 
+@pytest.mark.slow  # compiles the aclnn library with a failing calloc
 def test_aclnn_inner_error_when_memory_runs_out(tmp_path):
     """ACLNN_ERR_INNER: the executor cannot be allocated (calloc made to fail in a test build)."""
     from opgen.compile import compiler

@@ -83,6 +83,7 @@ def user_specs(tmp_path):
     return directory
 
 
+@pytest.mark.slow
 def test_build_user_specs(tmp_path, user_specs):
     out = tmp_path / "out"
     result = run_cli("build", "--specs", str(user_specs), "--out", str(out))
@@ -109,6 +110,7 @@ def test_build_user_specs(tmp_path, user_specs):
     assert again.returncode == 0 and "wrote" not in again.stdout
 
 
+@pytest.mark.slow
 def test_new_op_through_the_python_api(user_specs):
     library = opgen.load(user_specs)
     src = np.array([-2.0, 0.0, 3.0, np.nan], np.float32)
@@ -141,9 +143,10 @@ def test_list_shows_every_variant():
         assert kernel["name"] in result.stdout
 
 
+@pytest.mark.slow  # compiles a library (one op and dtype: the error is in relu_backward.c either way)
 def test_compiler_error_shows_file_and_line(tmp_path, monkeypatch):
     monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path / "cache"))
-    library = render_library()
+    library = render_library(ops=["relu_backward"], dtypes=["f32"])
     files = dict(library.files)
     files["relu_backward.c"] = files["relu_backward.c"].replace(
         "const int64_t blocks = ", "const int64_t blocks = ;", 1
@@ -154,6 +157,7 @@ def test_compiler_error_shows_file_and_line(tmp_path, monkeypatch):
     assert not any((tmp_path / "cache").glob("[!.]*")), "a failed build leaves no module in the cache"
 
 
+@pytest.mark.slow
 def test_concurrent_builds_and_a_killed_build_leave_a_consistent_library(tmp_path, user_specs, monkeypatch):
     """Two builds of one spec set into one output directory and one cache at the same time both
     succeed with the same result; a build killed half-way leaves nothing that a later build loads."""
@@ -188,6 +192,7 @@ def test_concurrent_builds_and_a_killed_build_leave_a_consistent_library(tmp_pat
     ]
 
 
+@pytest.mark.slow
 def test_subset_build(tmp_path):
     out = tmp_path / "subset"
     result = run_cli(
@@ -208,6 +213,7 @@ def test_subset_build(tmp_path):
     assert bad.returncode == 1 and "--dtypes: no dtype named f64" in bad.stderr
 
 
+@pytest.mark.slow
 def test_check_passes_on_the_bundled_library():
     result = run_cli("check")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -220,6 +226,7 @@ def test_check_passes_on_the_bundled_library():
     assert sum("with_diff_gamma_beta=False" in line for line in lines) == 8
 
 
+@pytest.mark.slow
 def test_closed_stdout_ends_quietly():
     """`opgen check | head`: the reader is gone; the command stops without a traceback."""
     read_end, write_end = os.pipe()
@@ -234,6 +241,7 @@ def test_closed_stdout_ends_quietly():
     assert result.stderr == "", result.stderr
 
 
+@pytest.mark.slow
 def test_check_reports_a_wrong_result(tmp_path):
     """A check that can fail: an oracle off by a factor of 2 for one op fails that op only."""
     oracle = tmp_path / "oracle.py"
@@ -257,6 +265,7 @@ NEGATE = elementwise_spec(
 )
 
 
+@pytest.mark.slow
 def test_check_runs_the_true_value_of_a_bool_whose_default_is_false(tmp_path):
     """A bool attribute defaulting to False: its True kernel runs too, so an oracle wrong on
     the True path only fails there."""
@@ -286,6 +295,7 @@ np.save(sys.argv[3], library.exp_scaled(src, np.ones_like(src)))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["best", "baseline"])
 @pytest.mark.parametrize("compute", ["normal", "wide"])
 def test_exp_in_a_users_spec_matches_numpy(tmp_path, compute, target):

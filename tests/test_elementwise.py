@@ -99,7 +99,7 @@ def test_matches_oracle(spec, row, attributes, specials):
 def test_wide_dynamic_range(spec):
     """Large inputs spanning the whole dtype range, in every dtype (overflow to Inf, tiny results).
     Inputs stay finite: scaled values past an f16's range are clipped to its largest, since an
-    infinite diff_dst times a derivative that underflows is 0 * Inf (README)."""
+    infinite diff_dst times a derivative that underflows is 0 * Inf (docs/numerics.md)."""
     for row in spec.dtypes:
         generator = rng(spec.name, "range", row)
         for attributes in attribute_cases(spec):

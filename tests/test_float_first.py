@@ -440,6 +440,7 @@ FROM_SRC_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 @pytest.mark.parametrize("target", [t["name"] for t in TARGETS])
 def test_from_src_kernels_on_blocks_inside_at_and_past_the_edges(target, dtype, tmp_path):
@@ -536,6 +537,7 @@ def fail_lanes() -> list[int]:
     return [-TAIL - 3 - 2 * i for i in range(len(FLOAT_FAILS))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [t["name"] for t in TARGETS])
 def test_kernels_on_blocks_inside_at_and_past_the_edges(target, tmp_path):
     names = [t["name"] for t in TARGETS]
@@ -618,6 +620,7 @@ second = "y * decay / (2 + decay)"
 """
 
 
+@pytest.mark.slow
 def test_a_users_spec_with_two_outputs_gets_the_intervals_both_allow(tmp_path):
     """Each input's interval is the narrower of the two outputs' (x: below 2^6 for the exp, y:
     what (x * y) * (1 - y) allows); blocks inside and outside them match float64 math."""
@@ -736,6 +739,7 @@ def test_the_float_path_in_intrinsics_has_the_operations_of_its_c(text, vector):
     assert expr.to_vector(tree, {"d": "d", "x": "x"}, "E") == vector
 
 
+@pytest.mark.slow
 def test_the_fused_scale_add_keeps_the_bits_of_a_multiply_and_an_add(tmp_path):
     """opgen_scale_add(f) with C's fma(): the same bits as c * x + k rounded twice, on float
     and double patterns that include subnormals, infinities and NaNs (tests/c/scale_add.c)."""
@@ -762,6 +766,7 @@ def test_the_exp_polynomials_are_within_their_stated_bounds(degree):
     assert abs(taylor / math.exp(0.35) - 1) > 2 ** (degree - 1) * bound
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
 def test_the_short_exps_are_within_their_stated_errors(tmp_path, fused):
     """Inside the intervals the blocks call opgen_exp_short(f): against opgen_exp (within an

@@ -20,6 +20,9 @@ import pytest
 from opgen.compile import compiler
 from opgen.plan import BLOCK, CHANNEL_SPLIT, PARALLEL_THRESHOLD, STREAM_BYTES, TARGETS
 from opgen.render import render_library
+from tests.builds import compile_each
+
+pytestmark = pytest.mark.slow  # builds every kernel under AddressSanitizer and UndefinedBehaviorSanitizer
 
 LIBRARY = render_library()
 API_CASES = Path(__file__).parent / "c" / "api_cases.c"
@@ -117,6 +120,16 @@ def driver() -> str:
     )
 
 
+def _build(command: list[str], directory: Path, binary: Path) -> subprocess.CompletedProcess[str]:
+    """The C files of `directory` compiled with `command` one process per core, then linked into
+    `binary`: the first failed step's result, or the link's."""
+    objects, failed = compile_each(command, sorted(directory.glob("*.c")), directory)
+    if failed is not None:
+        return failed
+    link = [*command, *map(str, objects), "-o", str(binary), "-lm"]
+    return subprocess.run(link, capture_output=True, text=True, check=False)
+
+
 @pytest.fixture(scope="module")
 def sanitized_binary(tmp_path_factory):
     if shutil.which(compiler()[0]) is None:
@@ -138,13 +151,7 @@ def sanitized_binary(tmp_path_factory):
         "-Wextra",
         "-Werror",
     ]
-    sources = sorted(str(p) for p in directory.glob("*.c"))
-    result = subprocess.run(
-        [*compiler(), *flags, *sources, "-o", str(directory / "driver"), "-lm"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = _build([*compiler(), *flags], directory, directory / "driver")
     if result.returncode != 0 and "sanitize" in result.stderr and "cannot" in result.stderr:
         pytest.skip(f"this compiler cannot build sanitizers: {result.stderr[:200]}")
     assert result.returncode == 0, result.stderr
@@ -177,9 +184,7 @@ def test_settings_are_race_free_under_thread_sanitizer(tmp_path):
         (tmp_path / name).write_text(text)
     shutil.copy(Path(__file__).parent / "c" / "threads_race.c", tmp_path)
     flags = ["-std=c99", "-O1", "-g", "-fopenmp", "-pthread", "-fsanitize=thread", "-Wall", "-Wextra", "-Werror"]
-    sources = sorted(str(p) for p in tmp_path.glob("*.c"))
-    command = [*compiler(), *flags, *sources, "-o", str(tmp_path / "race"), "-lm"]
-    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    built = _build([*compiler(), *flags], tmp_path, tmp_path / "race")
     if built.returncode != 0 and "sanitize" in built.stderr and "cannot" in built.stderr:
         pytest.skip(f"this compiler cannot build ThreadSanitizer: {built.stderr[:200]}")
     assert built.returncode == 0, built.stderr

@@ -254,6 +254,7 @@ TOKENS = [
 ]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     which=st.integers(0, len(SPEC_FILES) - 1),

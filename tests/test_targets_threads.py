@@ -92,6 +92,7 @@ def run_target(target: str, path: Path) -> dict[str, np.ndarray]:
         return {name: archive[name] for name in archive.files}
 
 
+@pytest.mark.slow
 def test_targets_agree_bit_for_bit(tmp_path):
     best = opgen.info()["cpu_target"]
     names = [t["name"] for t in TARGETS]
@@ -154,6 +155,7 @@ def test_info_names_the_target_and_every_lower_one(target):
     assert ("to force a lower one" in first) == bool(lower), first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
 def test_thread_count_does_not_change_results(dtype):
     """Large enough for several threads and many reduction tiles, in every broadcast form."""

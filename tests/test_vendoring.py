@@ -16,12 +16,15 @@ import pytest
 from opgen import oracle
 from opgen.compile import compiler
 from opgen.render import BUNDLED_OUTPUT
+from tests.builds import WARNINGS
 from tests.helpers import rng, sum_bound, ulp
 from tests.test_batch_norm import bounds
 
+pytestmark = pytest.mark.slow  # builds the library with several compilers and CMake
+
 PROGRAM = Path(__file__).parent / "c" / "use_kernels.c"
 N, C, S = 3, 5, 37
-STRICT = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
+STRICT = ["-std=c99", "-O2", *WARNINGS]  # as test_generated.py's "plain": the objects are shared
 CHECKS = "15 passed, 0 failed"  # the checks tests/c/use_kernels.c makes
 
 
@@ -110,27 +113,26 @@ def c_compiler(name: str) -> list[str]:
 
 
 @pytest.mark.parametrize("cxx", ["g++", "clang++"])
-def test_called_from_cpp(vendored, cxx):
+def test_called_from_cpp(vendored, object_builds, cxx):
     """The headers compile as C++ (C++11, warning-free) and the C library links into it."""
     source = vendored / "opgen"
-    objects = vendored / f"objects_{cxx}"
-    objects.mkdir()
-    c_files = sorted(source.glob("*.c"))
-    run([*compiler(), *STRICT, f"-I{source}", "-c", *map(str, c_files)], cwd=objects)
+    objects = object_builds.objects([*compiler(), *STRICT])
     binary = vendored / f"use_from_cpp_{cxx}"
     cpp_flags = ["-std=c++11", "-O2", "-Wall", "-Wextra", "-Wpedantic", "-Werror"]
     program = Path(__file__).parent / "c" / "use_from_cpp.cpp"
-    link([*c_compiler(cxx), *cpp_flags], source, [str(program), *map(str, sorted(objects.glob("*.o")))], binary)
+    link([*c_compiler(cxx), *cpp_flags], source, [str(program), *map(str, objects)], binary)
     assert "C++: all passed" in run([str(binary)]).stdout
 
 
 @pytest.mark.parametrize("cc", ["cc", "clang"])
 @pytest.mark.parametrize("openmp", [False, True], ids=["no-openmp", "openmp"])
-def test_plain_cc_build(vendored, cc, openmp):
+def test_plain_cc_build(vendored, object_builds, cc, openmp):
     source = vendored / "opgen"
     binary = vendored / f"use_kernels_{cc}_{openmp}"
-    flags = [*STRICT, *(["-fopenmp"] if openmp else [])]
-    link([*c_compiler(cc), *flags], source, [*sorted(map(str, source.glob("*.c"))), str(PROGRAM)], binary)
+    # as test_generated.py's "plain" and "openmp" configurations, whose objects these are
+    flags = ["-std=c99", "-O2", *(["-fopenmp"] if openmp else []), *WARNINGS]
+    objects = object_builds.objects([*c_compiler(cc), *flags])
+    link([*c_compiler(cc), *flags], source, [*map(str, objects), str(PROGRAM)], binary)
     result = run([str(binary), str(vendored / "golden")])
     assert CHECKS in result.stdout
 
@@ -194,12 +196,12 @@ def test_cmake_without_build_type_optimizes(vendored):
         pytest.skip("cmake is not installed (the test extra installs it)")
     build = vendored / "build_default"
     run(["cmake", "-S", str(vendored / "opgen"), "-B", str(build)])
-    flags = (build / "CMakeFiles" / "opgen_kernels.dir" / "flags.make").read_text()
+    flags = (build / "CMakeFiles" / "opgen_objects.dir" / "flags.make").read_text()
     c_flags = next(line for line in flags.splitlines() if line.startswith("C_FLAGS"))
     assert "-O3" in c_flags and "-ffp-contract=off" in c_flags, c_flags
 
 
-def test_readme_example_compiles_and_runs(vendored):
+def test_readme_example_compiles_and_runs(vendored, object_builds):
     """The complete program in the README's "Use from C" builds warning-free and runs."""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     section = readme[readme.index("## Use from C") :]
@@ -208,6 +210,7 @@ def test_readme_example_compiles_and_runs(vendored):
     program.write_text(example)
     source = vendored / "opgen"
     binary = vendored / "readme_example"
-    link([*compiler(), *STRICT], source, [*sorted(map(str, source.glob("*.c"))), str(program)], binary)
+    objects = object_builds.objects([*compiler(), *STRICT])
+    link([*compiler(), *STRICT], source, [*map(str, objects), str(program)], binary)
     result = run([str(binary)])
     assert result.stdout.startswith("diff_beta[0] = "), result.stdout

@@ -1,0 +1,41 @@
+"""Session-wide test setup: the random seed every test draws from, and the `slow` lane.
+
+Every random input comes from tests.helpers.rng, seeded from OPGEN_TEST_SEED (fixed by default;
+`OPGEN_TEST_SEED=random` draws one). Hypothesis is seeded from it too unless --hypothesis-seed
+is given. The seed is printed in the pytest header and with every failure, so a failing run can
+be repeated exactly: `OPGEN_TEST_SEED=<seed> python -m pytest ...`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.builds import ObjectBuilds
+from tests.helpers import SEED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        from hypothesis import core
+    except ImportError:  # the test extra installs it; without it the property tests fail to import anyway
+        return
+    if config.getoption("hypothesis_seed", None) is None:
+        core.global_force_seed = SEED
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"OPGEN_TEST_SEED={SEED} (fixed unless set in the environment; 'random' draws one)"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    if report.failed:
+        report.sections.append(("random seed", f"repeat with OPGEN_TEST_SEED={SEED}"))
+    return report
+
+
+@pytest.fixture(scope="session")
+def object_builds(tmp_path_factory: pytest.TempPathFactory) -> ObjectBuilds:
+    """generated/ compiled once per compiler and flags for every test that links it (tests/builds.py)."""
+    return ObjectBuilds(tmp_path_factory.mktemp("objects"))
