@@ -164,7 +164,8 @@ def _build(library: Library, work: Path, name: str) -> None:
     from opgen.render import write_files
 
     write_files(work, library.files)
-    sources = sorted(work.glob("*.c"))
+    # the largest first: a long compile started last would leave the other cores idle at the end
+    sources = sorted(work.glob("*.c"), key=lambda source: (-source.stat().st_size, source.name))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         objects = list(pool.map(lambda source: _compile_object(source, work), sources))
     _link_module(library, name, work, objects)
