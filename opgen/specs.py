@@ -702,6 +702,11 @@ def load_dtype_table(path: Path) -> DTypeTable:
     for name, row in raw_compute.items():
         key = f"compute_types.{name}"
         _check_keys(where, key, row, _COMPUTE_TYPE_KEYS)
+        if name not in _COMPUTE_TYPES:
+            where.fail(key, f"'{name}' is not a compute type the kernels support ({', '.join(_COMPUTE_TYPES)})")
+        for suffix_key in ("literal_suffix", "math_suffix"):
+            if row[suffix_key] not in _COMPUTE_TYPES[name]:
+                where.fail(f"{key}.{suffix_key}", f"{name} spells it {_COMPUTE_TYPES[name][0]!r} in C")
         compute_types[name] = ComputeType(
             name,
             _string(where, f"{key}.literal_suffix", row["literal_suffix"]),

@@ -22,6 +22,8 @@ from opgen.compile import compiler
 from opgen.render import BUNDLED_SPECS, render_library
 from opgen.specs import SpecError, load_specs
 
+from .spec_fuzz import _toml_value
+
 MARKER = "injected_by_spec"
 HOSTILE = [
     f"a */ int {MARKER} = 1; /* b",
@@ -38,21 +40,11 @@ HOSTILE = [
 WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-Wno-unknown-pragmas"]
 
 
-def _toml_string(text: str) -> str:
-    """`text` as a TOML basic string (every character escaped that TOML requires)."""
-    escaped = "".join(
-        {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c)
-        or (f"\\u{ord(c):04x}" if ord(c) < 32 or ord(c) == 127 else c)
-        for c in text
-    )
-    return f'"{escaped}"'
-
-
 def _hostile_spec(directory: Path, text: str) -> Path:
     """relu_backward with `text` in every free-text field (summary, source, every doc)."""
     shutil.copy(BUNDLED_SPECS / "dtypes.toml", directory)
     lines = (BUNDLED_SPECS / "relu_backward.toml").read_text().splitlines()
-    hostile = _toml_string(text)
+    hostile = _toml_value(text)
     edited = []
     for line in lines:
         key = line.split("=", 1)[0].strip()
@@ -131,7 +123,7 @@ def test_allowed_values_must_be_enumerator_names(tmp_path, value):
     text = (BUNDLED_SPECS / "prelu_backward.toml").read_text()
     assert 'allowed = ["NCX", "NXC"]' in text
     (tmp_path / "prelu_backward.toml").write_text(
-        text.replace('allowed = ["NCX", "NXC"]', f'allowed = ["NCX", "NXC", {_toml_string(value)}]')
+        text.replace('allowed = ["NCX", "NXC"]', f'allowed = ["NCX", "NXC", {_toml_value(value)}]')
     )
     with pytest.raises(SpecError, match=r"prelu_backward\.toml: attributes\.data_format\.allowed: .*not a valid value"):
         load_specs(tmp_path)
