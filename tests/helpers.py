@@ -173,3 +173,11 @@ def run_on_target(target: str, script: str, *arguments: str) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def check_line_count() -> int:
+    """The lines `opgen check` prints for the bundled library: one per op, dtype combination,
+    layout and run of its bool attributes and flags."""
+    from opgen import check
+
+    return sum(len(s.dtypes) * len(s.layouts or ("NCX",)) * len(check._switch_rows(s)) for s in opgen.bundled.specs)

@@ -17,7 +17,7 @@ import pytest
 import opgen
 from opgen.compile import BuildError, build_module
 from opgen.render import BUNDLED_SPECS, render_library
-from tests.helpers import assert_ulps
+from tests.helpers import assert_ulps, check_line_count
 
 
 def elementwise_spec(name: str, summary: str, attribute: str, math: str) -> str:
@@ -218,7 +218,7 @@ def test_check_passes_on_the_bundled_library():
     result = run_cli("check")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[-1].startswith("46 passed, 0 failed"), lines[-1]
+    assert lines[-1].startswith(f"{check_line_count()} passed, 0 failed"), lines[-1]
     # one line per op, dtype combination, layout and fixed attribute; each value of every bool
     assert sum(line.startswith("prelu_backward ") for line in lines) == 6
     assert sum(line.startswith("relu_backward ") and "use_dst=True" in line for line in lines) == 3
