@@ -17,7 +17,7 @@ from . import spec_fuzz
 
 # Mutants per CI run (fixed seed): every one loaded, the first BUILT accepted ones compiled and run.
 MUTANTS = int(os.environ.get("OPGEN_FUZZ_MUTANTS", "300"))
-BUILT = int(os.environ.get("OPGEN_FUZZ_BUILT", "5"))
+BUILT = int(os.environ.get("OPGEN_FUZZ_BUILT", "3"))
 SEED = int(os.environ.get("OPGEN_FUZZ_SEED", "20261126"))
 
 
