@@ -17,9 +17,12 @@ PATTERN_CODES = {
     "elementwise": "OPGEN_PATTERN_ELEMENTWISE",
     "broadcast_reduce": "OPGEN_PATTERN_BROADCAST_REDUCE",
     "reduce_then_apply": "OPGEN_PATTERN_REDUCE_THEN_APPLY",
+    "along_axes": "OPGEN_PATTERN_ALONG_AXES",
 }
+AXES_KINDS = {"line": "OPGEN_AXES_LINE", "along": "OPGEN_AXES_ALONG"}  # else OPGEN_AXES_TENSOR
+AXES_MODES = {"axis": "OPGEN_AXES_ONE", "begin_axis": "OPGEN_AXES_FROM"}
 FORM_CODES = {form: f"OPGEN_FORM_{form.upper()}" for form in ("to_reference", *shapes.FORM_RULES)}
-DIMS = {"count": 0, "outer": 0, "channels": 1, "inner": 2, "repeat": 2}
+DIMS = {"count": 0, "outer": 0, "channels": 1, "length": 1, "inner": 2, "repeat": 2}
 # opgen_status: (name, opgen_status_string, when), in the order of their values
 STATUSES = (
     ("OPGEN_SUCCESS", "success", "the call ran"),
@@ -60,7 +63,7 @@ def enums(specs: list[OpSpec]) -> list[dict[str, Any]]:
 
 
 def _c_type(attribute_type: str, name: str) -> str:
-    return {"f32": "float", "bool": "int"}.get(attribute_type, f"opgen_{name}")
+    return {"f32": "float", "bool": "int", "int": "int64_t"}.get(attribute_type, f"opgen_{name}")
 
 
 def _camel(name: str) -> str:
@@ -76,6 +79,8 @@ def _default_text(name: str, attribute_type: str, default: Any) -> str:
         return enum_value(name, default)
     if attribute_type == "bool":
         return "1" if default else "0"
+    if attribute_type == "int":
+        return str(int(default))
     return repr(float(default))
 
 
@@ -103,12 +108,14 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
                 "ignored": bool(tensor.ignored_unless),
                 "requested": bool(tensor.requested_by),
                 "like": index[tensor.like] if tensor.like else -1,
+                "axes_kind": AXES_KINDS.get(tensor.kind, "OPGEN_AXES_TENSOR"),
                 "forms": [FORM_CODES[f] for f in forms],
                 "rules": rules,
                 "camel": _camel(tensor.name),
             }
         )
     layout = spec.layout_attribute
+    axis = next((a for a in spec.attributes if a.type == "int"), None)
     attributes = []
     for attribute in spec.attributes:
         entry = {
@@ -173,4 +180,6 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         "rows_text": rows_text,
         "forms": len(plan.forms(spec)),
         "adapters": adapters,
+        "axes_mode": AXES_MODES[axis.role] if axis and axis.role else "OPGEN_AXES_ONE",
+        "axis_name": axis.name if axis else "",
     }

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from opgen import accuracy, oracle, plan, specs
+from opgen import accuracy, oracle, plan, shapes, specs
 from opgen.runtime import OpLibrary
 from opgen.specs import OpSpec
 
@@ -26,6 +26,9 @@ SHAPES = {
     "elementwise": [(0,), (1,), (3,), (17,), (1031,), (2, 3, 5, 7), (4, 64, 33)],
     "broadcast_reduce": [(1, 1, 1), (2, 3, 5, 7), (1, 5, 17), (3, 4), (2, 3, 40, 40), (0, 3, 4)],
     "reduce_then_apply": [(4, 3), (2, 3, 5, 7), (2, 5, 17), (3, 2, 1, 1), (2, 3, 0), (2, 16, 300)],
+    # each along every axis its op takes (lines of 1, of tails, of whole blocks; 17 and 33 lines
+    # side by side: a full and a partial group of lanes)
+    "along_axes": [(1,), (3,), (37,), (2, 3), (3, 0, 2), (2, 3, 5, 7), (4, 33, 17), (2, 1, 40)],
 }
 
 
@@ -101,7 +104,27 @@ def _switch_rows(spec: OpSpec) -> list[dict[str, bool]]:
 
 
 def _cases(spec: OpSpec, layout: str):
-    """(label, input shapes) for the op's pattern: every broadcast form of its operands."""
+    """(label, input shapes, attribute values) for the op's pattern: every broadcast form of its
+    operands; for along_axes, every value of its axis attribute."""
+    if spec.pattern == "along_axes":
+        yield from _axes_cases(spec)
+        return
+    for label, input_shapes in _form_cases(spec, layout):
+        yield label, input_shapes, {}
+
+
+def _axes_cases(spec: OpSpec):
+    axis = next(a for a in spec.attributes if a.role in specs.AXIS_ROLES)
+    for shape in SHAPES[spec.pattern]:
+        if len(shape) < spec.min_rank or (spec.max_rank is not None and len(shape) > spec.max_rank):
+            continue
+        for value in range(-len(shape), len(shape)):
+            first, last = shapes.line_axes(len(shape), value, axis.role or "axis")
+            input_shapes = {t.name: shapes.axes_shape(shape, first, last, t.kind) for t in spec.inputs}
+            yield f"{shape} {axis.name}={value}", input_shapes, {axis.name: value}
+
+
+def _form_cases(spec: OpSpec, layout: str):
     channel_inputs = [t for t in spec.inputs if t.kind == "channel" or t.broadcast]
     forms = sorted({f for t in channel_inputs for f in t.broadcast}) or [None]
     for shape in SHAPES[spec.pattern]:
@@ -218,7 +241,8 @@ def _check_variant(library, spec, oracles, seed, row, layout, kwargs, runs, resu
     # reduce_then_apply computes its elements in f32 from per-channel values: inputs near the
     # f32 limits overflow there (README, "Numerical behaviour"), so its data stays finite
     specials_list = ("finite",) if spec.pattern == "reduce_then_apply" else ("finite", "all")
-    for case, input_shapes in _cases(spec, layout):
+    for case, input_shapes, overrides in _cases(spec, layout):
+        kwargs = {**kwargs, **overrides}
         for specials in specials_list:
             generator = np.random.default_rng([*seed, result.cases])
             arrays = _input_data(spec, library.table, row, generator, input_shapes, specials)

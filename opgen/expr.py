@@ -38,6 +38,15 @@ FUNCTIONS: dict[str, Function] = {
     "max": Function(2, "fmax", "The larger of two numbers (C's fmax: a NaN operand gives the other)."),
 }
 
+# Reductions along a line (pattern along_axes): each is a whole entry of `math.line`, its
+# argument the term computed per element; the value: the term's sum, largest or smallest
+# (a NaN term makes the largest and the smallest NaN).
+REDUCTIONS: dict[str, str] = {
+    "line_sum": "The sum of the term over the line's elements (0 for an empty line).",
+    "line_max": "The largest term along the line (NaN if a term is NaN; -inf for an empty line).",
+    "line_min": "The smallest term along the line (NaN if a term is NaN; +inf for an empty line).",
+}
+
 MAX_LENGTH = 4000  # characters in one expression
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
@@ -82,6 +91,20 @@ def parse(text: str, conditions: Collection[str] | None = None) -> ast.expr:
     if kind == "condition":
         raise ExprError("the expression is a condition; it must give a number")
     return tree
+
+
+def split_reduction(text: str) -> tuple[str | None, str]:
+    """(reduction, its argument's text) when `text` is one call of a REDUCTIONS function, else
+    (None, text). Only the outermost call is looked at; the argument is checked by parse()."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, RecursionError, ValueError):
+        return None, text
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id in REDUCTIONS:
+        if tree.keywords or len(tree.args) != 1:
+            raise ExprError(f"{tree.func.id}() takes 1 positional argument (the term)")
+        return tree.func.id, ast.get_source_segment(text.strip(), tree.args[0]) or ""
+    return None, text
 
 
 def literal_problem(value: float) -> str | None:
@@ -380,6 +403,11 @@ def _kind(node: ast.expr, conditions: frozenset[str] | None) -> str:
         _expect(node.orelse, "number", conditions)
         return "number"
     if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name) and node.func.id in REDUCTIONS:
+            raise ExprError(
+                f"{node.func.id}() is a reduction: it must be a whole entry of math.line "
+                f'(name = "{node.func.id}(term)"), not part of an expression'
+            )
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
             allowed = ", ".join(sorted(FUNCTIONS))
             raise ExprError(f"unknown function in '{ast.unparse(node)}' (allowed: {allowed})")

@@ -218,3 +218,41 @@ def _batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon: float, ax
     sums = scale * (shift_error + np.abs(centered) * coefficient_error)
     src_bound = 8 * _accuracy.U32 * scale * terms + sums + underflow
     return src_bound, gamma_bound, beta_bound
+
+
+def soft_max(src, *, axis=1):
+    x = _f64(src)
+    if x.shape[axis] == 0:
+        return x.copy()
+    with np.errstate(all="ignore"):
+        # e^(x - max) / sum e^(x - max): a NaN makes its line NaN, as its max is
+        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def soft_max_bounds(src, *, axis=1, float_run=0):
+    """soft_max's error bound beyond 1 ulp of dst's dtype, from the inputs in float64 (its spec's
+    accuracy contract). u = 2^-24; per line of n elements, d = x - max:
+
+    - x - max is rounded to f32 (the kernel computes in float): e^(d (1 + e)), |e| <= u, is
+      e^d within a factor e^(|d| u); opgen's exp adds 1 ulp (2 u): rho = expm1(|d| u) + 2 u
+      per term;
+    - the sum of the terms, in double: within max(rho) of its exact value, plus n 2^-53;
+      rounded to f32 for the division: u;
+    - the division: u (in f32; the store to a narrower dtype is the 1 ulp allowed anyway);
+    - terms and quotients below f32's normal range: 2^-149 absolute each, at most 2^-148 in all.
+    So |dst - exact| <= exact (rho + max rho + 3 u + n 2^-52) (1 + 1 %) + 2^-148; elements whose
+    exact value is 0 (e^-inf) are exact."""
+    x = _f64(src)
+    if x.size == 0:
+        return (np.zeros_like(x),)
+    exact = soft_max(src, axis=axis)
+    unit = _accuracy.U32
+    with np.errstate(all="ignore"):
+        d = np.abs(x - np.max(x, axis=axis, keepdims=True))
+        rho = np.expm1(d * unit) + 2 * unit
+        contributing = np.where(exact > 0, rho, 0.0)
+        rho_max = np.max(contributing, axis=axis, keepdims=True)
+        relative = rho + rho_max + 3 * unit + x.shape[axis] * 2.0**-52
+        bound = np.where(exact > 0, exact * relative * 1.01, 0.0) + 2.0**-148
+    return (bound,)

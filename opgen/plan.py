@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from opgen import expr, float_range
+from opgen import expr, float_range, lines
 from opgen.specs import DType, DTypeTable, OpSpec
 
 BLOCK = 16  # elements per unrolled step; also the number of partial sums in a reduction (fixed order)
@@ -159,7 +159,7 @@ def dtype_tag(row: dict[str, str]) -> str:
 
 def forms(spec: OpSpec) -> tuple[str | None, ...]:
     """The loop forms of the op's kernels, in the order the C API indexes them."""
-    if spec.pattern == "elementwise":
+    if spec.pattern in ("elementwise", "along_axes"):
         return (None,)
     if spec.pattern == "broadcast_reduce" and not any(t.optional for t in (*spec.inputs, *spec.outputs)):
         # a sum of one term is that term rounded once: no sums to keep, no reduction
@@ -194,6 +194,21 @@ def _store(dtype: DType, value: str, compute: str) -> str:
 def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
     """Everything a pattern template needs for one kernel, with the math already in C."""
     spec = variant.op
+    if spec.pattern == "along_axes":
+        planned = lines.kernel(spec, variant.name, variant.row, variant.constants, table)
+        # what the header, the dispatcher and the op API read of every kernel; the
+        # microkernels' template reads the typed plan
+        return {
+            "name": planned.name,
+            "op": spec.name,
+            "pattern": spec.pattern,
+            "form": None,
+            "summary": planned.summary,
+            "detail": planned.detail,
+            "params": list(planned.params),
+            "workspace_per_channel": 0,
+            "lines": planned,
+        }
     reference_dtype = variant.dtypes[spec.reference]
     compute = reference_dtype.wide_compute if spec.compute == "wide" else reference_dtype.compute
     accumulate = reference_dtype.accumulate
@@ -400,6 +415,8 @@ def float_runs(spec: OpSpec, row: dict[str, str], table: DTypeTable) -> dict[str
     """Per sum of the kernels for dtype row `row`: the most terms one of its float partial sums
     holds before the double sums take it over (0: every term goes to double)."""
     result: dict[str, int] = {}
+    if spec.pattern == "along_axes":
+        return result  # every term goes to its sum in the accumulation type
     for variant in variants(spec, table):
         if variant.row == row:
             for name, kind in kernel(variant, table)["sum_types"].items():

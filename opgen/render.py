@@ -15,11 +15,13 @@ from typing import Any
 import jinja2
 
 from opgen import bundle, c_api, float_range, plan
-from opgen.specs import DTypeTable, OpSpec, load_specs
+from opgen.specs import MAX_LINE_VALUES, DTypeTable, OpSpec, load_specs
 
 BUNDLED_SPECS = bundle.SPECS
 BUNDLED_TEMPLATES = bundle.TEMPLATES
 BUNDLED_OUTPUT = bundle.OUTPUT
+# Hand-written C in templates/drivers/, copied into builds that have along_axes ops.
+DRIVERS = ("opgen_lines.h", "opgen_lines.c")
 
 
 class RenderError(RuntimeError):
@@ -70,7 +72,15 @@ def environment(template_dir: Path) -> jinja2.Environment:
     )
     env.globals["raise"] = _fail
     env.filters["comment_text"] = comment_text
+    env.filters["spliced"] = spliced
     return env
+
+
+def spliced(text: str) -> str:
+    """A macro's lines, to stand alone on a template line (`{{ macro(...) | spliced }}`): its
+    last line break dropped (the template line gives it), and no lines at all made a line of
+    one blank, which _render drops."""
+    return text.removesuffix("\n") or " "
 
 
 def _render(env: jinja2.Environment, name: str, **context: Any) -> str:
@@ -129,6 +139,7 @@ def render_library(
         "stream_bytes": plan.STREAM_BYTES,
         "costly_lines_bytes": plan.COSTLY_LINES_BYTES,
         "prefetch_bytes": plan.PREFETCH_BYTES,
+        "max_line_values": MAX_LINE_VALUES,
         "targets": plan.TARGETS,
         "spec_dir": label,
         "dtypes": [
@@ -171,8 +182,15 @@ def render_library(
         files[f"{name}.c"] = _render(env, template, **settings)
         for target in compiled_targets:
             files[f"{name}__{target['name']}.c"] = _render(env, "target.c.j2", op=name, target=target)
+    if any(spec.pattern == "along_axes" for spec in specs):
+        # the hand-written driver of along_axes ops, copied as it is
+        for name in DRIVERS:
+            files[name] = (Path(template_dir) / "drivers" / name).read_text()
     for spec, api in zip(specs, apis):
-        files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=kernels_by_op[spec.name])
+        described = kernels_by_op[spec.name]
+        if spec.pattern == "along_axes":
+            described = [k["lines"] for k in described]  # the typed plans
+        files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=described)
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
         for target in compiled_targets:
             files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)

@@ -564,9 +564,9 @@ def _is_float_zero(value: Any) -> bool:
 
 
 def _c_attribute(library: OpLibrary, attribute: Any, value: Any) -> Any:
-    """An attribute value as the C API takes it: enum value, 0/1, or float."""
+    """An attribute value as the C API takes it: enum value, 0/1, an int, or float."""
     if attribute.type == "string":
         return library.enum_values[f"opgen_{attribute.name}"][value]
-    if attribute.type == "bool":
+    if attribute.type in ("bool", "int"):
         return int(value)
     return float(value)

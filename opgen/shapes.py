@@ -67,3 +67,23 @@ def channel_dims(reference: tuple[int, ...], layout: str) -> tuple[int, int, int
     if axis is None:
         raise ValueError(f"a tensor of rank {len(reference)} has no channel axis in {layout}")
     return math.prod(reference[:axis]), reference[axis], math.prod(reference[axis + 1 :])
+
+
+def line_axes(rank: int, axis: int, role: str) -> tuple[int, int]:
+    """(first, last): the axes an along_axes op's lines run along, for its axis attribute's
+    value `axis` (negative: from the last) and role ('axis': that one; 'begin_axis': from it to
+    the last). ValueError when `axis` is not an axis of a tensor of `rank` dims."""
+    if not -rank <= axis < rank:
+        raise ValueError(f"{axis} is not an axis of a tensor of rank {rank}: it must be in {-rank}..{rank - 1}")
+    first = axis + rank if axis < 0 else axis
+    return first, first if role == "axis" else rank - 1
+
+
+def axes_shape(reference: tuple[int, ...], first: int, last: int, kind: str) -> tuple[int, ...]:
+    """The shape of an along_axes operand of `kind`: 'line' (the reference without the line's
+    axes, one value per line), 'along' (the line's axes alone), else the reference's."""
+    if kind == "line":
+        return reference[:first] + reference[last + 1 :]
+    if kind == "along":
+        return reference[first : last + 1]
+    return reference

@@ -21,11 +21,23 @@ import numpy as np
 
 from opgen import expr
 
-PATTERNS = ("elementwise", "broadcast_reduce", "reduce_then_apply")
+PATTERNS = ("elementwise", "broadcast_reduce", "reduce_then_apply", "along_axes")
 LAYOUTS = {"NCX": 1, "NXC": -1}  # layout -> channel axis of the reference tensor
 CHANNEL_FORMS = ("per_channel", "per_tensor", "trailing", "numpy", "single", "channel_count")
 TENSOR_FORMS = ("to_reference",)
-ATTRIBUTE_TYPES = ("bool", "f32", "string")
+ATTRIBUTE_TYPES = ("bool", "f32", "string", "int")
+# Roles of an int attribute: the axes an along_axes op reduces along (negative: from the last).
+AXIS_ROLES = {
+    "axis": "the one axis the attribute names",
+    "begin_axis": "every axis from the one the attribute names to the last",
+}
+# Tensor kinds each pattern takes (inputs and outputs).
+TENSOR_KINDS = {
+    "elementwise": ("tensor",),
+    "broadcast_reduce": ("tensor", "channel"),
+    "reduce_then_apply": ("tensor", "channel"),
+    "along_axes": ("tensor", "line", "along"),
+}
 ATTRIBUTE_TYPE_DOCS = {
     "bool": "True or False; in the math a condition. One kernel variant per value when the math reads it.",
     "f32": "A finite number that the kernels receive as an f32 (checked: it must not round to infinity).",
@@ -103,18 +115,39 @@ _RESERVED = {
     "int64_t",
     "uint16_t",
     "uint32_t",
+    # the along_axes microkernels' own (templates/along_axes.c.j2)
+    "length",
+    "line",
+    "values",
+    "lanes",
+    "position",
+    "outer_index",
+    "start",
+    "at",
+    "filled",
+    "call",
+    "tensors",
+    "numbers",
+    "kernel",
+    "passes",
+    "moved",
+    "r",
 }
 # Suffixes the generated C adds to a spec's names for its own variables, and the prefix of its own names.
-_RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data")
+_RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data", "_line", "_lanes", "_block", "_term", "_all")
 _RESERVED_PREFIX = "opgen"
 RESERVED_DOC = (
     "Names (of ops, attributes, inputs, outputs, flags, math entries and dtypes) are C identifiers of at most 63 "
     "characters. Refused: C and Python keywords, C type names, the names below (used by the generated C or "
-    "Python), any name starting with `opgen`, and any name ending in `_value`, `_acc`, `_sums` or `_data` "
+    "Python), any name starting with `opgen`, and any name ending in `_value`, `_acc`, `_sums`, `_data`, `_line`, "
+    "`_lanes`, `_block`, `_term` or `_all` "
     "(the generated C's own variables for a name)."
 )
 # The smallest magnitude that rounds to infinity in f32: max + half an ulp.
 _F32_OVERFLOW = expr.F32_OVERFLOW
+# Line values (line inputs and math.line entries) an along_axes op may keep per line: the
+# driver holds them in a stack array per lane (templates/drivers/opgen_lines.c).
+MAX_LINE_VALUES = 32
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # A string attribute's value becomes part of a C enumerator (OPGEN_<ATTRIBUTE>_<VALUE>).
 _ENUM_VALUE = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,62}")
@@ -415,8 +448,9 @@ _ATTRIBUTE_KEYS = {
     "name": Key(True, "The attribute's name: a C identifier, not reserved.", 'name = "alpha"'),
     "type": Key(
         True,
-        "`bool`, `f32` or `string`. A bool the math reads is fixed when the kernels are generated (one variant per "
-        "value); a string is one of `allowed`.",
+        "`bool`, `f32`, `string` or `int`. A bool the math reads is fixed when the kernels are generated (one variant "
+        "per value); a string is one of `allowed`; an int names axes (with `role`), negative values counting from "
+        "the last.",
         'type = "f32"',
     ),
     "doc": Key(
@@ -440,8 +474,9 @@ _ATTRIBUTE_KEYS = {
     ),
     "role": Key(
         False,
-        "`layout`: this string attribute picks the layout; its `allowed` values are among NCX and NXC. At most one "
-        "per op.",
+        "`layout`: this string attribute picks the layout; its `allowed` values are among NCX and NXC. For an int "
+        "attribute of an along_axes op: `axis` (the lines run along the one axis it names) or `begin_axis` (along "
+        "every axis from it to the last). At most one of each per op.",
         'role = "layout"',
     ),
     "example": Key(
@@ -461,7 +496,9 @@ _INPUT_KEYS = {
     "kind": Key(
         False,
         "`tensor` (default): the reference's shape (or broadcast to it with `to_reference`); `channel`: a per-channel"
-        " operand, broadcast along the reference by one of its `broadcast` forms.",
+        " operand, broadcast along the reference by one of its `broadcast` forms. along_axes: `line`, one value per "
+        "line (the reference's shape without the line's axes); `along`, one value per position along a line (the "
+        "shape of the line's axes), the same for every line.",
         'kind = "channel"',
     ),
     "optional": Key(
@@ -499,7 +536,8 @@ _OUTPUT_KEYS = {
     "kind": Key(
         False,
         "`tensor` (default): the reference's shape, defined in `math.elements`; `channel`: a reduction, defined in "
-        "`math.sums` (broadcast_reduce) or `math.after` (reduce_then_apply).",
+        "`math.sums` (broadcast_reduce) or `math.after` (reduce_then_apply); `line` (along_axes): one value per line, "
+        "defined in `math.line`.",
         'kind = "channel"',
     ),
     "like": Key(
@@ -595,11 +633,20 @@ _COMPUTE_TYPE_KEYS = {
 }
 # Sections of `math` each pattern takes.
 _SECTIONS = {
+    "along_axes": ("line", "elements"),
     "elementwise": ("elements",),
     "broadcast_reduce": ("elements", "sums"),
     "reduce_then_apply": ("channel", "sums", "after", "elements"),
 }
 _SECTION_KEYS = {
+    "line": Key(
+        False,
+        "along_axes: the values of one line, in order, in the accumulation type: a reduction over the line's "
+        "elements (`line_sum(term)`, `line_max(term)`, `line_min(term)`, a whole entry; the term reads tensor and "
+        "along inputs, attributes, `count` and earlier line values) or an expression of line inputs, earlier line "
+        "values, attributes and `count` (the elements per line). Line outputs are defined here.",
+        '[math.line]\nmax_src = "line_max(src)"\nsum_exp = "line_sum(exp(src - max_src))"',
+    ),
     "channel": Key(
         False,
         "Per channel, before the sums, in the accumulation type; reads channel inputs and f32 attributes.",
@@ -627,6 +674,10 @@ _SECTION_KEYS = {
 }
 _GIVEN = Key(True, "", "")  # a key every row must give (a dtype row names every tensor)
 PATTERN_DOCS = {
+    "along_axes": 'Lines along the axes an int attribute names (`role = "axis"`: one axis; `"begin_axis"`: '
+    "from it to the last): `line` computes each line's values, reductions over the line among them (as few passes "
+    "over the line as their order allows), then `elements` writes each element from its inputs and its line's "
+    "values (SoftMax, LayerNorm).",
     "elementwise": "Every output element computed from the same element of each input: tensor inputs and outputs only.",
     "broadcast_reduce": "One channel input broadcast along the reference (its `broadcast` forms); tensor outputs per "
     "element, and the channel outputs as sums over the elements each channel value met.",
@@ -636,6 +687,15 @@ PATTERN_DOCS = {
 # One worked `math` per pattern (docs/spec-language.md; tests/test_spec_docs.py loads each in
 # place of the math of a bundled op of the pattern).
 PATTERN_EXAMPLES = {
+    "along_axes": """\
+# soft_max: axis is an int attribute with role = "axis"
+[math.line]
+max_src = "line_max(src)"
+sum_exp = "line_sum(exp(src - max_src))"
+
+[math.elements]
+dst = "exp(src - max_src) / sum_exp"
+""",
     "elementwise": """\
 # sigmoid_backward: use_dst is a bool attribute, read as a condition
 [math.elements]
@@ -890,6 +950,7 @@ class _SpecReader:
         pattern = _string(self.where, "op.pattern", op["pattern"])
         if pattern not in PATTERNS:
             self.fail("op.pattern", f"'{pattern}' is not one of {', '.join(PATTERNS)}")
+        self.pattern = pattern  # the tensor kinds it takes
         compute = op.get("compute", "normal")
         if compute not in ("normal", "wide"):
             self.fail("op.compute", f"'{compute}' is not 'normal' or 'wide'")
@@ -1028,8 +1089,15 @@ class _SpecReader:
             if minimum is not None and (kind != "f32" or not isinstance(minimum, (int, float))):
                 self.fail(f"{key}.minimum_exclusive", "only f32 attributes take a numeric minimum")
             role = table.get("role")
-            if role is not None and (role != "layout" or kind != "string"):
-                self.fail(f"{key}.role", "the only role is 'layout', for a string attribute")
+            if role is not None and not (
+                (role == "layout" and kind == "string") or (role in AXIS_ROLES and kind == "int")
+            ):
+                self.fail(
+                    f"{key}.role",
+                    "roles are 'layout' (a string attribute) and 'axis' or 'begin_axis' (an int attribute)",
+                )
+            if kind == "int" and role not in AXIS_ROLES:
+                self.fail(f"{key}.role", "an int attribute names axes: its role is 'axis' or 'begin_axis'")
             if role == "layout" and not set(allowed) <= set(LAYOUTS):
                 self.fail(f"{key}.allowed", f"layouts must be among {', '.join(LAYOUTS)}")
             attribute = Attribute(
@@ -1074,8 +1142,11 @@ class _SpecReader:
             name = _identifier(self.where, f"{section}[{index}].name", table["name"])
             key = f"{section}.{name}"
             kind = table.get("kind", "tensor")
-            if kind not in ("tensor", "channel"):
-                self.fail(f"{key}.kind", f"'{kind}' is not 'tensor' or 'channel'")
+            kinds = TENSOR_KINDS[self.pattern]
+            if section == "outputs" and self.pattern == "along_axes":
+                kinds = ("tensor", "line")  # an along output would be a sum across lines: not yet
+            if kind not in kinds:
+                self.fail(f"{key}.kind", f"'{kind}' is not one of {', '.join(kinds)} (pattern {self.pattern})")
             broadcast = table.get("broadcast", [])
             forms = CHANNEL_FORMS if kind == "channel" else TENSOR_FORMS
             if not isinstance(broadcast, list) or any(form not in forms for form in broadcast):
@@ -1088,8 +1159,10 @@ class _SpecReader:
             if not isinstance(optional, bool):
                 self.fail(f"{key}.optional", "must be true or false")
             default = table.get("default")
-            if optional and (kind != "channel" or not isinstance(default, (int, float))):
-                self.fail(f"{key}.default", "an optional input must be a channel input with a numeric default")
+            if optional and (kind not in ("channel", "along") or not isinstance(default, (int, float))):
+                self.fail(
+                    f"{key}.default", "an optional input must be a channel (or along) input with a numeric default"
+                )
             if default is not None and not optional:
                 self.fail(f"{key}.default", "only optional inputs take a default")
             if default is not None:
@@ -1142,9 +1215,9 @@ class _SpecReader:
             self.fail("op.layout", "give a fixed layout or a layout attribute, not both")
         if len(from_attribute) > 1:
             self.fail("attributes", "at most one attribute has role 'layout'")
-        if pattern == "elementwise" and (fixed or from_attribute):
-            self.fail("op.layout", "an elementwise op does not depend on the layout")
-        if pattern != "elementwise" and not (fixed or from_attribute):
+        if pattern in ("elementwise", "along_axes") and (fixed or from_attribute):
+            self.fail("op.layout", f"a {pattern} op does not depend on the layout")
+        if pattern not in ("elementwise", "along_axes") and not (fixed or from_attribute):
             self.fail("op.layout", f"pattern {pattern} needs a layout (op.layout or an attribute with role 'layout')")
         return fixed
 
@@ -1225,11 +1298,20 @@ class _SpecReader:
                         f"inputs.{tensor.name}.broadcast", "pattern reduce_then_apply takes per_channel inputs only"
                     )
         for tensor in spec.inputs:
-            if tensor.kind == "tensor" and tensor.optional:
-                self.fail(f"inputs.{tensor.name}.optional", "only channel inputs may be optional")
+            if tensor.kind in ("tensor", "line") and tensor.optional:
+                self.fail(f"inputs.{tensor.name}.optional", f"a {tensor.kind} input cannot be optional")
+        axes = [a for a in spec.attributes if a.role in AXIS_ROLES]
+        if spec.pattern == "along_axes" and len(axes) != 1:
+            self.fail("attributes", "pattern along_axes needs one int attribute with role 'axis' or 'begin_axis'")
+        if spec.pattern != "along_axes" and axes:
+            self.fail(f"attributes.{axes[0].name}.role", "only along_axes ops take an axis attribute")
+        if spec.pattern == "along_axes" and spec.min_rank < 1:
+            self.fail("op.min_rank", "an along_axes op needs at least 1 dim (an axis to run along)")
 
     def _check_math(self, spec: OpSpec) -> tuple[str, ...]:
         """Check every expression against the names its section may read; return specialized attributes."""
+        if spec.pattern == "along_axes":
+            return self._check_line_math(spec)
         tensors = [t.name for t in spec.inputs if t.kind == "tensor"]
         channels = [t.name for t in spec.inputs if t.kind == "channel"]
         numbers = [a.name for a in spec.attributes if a.type == "f32"]
@@ -1261,6 +1343,52 @@ class _SpecReader:
                 self._parse(key, text, booleans)
                 used_booleans |= expr.names(tree) & set(booleans)
                 local.append(name)
+        self._check_outputs_defined(spec, defined)
+        return tuple(a for a in booleans if a in used_booleans)
+
+    def _check_line_math(self, spec: OpSpec) -> tuple[str, ...]:
+        """along_axes: `math.line` in order (reductions whole entries), then `math.elements`."""
+        per_element = [t.name for t in spec.inputs if t.kind in ("tensor", "along")]
+        lines = [t.name for t in spec.inputs if t.kind == "line"]
+        numbers = [a.name for a in spec.attributes if a.type == "f32"] + ["count"]
+        booleans = [a.name for a in spec.attributes if a.type == "bool"]
+        inputs = {t.name for t in spec.inputs}
+        used_booleans: set[str] = set()
+        seen: set[str] = set()
+        for section in ("line", "elements"):
+            for name, text in spec.math[section]:
+                key = f"math.{section}.{name}"
+                if name in seen:
+                    self.fail(key, "defined twice in math")
+                if name in inputs or name in numbers + booleans:
+                    self.fail(key, f"'{name}' is an input, an attribute or count; math defines new names only")
+                try:
+                    reduction, argument = expr.split_reduction(text) if section == "line" else (None, text)
+                except expr.ExprError as error:
+                    self.fail(key, str(error))
+                tree = self._parse(key, argument)
+                if section == "elements" or reduction is not None:
+                    allowed = set(per_element) | set(lines) | seen
+                else:  # a line value: per line, no element read outside a reduction
+                    allowed = set(lines) | seen
+                allowed |= set(numbers) | set(booleans)
+                for used in expr.names(tree):
+                    if used not in allowed:
+                        hint = ""
+                        if used in per_element:
+                            hint = (
+                                " (an element is read inside a reduction: line_sum(...), line_max(...), line_min(...))"
+                            )
+                        self.fail(
+                            key, f"unknown name '{used}'{hint} (this entry may read: {', '.join(sorted(allowed))})"
+                        )
+                self._parse(key, argument, booleans)
+                used_booleans |= expr.names(tree) & set(booleans)
+                seen.add(name)
+        values = len(lines) + len(spec.math["line"])
+        if values > MAX_LINE_VALUES:
+            self.fail("math.line", f"{values} line values (line inputs and entries); at most {MAX_LINE_VALUES}")
+        defined = {section: [n for n, _ in spec.math[section]] for section in spec.math}
         self._check_outputs_defined(spec, defined)
         return tuple(a for a in booleans if a in used_booleans)
 
@@ -1318,7 +1446,9 @@ class _SpecReader:
         self.fail(key, problem)
 
     def _check_outputs_defined(self, spec: OpSpec, defined: dict[str, list[str]]) -> None:
-        channel_section = {"broadcast_reduce": "sums", "reduce_then_apply": "after"}.get(spec.pattern)
+        channel_section = {"broadcast_reduce": "sums", "reduce_then_apply": "after", "along_axes": "line"}.get(
+            spec.pattern
+        )
         for tensor in spec.outputs:
             section = "elements" if tensor.kind == "tensor" else channel_section
             if section is None or tensor.name not in defined.get(section, []):
@@ -1351,7 +1481,7 @@ def default_accuracy(spec: OpSpec, output: str) -> str | None:
     from its sums: not stated, so `opgen check` asks for it)."""
     if sum_behind(spec, output) is not None:
         return "sum"
-    if spec.pattern != "reduce_then_apply" and spec.tensor(output).kind == "tensor":
+    if spec.pattern in ("elementwise", "broadcast_reduce") and spec.tensor(output).kind == "tensor":
         return "ulp"
     return None
 
@@ -1421,6 +1551,12 @@ def check_attribute_value(attribute: Attribute, value: Any) -> str | None:
     if attribute.type == "string":
         if not isinstance(value, str) or value not in attribute.allowed:
             return f"must be one of {', '.join(repr(v) for v in attribute.allowed)}, not {value!r}"
+        return None
+    if attribute.type == "int":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+            return f"must be an integer (an axis), not {type(value).__name__}"
+        if not -MAX_RANK <= int(value) < MAX_RANK:
+            return f"must be an axis in -{MAX_RANK}..{MAX_RANK - 1} (negative: from the last), not {value!r}"
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         return f"must be a number (f32), not {type(value).__name__}"

@@ -28,7 +28,7 @@ from opgen.specs import OpSpec
 from opgen.validate import Checked
 
 NAMESPACE = "opgen"
-_SCHEMA_TYPES = {"f32": "float", "bool": "bool", "string": "str"}
+_SCHEMA_TYPES = {"f32": "float", "bool": "bool", "string": "str", "int": "int"}
 _TORCH_DTYPES = {
     np.dtype(np.float32): torch.float32,
     np.dtype(np.float16): torch.float16,
@@ -60,6 +60,8 @@ def _default(value: Any) -> str:
         if not re.fullmatch(r"[A-Za-z0-9_]*", value):
             raise ValueError(f"a string default {value!r} cannot be written in a torch schema")
         return f'"{value}"'
+    if isinstance(value, int):
+        return str(value)
     return repr(float(value))
 
 

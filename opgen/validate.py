@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from opgen import shapes
-from opgen.specs import MAX_RANK, OpSpec, check_attribute_value
+from opgen.specs import AXIS_ROLES, MAX_RANK, OpSpec, check_attribute_value
 
 
 class Checked:
@@ -28,6 +28,7 @@ class Checked:
         self.layout = self.attributes.get(spec.layout_attribute.name) if spec.layout_attribute else spec.layout
         self.reference = self.inputs[spec.reference]
         self._check_ranks()
+        self.line_axes = self._line_axes()
         self.forms = self._shapes()
 
     def fail(self, kind: type[Exception], argument: str, message: str) -> None:
@@ -44,6 +45,7 @@ class Checked:
                     not isinstance(value, (numbers.Real, np.bool_, str))
                     or (attribute.type == "bool") != is_bool
                     or (attribute.type == "string") != isinstance(value, str)
+                    or (attribute.type == "int" and not isinstance(value, numbers.Integral))
                 )
                 self.fail(TypeError if wrong_type else ValueError, attribute.name, problem)
             values[attribute.name] = value
@@ -130,6 +132,18 @@ class Checked:
             if array is not None and array.ndim > max_rank:
                 self.fail(ValueError, name, f"must have at most {max_rank} dims, got {array.ndim}")
 
+    def _line_axes(self) -> tuple[int, int] | None:
+        """along_axes: (first, last), the axes the lines run along; None for other patterns."""
+        axis = next((a for a in self.spec.attributes if a.role in AXIS_ROLES), None)
+        if axis is None or axis.role is None:
+            return None
+        try:
+            return shapes.line_axes(self.reference.ndim, int(self.attributes[axis.name]), axis.role)
+        except ValueError as error:
+            message = str(error).replace("a tensor of rank", f"{self.spec.reference} (rank")
+            self.fail(ValueError, axis.name, message.replace(": it must", "): it must"))
+            raise AssertionError from None  # unreachable: fail raises
+
     def _shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Check every input's shape; return (form, expanded shape) of each channel input."""
         spec, reference = self.spec, self.reference.shape
@@ -137,6 +151,18 @@ class Checked:
         for tensor in spec.inputs:
             array = self.given[tensor.name]
             if array is None or tensor.name == spec.reference:
+                continue
+            if tensor.kind in ("line", "along") and self.line_axes is not None:
+                first, last = self.line_axes
+                wanted = shapes.axes_shape(reference, first, last, tensor.kind)
+                if array.shape != wanted:
+                    where = "without" if tensor.kind == "line" else "along"
+                    self.fail(
+                        ValueError,
+                        tensor.name,
+                        f"shape {array.shape} must be {wanted}: {spec.reference}'s shape {reference} {where} "
+                        f"axes {first}..{last}",
+                    )
                 continue
             if tensor.kind == "tensor":
                 if tensor.broadcast:
@@ -175,6 +201,8 @@ class Checked:
         tensor = self.spec.tensor(name)
         if tensor.kind == "tensor":
             return self.reference.shape
+        if self.line_axes is not None:
+            return shapes.axes_shape(self.reference.shape, *self.line_axes, tensor.kind)
         if self.spec.pattern == "reduce_then_apply":
             return (shapes.channel_dims(self.reference.shape, self.layout)[1],)
         form, expanded = self.forms[tensor.like]

@@ -32,7 +32,7 @@ KERNELS = [
     (spec, variant, plan.kernel(variant, TABLE)["float_first"])
     for spec in opgen.bundled.specs
     for variant in plan.variants(spec, TABLE)
-    if plan.kernel(variant, TABLE)["float_first"]
+    if spec.pattern == "elementwise" and plan.kernel(variant, TABLE)["float_first"]
 ]
 # bf16 kernels are computed in double, and their blocks inside the intervals in float
 BF16_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if variant.row[spec.reference] == "bf16"]

@@ -210,6 +210,8 @@ def test_kernels_whose_math_calls_exp_start_threads_sooner():
     table, specs = load_specs(BUNDLED_SPECS)
     work = {}
     for spec in specs:
+        if spec.pattern == "along_axes":
+            continue  # their drivers weigh lines (opgen/lines.py): test_along_axes
         for variant in plan.variants(spec, table):
             kernel = plan.kernel(variant, table)
             work[variant.name] = kernel["work_per_element"]

@@ -1,0 +1,276 @@
+"""The kernels of the along_axes pattern: a typed plan of one variant's microkernels.
+
+An along_axes op computes lines: the elements along the axes an attribute names, at one
+index of the other axes. `math.line` holds the line's values in order, reductions among them
+(`line_sum(term)`, `line_max(term)`, `line_min(term)`); `math.elements` writes each element
+from its inputs and the line's values. The reductions go in as few passes over a line as
+their order allows: a reduction whose term reads a line value that needs the reductions of
+pass k runs in pass k + 1; the line values then follow the pass that makes them computable.
+
+Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c) rely on:
+- every line value has a slot in a double array of at most MAX_LINE_VALUES, written once per
+  line, before any microkernel reads it (the group order below);
+- a pass's terms read tensor inputs, along inputs, numbers, `count` and line values of
+  earlier groups only; its reductions are in the accumulation type (sums) or in the compute
+  type (max, min: exact in any type);
+- element math runs in the compute type and reads line values narrowed to it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from opgen import expr
+from opgen.specs import DType, DTypeTable, OpSpec
+
+# An exp costs about this many elements of plain arithmetic (the thread policy's unit).
+EXP_WORK = 4
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A tensor operand as the microkernels read or write it."""
+
+    name: str
+    index: int  # in the call's tensors: inputs, then outputs
+    kind: str  # tensor, along or line
+    c_type: str
+    load: str  # C: one element (`{}` the element) converted to the compute type
+    load_block: str
+    load_part: str
+    store: str  # C: a compute-type value (`{}`) converted to this dtype
+    store_block: str
+    store_part: str
+    optional: bool
+    default: str  # C literal in the compute type, for an absent optional input ("" if none)
+
+
+@dataclass(frozen=True)
+class LineStep:
+    """One line value computed in scalar code (double): C for `values[slot] = c`."""
+
+    name: str
+    slot: int
+    c: str
+
+
+@dataclass(frozen=True)
+class Reduction:
+    name: str
+    slot: int
+    kind: str  # line_sum, line_max or line_min
+    lane_type: str  # the type its lanes accumulate in
+    start: str  # C: the lanes' starting value
+    term: str  # C, in the compute type, of `{name}_value` locals
+    term_type: str
+
+
+@dataclass(frozen=True)
+class Pass:
+    index: int
+    reductions: tuple[Reduction, ...]
+    reads: tuple[Operand, ...]  # tensor and along inputs the terms read
+    line_reads: tuple[tuple[str, int], ...]  # line values the terms read: (name, slot)
+    after: tuple[LineStep, ...]
+
+
+@dataclass(frozen=True)
+class Element:
+    name: str
+    c: str  # in the compute type
+    output: Operand | None
+
+
+@dataclass(frozen=True)
+class LinesKernel:
+    name: str  # the variant: <op>_<dtypes>[_<flag>...]
+    op: str
+    summary: str
+    detail: str
+    compute: str
+    accumulate: str
+    params: tuple[tuple[str, str], ...]  # (C type, name) of the kernel API function
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Operand, ...]
+    numbers: tuple[str, ...]  # f32 attributes, in params order
+    value_count: int
+    before: tuple[LineStep, ...]
+    passes: tuple[Pass, ...]
+    element_reads: tuple[Operand, ...]  # tensor and along inputs the element math reads
+    element_line_reads: tuple[tuple[str, int], ...]
+    elements: tuple[Element, ...]
+    line_outputs: tuple[tuple[Operand, int], ...]  # (output, slot)
+    work_per_element: int
+
+
+def _load(dtype: DType, compute: str) -> str:
+    text = dtype.load
+    return text if compute == "float" else f"({compute})({text})"
+
+
+def _store(dtype: DType, compute: str) -> str:
+    return dtype.store.format("{}" if compute == "float" else "(float)({})")
+
+
+def _literal(value: float, kind: str, table: DTypeTable) -> str:
+    return expr.to_c(ast.Constant(float(value)), {}, table.compute_types[kind].literal_suffix, "", "")
+
+
+def line_groups(spec: OpSpec) -> tuple[dict[str, int], dict[str, int]]:
+    """(group of each line name, pass of each reduction). Line inputs and values that need no
+    reduction are group 0; a reduction is in pass 1 + the largest group its term reads, and
+    is of that group itself; a value is of the largest group it reads."""
+    groups = {t.name: 0 for t in spec.inputs if t.kind == "line"}
+    passes: dict[str, int] = {}
+    for name, text in spec.math.get("line", ()):
+        reduction, argument = expr.split_reduction(text)
+        read = max((groups[n] for n in expr.names(expr.parse(argument)) if n in groups), default=0)
+        if reduction is not None:
+            passes[name] = read + 1
+            groups[name] = read + 1
+        else:
+            groups[name] = read
+    return groups, passes
+
+
+def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bool], table: DTypeTable) -> LinesKernel:
+    """The plan of variant `name` of along_axes op `spec` for dtype row `row`."""
+    dtypes = {tensor: table.dtypes[dtype] for tensor, dtype in row.items()}
+    reference = dtypes[spec.reference]
+    compute = reference.wide_compute if spec.compute == "wide" else reference.compute
+    accumulate = reference.accumulate
+    style = {kind: table.compute_types[kind] for kind in (compute, accumulate)}
+    tensors = [*spec.inputs, *spec.outputs]
+    operands = {}
+    for index, tensor in enumerate(tensors):
+        dtype = dtypes[tensor.name]
+        operands[tensor.name] = Operand(
+            name=tensor.name,
+            index=index,
+            kind=tensor.kind,
+            c_type=dtype.c_type,
+            load=_load(dtype, compute),
+            load_block=dtype.load_block,
+            load_part=dtype.load_part,
+            store=_store(dtype, compute),
+            store_block=dtype.store_block,
+            store_part=dtype.store_part,
+            optional=tensor.optional or bool(tensor.requested_by),
+            default="" if tensor.default is None else _literal(tensor.default, compute, table),
+        )
+    numbers = tuple(a.name for a in spec.attributes if a.type == "f32")
+
+    def parse(text: str) -> ast.expr:
+        return expr.fold(expr.parse(text), constants)
+
+    groups, pass_of = line_groups(spec)
+    slots = {t.name: i for i, t in enumerate(t for t in spec.inputs if t.kind == "line")}
+    for entry, _ in spec.math.get("line", ()):
+        slots[entry] = len(slots)
+
+    def c_text(tree: ast.expr, kind: str, spelled: dict[str, str]) -> str:
+        variables = {n: spelled[n] for n in expr.names(tree)}
+        return expr.to_c(tree, variables, style[kind].literal_suffix, style[kind].math_suffix, f"opgen_select_{kind}")
+
+    def line_spelling(kind: str) -> dict[str, str]:
+        """Names in scalar line code: line values, numbers and count, in type `kind`."""
+        spelled = {n: f"values[{s}]" for n, s in slots.items()}
+        spelled |= {n: f"(({kind})call->numbers[{numbers.index(n)}])" for n in numbers}
+        spelled["count"] = f"(({kind})call->length)"
+        return spelled
+
+    element_spelling = {t.name: f"{t.name}_value" for t in spec.inputs if t.kind != "line"}
+    element_spelling |= {n: f"{n}_line" for n in slots}
+    element_spelling |= {n: n for n in numbers}
+    element_spelling["count"] = "count"
+
+    def operand_reads(trees: list[ast.expr]) -> tuple[tuple[Operand, ...], tuple[tuple[str, int], ...]]:
+        read = set().union(*(expr.names(t) for t in trees)) if trees else set()
+        inputs = tuple(operands[t.name] for t in spec.inputs if t.kind != "line" and t.name in read)
+        lines = tuple((n, s) for n, s in slots.items() if n in read)
+        return inputs, lines
+
+    before = [
+        LineStep(
+            t.name,
+            slots[t.name],
+            operands[t.name].load.format(
+                f"(({operands[t.name].c_type} *)call->tensors[{operands[t.name].index}])[line]"
+            ),
+        )
+        for t in spec.inputs
+        if t.kind == "line"
+    ]
+    pass_count = max(pass_of.values(), default=0)
+    reductions: dict[int, list[tuple[Reduction, ast.expr]]] = {k: [] for k in range(1, pass_count + 1)}
+    after: dict[int, list[LineStep]] = {k: [] for k in range(1, pass_count + 1)}
+    for entry, text in spec.math.get("line", ()):
+        reduction, argument = expr.split_reduction(text)
+        tree = parse(argument)
+        if reduction is None:
+            step = LineStep(entry, slots[entry], c_text(tree, accumulate, line_spelling(accumulate)))
+            (before if groups[entry] == 0 else after[groups[entry]]).append(step)
+            continue
+        is_sum = reduction == "line_sum"
+        lane_type = accumulate if is_sum else compute
+        infinity = "INFINITY" if reduction == "line_min" else "-INFINITY"
+        start = f"({lane_type})0" if is_sum else f"({lane_type}){infinity}"
+        term = c_text(tree, compute, element_spelling)
+        reductions[pass_of[entry]].append(
+            (Reduction(entry, slots[entry], reduction, lane_type, start, term, compute), tree)
+        )
+    passes = []
+    for k in range(1, pass_count + 1):
+        reads, line_reads = operand_reads([tree for _, tree in reductions[k]])
+        passes.append(Pass(k, tuple(r for r, _ in reductions[k]), reads, line_reads, tuple(after[k])))
+
+    output_operands = {t.name: operands[t.name] for t in spec.outputs}
+    element_trees = [(n, parse(text)) for n, text in spec.math.get("elements", ())]
+    live = {t.name for t in spec.outputs if t.kind == "tensor"}
+    for entry, tree in reversed(element_trees):
+        if entry in live:
+            live |= expr.names(tree)
+    element_trees = [(n, t) for n, t in element_trees if n in live]
+    element_reads, element_line_reads = operand_reads([t for _, t in element_trees])
+    elements = []
+    for entry, tree in element_trees:
+        elements.append(Element(entry, c_text(tree, compute, element_spelling), output_operands.get(entry)))
+        element_spelling[entry] = f"{entry}_value"  # later entries read it
+
+    params: list[tuple[str, str]] = [(f"const {operands[t.name].c_type} *", t.name) for t in spec.inputs]
+    params += [(f"{operands[t.name].c_type} *", t.name) for t in spec.outputs]
+    params += [("float ", n) for n in numbers]
+    params += [("int64_t ", "outer"), ("int64_t ", "length"), ("int64_t ", "inner")]
+    all_trees = [t for _, t in element_trees] + [
+        parse(expr.split_reduction(text)[1]) for _, text in spec.math.get("line", ())
+    ]
+    exps = sum(expr.calls(t, "exp") for t in all_trees)
+    detail = "; ".join(
+        [
+            ", ".join(f"{n} {d}" for n, d in row.items()),
+            f"computed in {compute}, sums in {accumulate}",
+            f"{pass_count} reduction pass{'es' if pass_count != 1 else ''} and an element pass per line",
+            *(f"{n}={'true' if v else 'false'}" for n, v in constants.items()),
+        ]
+    )
+    return LinesKernel(
+        name=name,
+        op=spec.name,
+        summary=spec.summary,
+        detail=detail,
+        compute=compute,
+        accumulate=accumulate,
+        params=tuple(params),
+        inputs=tuple(operands[t.name] for t in spec.inputs),
+        outputs=tuple(output_operands.values()),
+        numbers=numbers,
+        value_count=len(slots),
+        before=tuple(before),
+        passes=tuple(passes),
+        element_reads=element_reads,
+        element_line_reads=element_line_reads,
+        elements=tuple(elements),
+        line_outputs=tuple((output_operands[t.name], slots[t.name]) for t in spec.outputs if t.kind == "line"),
+        work_per_element=(1 + pass_count) * (1 + EXP_WORK * exps),
+    )

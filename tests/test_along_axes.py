@@ -1,0 +1,246 @@
+"""The along_axes pattern (ops over lines along the axes an attribute names: SoftMax, ...):
+results against the float64 oracle within the bounds the specs state, on every axis, dtype and
+odd or empty shape with edge values; the same bits on any thread count; clear errors for bad
+axes, shapes and specs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import opgen
+from opgen import accuracy, oracle, shapes
+from opgen.render import BUNDLED_SPECS
+from opgen.specs import SpecError, load_specs
+from tests.helpers import dtype_of, rng, threads_set_to
+
+SHAPES = [(1,), (5,), (16,), (33,), (2, 3), (3, 0, 4), (0, 5), (2, 3, 5, 7), (3, 17, 19), (4, 1, 35)]
+TABLE, SPECS = load_specs(BUNDLED_SPECS)
+ALONG = {spec.name: spec for spec in SPECS if spec.pattern == "along_axes"}
+
+
+def _inputs(op: str, shape: tuple[int, ...], dtype: str, axis: int, salt: object) -> dict[str, np.ndarray]:
+    spec = ALONG[op]
+    role = next(a.role for a in spec.attributes if a.type == "int")
+    first, last = shapes.line_axes(len(shape), axis, role or "axis")
+    generator = rng(op, shape, dtype, axis, salt)
+    arrays = {}
+    for tensor in spec.inputs:
+        row = TABLE.dtypes[dtype]
+        arrays[tensor.name] = accuracy.random_data(
+            generator, shapes.axes_shape(shape, first, last, tensor.kind), row, "all" if salt == "all" else "finite"
+        )
+    return arrays
+
+
+@pytest.mark.parametrize("op", sorted(ALONG))
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+@pytest.mark.parametrize("specials", ["finite", "all"])
+def test_every_axis_within_the_stated_bound(op, dtype, specials):
+    spec = ALONG[op]
+    function, reference = getattr(opgen, op), getattr(oracle, op)
+    contract = spec.accuracy[spec.outputs[0].name]
+    assert contract and contract.startswith("oracle:")
+    bounds = getattr(oracle, contract.removeprefix("oracle:"))
+    axis_name = next(a.name for a in spec.attributes if a.type == "int")
+    cases = 0
+    for shape in SHAPES:
+        for axis in range(-len(shape), len(shape)):
+            arrays = _inputs(op, shape, dtype, axis, specials)
+            got = function(**arrays, **{axis_name: axis})
+            want = reference(**arrays, **{axis_name: axis})
+            got, want = (got,) if len(spec.outputs) == 1 else got, (want,) if len(spec.outputs) == 1 else want
+            allowed = bounds(**arrays, **{axis_name: axis})
+            for tensor, value, expected, bound in zip(spec.outputs, got, want, allowed):
+                assert value.shape == expected.shape
+                assert value.dtype == dtype_of(dtype)
+                bad, _ = accuracy.outside(value, expected, TABLE.dtypes[dtype], bound)
+                where = np.argwhere(bad)
+                assert not bad.any(), (
+                    f"{op} {dtype} {shape} axis={axis} {tensor.name}{list(where[0])}: "
+                    f"got {value[tuple(where[0])]!r}, expected {expected[tuple(where[0])]!r}"
+                )
+            cases += 1
+    assert cases > 40
+
+
+def test_soft_max_lines_sum_to_one_and_follow_their_max():
+    """Properties of the math itself, not of a reference: each line sums to 1 (within its n
+    roundings), and a shift of a whole line changes nothing (up to the rounding of x - max)."""
+    x = rng("sum to one").standard_normal((6, 50, 7)).astype(np.float32) * 20
+    for axis in range(3):
+        y = opgen.soft_max(x, axis=axis).astype(np.float64)
+        assert np.allclose(y.sum(axis=axis), 1.0, rtol=0, atol=x.shape[axis] * 2e-7)
+        shifted = opgen.soft_max(x + np.float32(64), axis=axis).astype(np.float64)
+        assert np.allclose(shifted, y, rtol=1e-5, atol=1e-30)
+
+
+def test_nan_and_infinity_poison_their_line_only():
+    x = np.zeros((4, 9), np.float32)
+    x[1, 3] = np.nan
+    x[2, 5] = np.inf
+    x[3, :] = -np.inf
+    y = opgen.soft_max(x, axis=1)
+    assert np.all(y[0] == np.float32(1 / 9))
+    assert np.isnan(y[1]).all() and np.isnan(y[2]).all() and np.isnan(y[3]).all()
+    x[3, :] = 0
+    x[3, 4] = -np.inf  # one -inf in a line: its element is 0, the others share the rest
+    y = opgen.soft_max(x, axis=1)
+    assert y[3, 4] == 0 and np.all(y[3, np.arange(9) != 4] == np.float32(1 / 8))
+
+
+@pytest.mark.parametrize("shape, axis", [((64, 4099), 1), ((97, 3001), 0), ((8, 300, 257), 1)])
+def test_the_same_bits_on_any_thread_count(shape, axis):
+    """Each line is computed by one thread in a fixed order: sums do not depend on the threads."""
+    x = rng("threads", shape).standard_normal(shape).astype(np.float32)
+    with threads_set_to(1):
+        one = opgen.soft_max(x, axis=axis)
+    with threads_set_to(2):
+        two = opgen.soft_max(x, axis=axis)
+    assert np.array_equal(one.view(np.uint32), two.view(np.uint32))
+
+
+def test_bad_axes_and_types_are_refused_with_their_rule():
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match=r"soft_max\(\): axis: 2 is not an axis of src \(rank 2\).*-2\.\.1"):
+        opgen.soft_max(x, axis=2)
+    with pytest.raises(ValueError, match=r"axis: -3 is not an axis"):
+        opgen.soft_max(x, axis=-3)
+    with pytest.raises(TypeError, match=r"axis: must be an integer"):
+        opgen.soft_max(x, axis=1.0)
+    with pytest.raises(TypeError, match=r"axis: must be an integer"):
+        opgen.soft_max(x, axis=True)
+    with pytest.raises(ValueError, match=r"src: must have at least 1 dims"):
+        opgen.soft_max(np.array(1.0, np.float32), axis=0)
+    assert opgen.soft_max(x, axis=np.int64(-1)).shape == (2, 3)
+
+
+def test_the_c_api_checks_the_axis_against_the_rank():
+    """The C op API (through the module's cffi bindings) refuses an axis outside the rank with
+    OPGEN_INVALID_ATTRIBUTE and a message naming the attribute."""
+    library = opgen.default_library() if hasattr(opgen, "default_library") else None
+    module = getattr(library, "module", None) if library is not None else None
+    if module is None:
+        from opgen import runtime
+
+        module = runtime.OpLibrary(BUNDLED_SPECS, ops=["soft_max"]).module
+    ffi, lib = module.ffi, module.lib
+    data = ffi.new("float[]", 6)
+    out = ffi.new("float[]", 6)
+    tensors = []
+    for pointer in (data, out):
+        tensor = ffi.new("opgen_tensor *")
+        tensor.data, tensor.dtype, tensor.rank = pointer, lib.OPGEN_F32, 2
+        tensor.dims[0], tensor.dims[1] = 2, 3
+        tensors.append(tensor)
+    assert lib.opgen_soft_max(tensors[0], tensors[1], 1) == lib.OPGEN_SUCCESS
+    assert lib.opgen_soft_max(tensors[0], tensors[1], 2) == lib.OPGEN_INVALID_ATTRIBUTE
+    message = ffi.string(lib.opgen_last_error()).decode()
+    assert "axis" in message and "rank 2" in message, message
+    assert lib.opgen_soft_max(tensors[0], tensors[1], -3) == lib.OPGEN_INVALID_ATTRIBUTE
+
+
+SPEC = """\
+[op]
+name = "line_op"
+summary = "A user's along_axes op."
+source = "a test"
+pattern = "along_axes"
+min_rank = 1
+
+[[attributes]]
+name = "axis"
+type = "int"
+default = -1
+role = "axis"
+doc = "The axis."
+
+[[inputs]]
+name = "src"
+doc = "Input."
+
+[[outputs]]
+name = "dst"
+doc = "Output."
+
+[[dtypes]]
+src = "f32"
+dst = "f32"
+
+[math.line]
+max_src = "line_max(src)"
+sum_exp = "line_sum(exp(src - max_src))"
+
+[math.elements]
+dst = "exp(src - max_src) / sum_exp"
+
+[accuracy]
+dst = "oracle:soft_max_bounds"
+"""
+
+
+def _spec_dir(tmp_path: Path, text: str) -> Path:
+    directory = tmp_path / "specs"
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copy(BUNDLED_SPECS / "dtypes.toml", directory)
+    (directory / "line_op.toml").write_text(text)
+    return directory
+
+
+@pytest.mark.parametrize(
+    "change, key, rule",
+    [
+        (('role = "axis"', 'role = "layout"'), "attributes.axis.role", "roles are"),
+        (('role = "axis"\n', ""), "attributes.axis.role", "an int attribute names axes"),
+        (('type = "int"', 'type = "f32"'), "attributes.axis.role", "roles are"),
+        (
+            ('sum_exp = "line_sum(exp(src - max_src))"', 'sum_exp = "1 + line_sum(exp(src - max_src))"'),
+            "math.line.sum_exp",
+            "whole entry of math.line",
+        ),
+        (
+            ('sum_exp = "line_sum(exp(src - max_src))"', 'sum_exp = "exp(src - max_src)"'),
+            "math.line.sum_exp",
+            "an element is read inside a reduction",
+        ),
+        (
+            ('dst = "exp(src - max_src) / sum_exp"', 'dst = "exp(src - line_max(src))"'),
+            "math.elements.dst",
+            "whole entry of math.line",
+        ),
+        (('max_src = "line_max(src)"', 'max_src = "line_max(src, src)"'), "math.line.max_src", "1 positional"),
+        (('max_src = "line_max(src)"', 'max_src = "line_max(sum_exp)"'), "math.line.max_src", "unknown name 'sum_exp'"),
+        (("min_rank = 1", "min_rank = 0"), "op.min_rank", "at least 1 dim"),
+        (('[[outputs]]\nname = "dst"', '[[outputs]]\nname = "dst"\nkind = "along"'), "outputs.dst.kind", "not one of"),
+        (('pattern = "along_axes"', 'pattern = "elementwise"'), "math.line", "unknown key"),
+    ],
+)
+def test_spec_mistakes_name_their_key_and_rule(tmp_path, change, key, rule):
+    old, new = change
+    assert old in SPEC
+    directory = _spec_dir(tmp_path, SPEC.replace(old, new, 1))
+    with pytest.raises(SpecError) as raised:
+        load_specs(directory)
+    message = str(raised.value)
+    assert f"line_op.toml: {key}" in message and rule in message, message
+
+
+def test_a_users_along_axes_op_builds_and_checks(tmp_path):
+    """A user's spec of the pattern builds and passes opgen check; the same op with its result
+    scaled by 1.0001 fails it (the bound can fail)."""
+    from opgen import check
+
+    for text, passes in ((SPEC, True), (SPEC.replace("/ sum_exp", "/ sum_exp * 1.0001"), False)):
+        directory = _spec_dir(tmp_path / ("good" if passes else "bad"), text)
+        (directory.parent / "oracle.py").write_text(
+            "from opgen.oracle import soft_max, soft_max_bounds\n\n"
+            "def line_op(src, *, axis=-1):\n    return soft_max(src, axis=axis)\n"
+        )
+        results = check.run(directory, None, directory.parent / "oracle.py", seed=5)
+        report = check.report(results)
+        assert all(r.failure is None for r in results) == passes, report
+        assert re.search(r"\d+ passed", report)
