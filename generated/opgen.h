@@ -248,6 +248,21 @@ opgen_status opgen_sigmoid_backward_with_workspace(const opgen_tensor *src_or_ds
 opgen_status opgen_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_or_dst_data, void *diff_dst_data, void *diff_src_data, int use_dst, void *workspace, size_t workspace_size);
 opgen_status opgen_sigmoid_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
+/* opgen_soft_max: SoftMax along one axis: dst = exp(src - max) / sum(exp(src - max)), the max and the sum
+ * taken over the elements along `axis`.
+ * (oneDNN Graph API, SoftMax)
+ *   src (input): Input tensor.
+ *   dst (output): Output tensor, of src's shape and dtype.
+ *   axis (int64_t, default 1): The axis the softmax runs along; negative values count from the last (-1: the
+ *       last).
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_soft_max(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis);
+opgen_status opgen_soft_max_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, size_t *workspace_size);
+opgen_status opgen_soft_max_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, void *workspace, size_t workspace_size);
+opgen_status opgen_soft_max_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, int64_t axis, void *workspace, size_t workspace_size);
+opgen_status opgen_soft_max_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
 /* opgen_tanh: Hyperbolic tangent: dst = tanh(src).
  * (oneDNN Graph API, Tanh)
  *   src (input): Input tensor.
@@ -562,6 +577,18 @@ void sigmoid_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
 /* sigmoid_backward_bf16_no_use_dst: Gradient of the logistic sigmoid: diff_src = diff_dst * s * (1 - s), with s = sigmoid(src), or s = dst when use_dst.
  * (src_or_dst bf16, diff_dst bf16, diff_src bf16; computed in float (its exp unclamped and within 2^-13) where each input is 0 or of magnitude src_or_dst in [2^-149, 2^6) (diff_dst: any, multiplied in last), else in double; use_dst=false) */
 void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+
+/* soft_max_f32: SoftMax along one axis: dst = exp(src - max) / sum(exp(src - max)), the max and the sum taken over the elements along `axis`.
+ * (src f32, dst f32; computed in float, sums in double; 2 reduction passes and an element pass per line) */
+void soft_max_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+
+/* soft_max_bf16: SoftMax along one axis: dst = exp(src - max) / sum(exp(src - max)), the max and the sum taken over the elements along `axis`.
+ * (src bf16, dst bf16; computed in float, sums in double; 2 reduction passes and an element pass per line) */
+void soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+
+/* soft_max_f16: SoftMax along one axis: dst = exp(src - max) / sum(exp(src - max)), the max and the sum taken over the elements along `axis`.
+ * (src f16, dst f16; computed in float, sums in double; 2 reduction passes and an element pass per line) */
+void soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
 
 /* tanh_f32: Hyperbolic tangent: dst = tanh(src).
  * (src f32, dst f32; computed in double) */

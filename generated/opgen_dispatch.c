@@ -1564,6 +1564,84 @@ void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
     sigmoid_backward_bf16_no_use_dst__baseline(src_or_dst, diff_dst, diff_src, count);
 }
 
+void soft_max_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+void soft_max_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+void soft_max_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+
+void soft_max_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        soft_max_f32__avx512(src, dst, outer, length, inner);
+        return;
+    case 2:
+        soft_max_f32__avx512(src, dst, outer, length, inner);
+        return;
+    case 1:
+        soft_max_f32__avx2(src, dst, outer, length, inner);
+        return;
+    default:
+        break;
+    }
+#endif
+    soft_max_f32__baseline(src, dst, outer, length, inner);
+}
+
+void soft_max_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+void soft_max_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+void soft_max_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+
+void soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        soft_max_bf16__avx512(src, dst, outer, length, inner);
+        return;
+    case 2:
+        soft_max_bf16__avx512(src, dst, outer, length, inner);
+        return;
+    case 1:
+        soft_max_bf16__avx2(src, dst, outer, length, inner);
+        return;
+    default:
+        break;
+    }
+#endif
+    soft_max_bf16__baseline(src, dst, outer, length, inner);
+}
+
+void soft_max_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+void soft_max_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+void soft_max_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+
+void soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+    case 3:
+        soft_max_f16__avx512(src, dst, outer, length, inner);
+        return;
+    case 2:
+        soft_max_f16__avx512(src, dst, outer, length, inner);
+        return;
+    case 1:
+        soft_max_f16__avx2(src, dst, outer, length, inner);
+        return;
+    default:
+        break;
+    }
+#endif
+    soft_max_f16__baseline(src, dst, outer, length, inner);
+}
+
 void tanh_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
 void tanh_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);

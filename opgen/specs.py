@@ -42,6 +42,8 @@ ATTRIBUTE_TYPE_DOCS = {
     "bool": "True or False; in the math a condition. One kernel variant per value when the math reads it.",
     "f32": "A finite number that the kernels receive as an f32 (checked: it must not round to infinity).",
     "string": 'One of the attribute\'s `allowed` strings (a C enum); with `role = "layout"` it picks the layout.',
+    "int": 'An axis of the reference (negative: counted from the last); with `role = "axis"` or `"begin_axis"` it '
+    "names the axes of an along_axes op's lines. Checked against the reference's rank.",
 }
 MAX_RANK = 12  # dims of the C API's tensor descriptor (opgen_tensor)
 # Input domains (inputs.<name>.domain): the values an op is defined for; `opgen check` and the

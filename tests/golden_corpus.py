@@ -35,7 +35,8 @@ def cases(spec: OpSpec) -> Iterator[tuple[str, dict[str, Any], dict[str, np.ndar
                 kwargs = dict(check._attribute_values(spec), **flags)
                 if spec.layout_attribute:
                     kwargs[spec.layout_attribute.name] = layout
-                for case, shapes in check._cases(spec, layout):
+                for case, shapes, overrides in check._cases(spec, layout):
+                    kwargs = {**kwargs, **overrides}  # along_axes: the case's axis
                     for specials in ("finite",) if spec.pattern == "reduce_then_apply" else ("finite", "all"):
                         generator = np.random.default_rng([SEED, number])
                         arrays = check._input_data(spec, table, row, generator, shapes, specials)
@@ -67,8 +68,10 @@ def record(spec: OpSpec) -> Path:
     return path
 
 
-def main() -> int:
-    for spec in opgen.bundled.specs:
+def main(argv: list[str] | None = None) -> int:
+    """Record every bundled op's corpus, or those named on the command line."""
+    names = (sys.argv[1:] if argv is None else argv) or [spec.name for spec in opgen.bundled.specs]
+    for spec in (s for s in opgen.bundled.specs if s.name in names):
         path = record(spec)
         print(f"{path.name}: {path.stat().st_size} bytes")
     return 0

@@ -32,6 +32,7 @@ import ml_dtypes
 import numpy as np
 
 from opgen import accuracy, expr
+from opgen import shapes as opgen_shapes
 from opgen.render import BUNDLED_SPECS, render_library
 from opgen.specs import LAYOUTS, OpSpec, SpecError, load_specs
 
@@ -154,7 +155,7 @@ def _value_for(key: str, rng: random.Random, names: list[str]) -> Any:
         "optional": [True, False, 1],
         "default": [1.0, 0.0, -2.5, 1e39, "x"],
         "broadcast": [[f] for f in FORMS] + [["per_channel", "per_tensor"], [], ["per_channel", "per_channel"]],
-        "pattern": ["elementwise", "broadcast_reduce", "reduce_then_apply", "other"],
+        "pattern": ["elementwise", "broadcast_reduce", "reduce_then_apply", "along_axes", "other"],
         "layout": ["NCX", "NXC", "NHWC"],
         "min_rank": [0, 1, 2, 3, 13, -1],
         "max_rank": [0, 1, 2, 3, 5, 12],
@@ -276,8 +277,61 @@ class Call:
     forms: dict[str, str] = field(default_factory=dict)
 
 
+def interpret_lines(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarray | None]:
+    """along_axes: each line's values (reductions along the line's axes: sums in float64, max
+    and min in `dtype`; the other line values in float64), then the elements in `dtype`."""
+    rank = len(call.shape)
+    axis = next(a for a in spec.attributes if a.type == "int")
+    first, last = opgen_shapes.line_axes(rank, int(call.attributes[axis.name]), axis.role or "axis")
+    axes = tuple(range(first, last + 1))
+    env: dict[str, Any] = {
+        a.name: bool(v) if isinstance(v, (bool, np.bool_)) else np.float32(v)
+        for a in spec.attributes
+        if a.type in ("bool", "f32")
+        for v in [call.attributes[a.name]]
+    }
+    env["count"] = math.prod(call.shape[first : last + 1])
+    for tensor in spec.inputs:
+        value = call.arrays.get(tensor.name)
+        value = np.asarray(tensor.default if value is None else value).astype(np.float64)
+        if tensor.kind == "along":  # the line's axes, broadcast along the others
+            value = value.reshape((1,) * first + value.shape + (1,) * (rank - last - 1))
+        elif tensor.kind == "line":
+            value = np.expand_dims(value, axes)
+        env[tensor.name] = value
+    for name, text in spec.math["line"]:
+        reduction, argument = expr.split_reduction(text)
+        tree = ast.parse(argument.strip(), mode="eval").body
+        if reduction is None:
+            env[name] = evaluate(tree, env, np.float64)
+            continue
+        terms = np.broadcast_to(evaluate(tree, env, dtype), call.shape).astype(np.float64)
+        with np.errstate(all="ignore"):
+            if reduction == "line_sum":
+                env[name] = terms.sum(axis=axes, keepdims=True)
+            else:
+                pick, start = (np.max, -np.inf) if reduction == "line_max" else (np.min, np.inf)
+                env[name] = pick(terms, axis=axes, keepdims=True, initial=start)
+    for name, text in spec.math["elements"]:
+        env[name] = evaluate(ast.parse(text, mode="eval").body, env, dtype)
+    outputs: dict[str, np.ndarray | None] = {}
+    for tensor in spec.outputs:
+        value = np.asarray(env[tensor.name], np.float64)
+        if tensor.kind == "line":
+            outputs[tensor.name] = np.squeeze(np.broadcast_to(value, _kept(call.shape, axes)), axis=axes)
+        else:
+            outputs[tensor.name] = np.broadcast_to(value, call.shape)
+    return outputs
+
+
+def _kept(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(1 if d in axes else size for d, size in enumerate(shape))
+
+
 def interpret(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarray | None]:
     """Every output of `spec` for `call`, from its math evaluated in `dtype` (sums in float64)."""
+    if spec.pattern == "along_axes":
+        return interpret_lines(spec, call, dtype)
     flags = {f.name: call.arrays.get(f.default_if_given) is not None for f in spec.flags}
     env: dict[str, Any] = {a.name: call.attributes[a.name] for a in spec.attributes if a.type != "string"}
     env = {k: (bool(v) if isinstance(v, (bool, np.bool_)) else np.float32(v)) for k, v in env.items()}
@@ -330,8 +384,15 @@ def make_call(spec: OpSpec, row: dict[str, str], layout: str, rng: np.random.Gen
     arrays: dict[str, np.ndarray | None] = {}
     forms: dict[str, str] = {}
     axis = channel_axis(len(shape), layout)
+    axis_attribute = next((a for a in spec.attributes if a.type == "int"), None)
+    attributes: dict[str, Any] = {}
+    if axis_attribute is not None:
+        attributes[axis_attribute.name] = int(rng.integers(-len(shape), len(shape)))
+        first, last = opgen_shapes.line_axes(len(shape), attributes[axis_attribute.name], axis_attribute.role or "")
     for tensor in spec.inputs:
-        if tensor.kind == "channel":
+        if tensor.kind in ("line", "along"):
+            value_shape = opgen_shapes.axes_shape(shape, first, last, tensor.kind)
+        elif tensor.kind == "channel":
             form = next(f for f in FORM_ORDER if f in tensor.broadcast)
             value_shape = {
                 "per_channel": (shape[axis],),
@@ -347,8 +408,9 @@ def make_call(spec: OpSpec, row: dict[str, str], layout: str, rng: np.random.Gen
         values = rng.standard_normal(value_shape) * rng.choice([0.5, 2.0], value_shape)
         values[rng.random(value_shape) < 0.1] = 0.0
         arrays[tensor.name] = values.astype(_numpy_dtype(row[tensor.name]))
-    attributes: dict[str, Any] = {}
     for attribute in spec.attributes:
+        if attribute.type == "int":
+            continue  # drawn above
         if attribute.role == "layout":
             attributes[attribute.name] = layout
         elif attribute.type == "string":

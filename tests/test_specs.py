@@ -72,7 +72,7 @@ def test_duplicate_key(tmp_path):
         ('name = "diff_dst"', 'name = "diff_data"', ["inputs[1].name", "_data"]),
         ('name = "diff_dst"', 'name = "src_or_dst"', ["used twice"]),
         ('pattern = "elementwise"', 'pattern = "scan"', ["op.pattern", "not one of"]),
-        ('type = "bool"', 'type = "int"', ["attributes.use_dst.type"]),
+        ('type = "bool"', 'type = "int"', ["attributes.use_dst.role", "an int attribute names axes"]),
         ("default = true", 'default = "yes"', ["attributes.use_dst.default", "True or False"]),
         (
             'diff_src = "f32"\n\n[[dtypes]]\nsrc_or_dst = "f16"',
