@@ -179,6 +179,8 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         "rows": rows,
         "rows_text": rows_text,
         "forms": len(plan.forms(spec)),
+        # per-kernel workspace functions: reductions over channels, sums across lines
+        "workspaces": len(plan.forms(spec)) > 1 or any(k.get("across_count") for k in kernels),
         "adapters": adapters,
         "axes_mode": AXES_MODES[axis.role] if axis and axis.role else "OPGEN_AXES_ONE",
         "axis_name": axis.name if axis else "",

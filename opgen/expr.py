@@ -45,6 +45,7 @@ REDUCTIONS: dict[str, str] = {
     "line_sum": "The sum of the term over the line's elements (0 for an empty line).",
     "line_max": "The largest term along the line (NaN if a term is NaN; -inf for an empty line).",
     "line_min": "The smallest term along the line (NaN if a term is NaN; +inf for an empty line).",
+    "across_sum": "(math.across) The sum of the term over the lines, per position along a line (0 with no lines).",
 }
 
 MAX_LENGTH = 4000  # characters in one expression

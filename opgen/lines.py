@@ -13,7 +13,10 @@ Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c)
 - a pass's terms read tensor inputs, along inputs, numbers, `count` and line values of
   earlier groups only; its reductions are in the accumulation type (sums) or in the compute
   type (max, min: exact in any type);
-- element math runs in the compute type and reads line values narrowed to it.
+- element math runs in the compute type and reads line values narrowed to it;
+- sums across lines (`math.across`, outputs of kind along) are added during the element pass,
+  in double, into one row of partial sums per chunk of lines; the chunks are fixed by the
+  shape alone and added up in order, so results never depend on the thread count.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ class LinesKernel:
     element_line_reads: tuple[tuple[str, int], ...]
     elements: tuple[Element, ...]
     line_outputs: tuple[tuple[Operand, int], ...]  # (output, slot)
+    across: tuple[Reduction, ...]  # sums across lines: slot = its row in a chunk's partial sums
+    across_outputs: tuple[Operand, ...]  # the same order
     work_per_element: int
 
 
@@ -232,7 +237,12 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         if entry in live:
             live |= expr.names(tree)
     element_trees = [(n, t) for n, t in element_trees if n in live]
-    element_reads, element_line_reads = operand_reads([t for _, t in element_trees])
+    across_trees = [(n, parse(expr.split_reduction(text)[1])) for n, text in spec.math.get("across", ())]
+    element_reads, element_line_reads = operand_reads([t for _, t in element_trees + across_trees])
+    across = tuple(
+        Reduction(n, k, "across_sum", accumulate, f"({accumulate})0", c_text(t, compute, element_spelling), compute)
+        for k, (n, t) in enumerate(across_trees)
+    )
     elements = []
     for entry, tree in element_trees:
         elements.append(Element(entry, c_text(tree, compute, element_spelling), output_operands.get(entry)))
@@ -241,6 +251,8 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     params: list[tuple[str, str]] = [(f"const {operands[t.name].c_type} *", t.name) for t in spec.inputs]
     params += [(f"{operands[t.name].c_type} *", t.name) for t in spec.outputs]
     params += [("float ", n) for n in numbers]
+    if across:  # the chunks' partial sums across lines
+        params.append(("double *", "workspace"))
     params += [("int64_t ", "outer"), ("int64_t ", "length"), ("int64_t ", "inner")]
     all_trees = [t for _, t in element_trees] + [
         parse(expr.split_reduction(text)[1]) for _, text in spec.math.get("line", ())
@@ -272,5 +284,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         element_line_reads=element_line_reads,
         elements=tuple(elements),
         line_outputs=tuple((output_operands[t.name], slots[t.name]) for t in spec.outputs if t.kind == "line"),
+        across=across,
+        across_outputs=tuple(output_operands[r.name] for r in across),
         work_per_element=(1 + pass_count) * (1 + EXP_WORK * exps),
     )

@@ -237,12 +237,13 @@ def soft_max_bounds(src, *, axis=1, float_run=0):
     - x - max is rounded to f32 (the kernel computes in float): e^(d (1 + e)), |e| <= u, is
       e^d within a factor e^(|d| u); opgen's exp adds 1 ulp (2 u): rho = expm1(|d| u) + 2 u
       per term;
-    - the sum of the terms, in double: within max(rho) of its exact value, plus n 2^-53;
-      rounded to f32 for the division: u;
-    - the division: u (in f32; the store to a narrower dtype is the 1 ulp allowed anyway);
-    - terms and quotients below f32's normal range: 2^-149 absolute each, at most 2^-148 in all.
-    So |dst - exact| <= exact (rho + max rho + 3 u + n 2^-52) (1 + 1 %) + 2^-148; elements whose
-    exact value is 0 (e^-inf) are exact."""
+    - the sum of the terms, in double: within max(rho) of its exact value, plus n 2^-53; its
+      reciprocal in double (2^-53), rounded to f32 for the elements: u;
+    - the product: u (in f32; the store to a narrower dtype is the 1 ulp allowed anyway);
+    - terms and products below f32's normal range: 2^-149 absolute each, at most 2^-148 in all.
+    (Dividing by the sum rounded to f32 instead rounds twice as well.)
+    So |dst - exact| <= exact (rho + max rho + 2 u + (n + 1) 2^-52) (1 + 1 %) + 2^-148;
+    elements whose exact value is 0 (e^-inf) are exact."""
     x = _f64(src)
     if x.size == 0:
         return (np.zeros_like(x),)
@@ -253,6 +254,6 @@ def soft_max_bounds(src, *, axis=1, float_run=0):
         rho = np.expm1(d * unit) + 2 * unit
         contributing = np.where(exact > 0, rho, 0.0)
         rho_max = np.max(contributing, axis=axis, keepdims=True)
-        relative = rho + rho_max + 3 * unit + x.shape[axis] * 2.0**-52
+        relative = rho + rho_max + 2 * unit + (x.shape[axis] + 1) * 2.0**-52
         bound = np.where(exact > 0, exact * relative * 1.01, 0.0) + 2.0**-148
     return (bound,)

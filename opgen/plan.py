@@ -207,6 +207,7 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
             "detail": planned.detail,
             "params": list(planned.params),
             "workspace_per_channel": 0,
+            "across_count": len(planned.across),  # > 0: <name>_workspace_size, the chunks' sums
             "lines": planned,
         }
     reference_dtype = variant.dtypes[spec.reference]

@@ -73,6 +73,7 @@ def environment(template_dir: Path) -> jinja2.Environment:
     env.globals["raise"] = _fail
     env.filters["comment_text"] = comment_text
     env.filters["spliced"] = spliced
+    env.globals["zip"] = zip
     return env
 
 

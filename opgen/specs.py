@@ -305,6 +305,10 @@ class OpSpec:
     def tensor(self, name: str) -> Tensor:
         return next(t for t in (*self.inputs, *self.outputs) if t.name == name)
 
+    def tensor_kind(self, name: str) -> str | None:
+        """The kind of the input or output `name`; None when no tensor has that name."""
+        return next((t.kind for t in (*self.inputs, *self.outputs) if t.name == name), None)
+
 
 @dataclass(frozen=True)
 class Key:
@@ -635,12 +639,19 @@ _COMPUTE_TYPE_KEYS = {
 }
 # Sections of `math` each pattern takes.
 _SECTIONS = {
-    "along_axes": ("line", "elements"),
+    "along_axes": ("line", "elements", "across"),
     "elementwise": ("elements",),
     "broadcast_reduce": ("elements", "sums"),
     "reduce_then_apply": ("channel", "sums", "after", "elements"),
 }
 _SECTION_KEYS = {
+    "across": Key(
+        False,
+        "along_axes: sums across the lines, one per position along a line (LayerNorm's diff_gamma): each entry "
+        "`across_sum(term)`, the term reading what an element reads; each defines an output of kind `along`. "
+        "Summed in the accumulation type, in an order fixed by the shape alone.",
+        '[math.across]\ndiff_beta = "across_sum(diff_dst)"',
+    ),
     "line": Key(
         False,
         "along_axes: the values of one line, in order, in the accumulation type: a reduction over the line's "
@@ -1145,8 +1156,6 @@ class _SpecReader:
             key = f"{section}.{name}"
             kind = table.get("kind", "tensor")
             kinds = TENSOR_KINDS[self.pattern]
-            if section == "outputs" and self.pattern == "along_axes":
-                kinds = ("tensor", "line")  # an along output would be a sum across lines: not yet
             if kind not in kinds:
                 self.fail(f"{key}.kind", f"'{kind}' is not one of {', '.join(kinds)} (pattern {self.pattern})")
             broadcast = table.get("broadcast", [])
@@ -1357,7 +1366,8 @@ class _SpecReader:
         inputs = {t.name for t in spec.inputs}
         used_booleans: set[str] = set()
         seen: set[str] = set()
-        for section in ("line", "elements"):
+        line_names: set[str] = set()
+        for section in ("line", "elements", "across"):
             for name, text in spec.math[section]:
                 key = f"math.{section}.{name}"
                 if name in seen:
@@ -1365,11 +1375,17 @@ class _SpecReader:
                 if name in inputs or name in numbers + booleans:
                     self.fail(key, f"'{name}' is an input, an attribute or count; math defines new names only")
                 try:
-                    reduction, argument = expr.split_reduction(text) if section == "line" else (None, text)
+                    reduction, argument = expr.split_reduction(text) if section != "elements" else (None, text)
                 except expr.ExprError as error:
                     self.fail(key, str(error))
+                if section == "across" and reduction != "across_sum":
+                    self.fail(key, "each entry of math.across is across_sum(term), a sum across the lines")
+                if section == "line" and reduction == "across_sum":
+                    self.fail(key, "across_sum(...) goes in math.across (a sum across lines, per position)")
                 tree = self._parse(key, argument)
-                if section == "elements" or reduction is not None:
+                if section == "across":  # the terms of the element pass: not its temporaries
+                    allowed = set(per_element) | set(lines) | line_names
+                elif section == "elements" or reduction is not None:
                     allowed = set(per_element) | set(lines) | seen
                 else:  # a line value: per line, no element read outside a reduction
                     allowed = set(lines) | seen
@@ -1387,6 +1403,8 @@ class _SpecReader:
                 self._parse(key, argument, booleans)
                 used_booleans |= expr.names(tree) & set(booleans)
                 seen.add(name)
+                if section == "line":
+                    line_names.add(name)
         values = len(lines) + len(spec.math["line"])
         if values > MAX_LINE_VALUES:
             self.fail("math.line", f"{values} line values (line inputs and entries); at most {MAX_LINE_VALUES}")
@@ -1452,9 +1470,12 @@ class _SpecReader:
             spec.pattern
         )
         for tensor in spec.outputs:
-            section = "elements" if tensor.kind == "tensor" else channel_section
+            section = "elements" if tensor.kind == "tensor" else "across" if tensor.kind == "along" else channel_section
             if section is None or tensor.name not in defined.get(section, []):
                 self.fail(f"math.{section or 'elements'}", f"output '{tensor.name}' is not defined here")
+        for name in defined.get("across", []):
+            if spec.tensor_kind(name) != "along":
+                self.fail(f"math.across.{name}", "each sum across lines is an output of kind 'along'")
         if spec.pattern == "broadcast_reduce":
             outputs = {t.name for t in spec.outputs}
             for name in defined["sums"]:

@@ -312,12 +312,25 @@ def interpret_lines(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarr
             else:
                 pick, start = (np.max, -np.inf) if reduction == "line_max" else (np.min, np.inf)
                 env[name] = pick(terms, axis=axes, keepdims=True, initial=start)
+    line_env = dict(env)  # sums across lines read what elements read, not their temporaries
     for name, text in spec.math["elements"]:
         env[name] = evaluate(ast.parse(text, mode="eval").body, env, dtype)
+    kept = tuple(d for d in range(rank) if d not in axes)
+    for name, text in spec.math.get("across", ()):
+        tree = ast.parse(expr.split_reduction(text)[1].strip(), mode="eval").body
+        terms = np.broadcast_to(evaluate(tree, line_env, dtype), call.shape).astype(np.float64)
+        env[name] = terms.sum(axis=kept)
     outputs: dict[str, np.ndarray | None] = {}
     for tensor in spec.outputs:
         value = np.asarray(env[tensor.name], np.float64)
-        if tensor.kind == "line":
+        if (
+            tensor.requested_by
+            and call.arrays.get(next(f.default_if_given for f in spec.flags if f.name == tensor.requested_by)) is None
+        ):
+            outputs[tensor.name] = None
+        elif tensor.kind == "along":
+            outputs[tensor.name] = value
+        elif tensor.kind == "line":
             outputs[tensor.name] = np.squeeze(np.broadcast_to(value, _kept(call.shape, axes)), axis=axes)
         else:
             outputs[tensor.name] = np.broadcast_to(value, call.shape)

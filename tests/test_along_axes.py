@@ -244,3 +244,123 @@ def test_a_users_along_axes_op_builds_and_checks(tmp_path):
         report = check.report(results)
         assert all(r.failure is None for r in results) == passes, report
         assert re.search(r"\d+ passed", report)
+
+
+TOTALS = """\
+[op]
+name = "line_totals"
+summary = "A user's op with a line output, an along input and a sum across lines."
+source = "a test"
+pattern = "along_axes"
+min_rank = 1
+
+[[attributes]]
+name = "axis"
+type = "int"
+default = -1
+role = "axis"
+doc = "The axis."
+
+[[attributes]]
+name = "scale"
+type = "f32"
+default = 1.0
+doc = "A factor."
+
+[[inputs]]
+name = "src"
+doc = "Input."
+
+[[inputs]]
+name = "weight"
+kind = "along"
+optional = true
+default = 1.0
+doc = "One weight per position along a line."
+
+[[outputs]]
+name = "dst"
+doc = "src * scale less its line's weighted sum."
+
+[[outputs]]
+name = "total"
+kind = "line"
+doc = "Each line's weighted sum."
+
+[[outputs]]
+name = "column"
+kind = "along"
+doc = "The weighted sums across lines, per position."
+
+[[dtypes]]
+src = "f32"
+weight = "f32"
+dst = "f32"
+total = "f32"
+column = "f32"
+
+[[dtypes]]
+src = "bf16"
+weight = "f32"
+dst = "bf16"
+total = "f32"
+column = "f32"
+
+[math.line]
+total = "line_sum(src * weight)"
+
+[math.elements]
+dst = "src * scale - total"
+
+[math.across]
+column = "across_sum(src * weight)"
+"""
+
+
+@pytest.fixture(scope="module")
+def totals(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("totals") / "specs"
+    directory.mkdir()
+    shutil.copy(BUNDLED_SPECS / "dtypes.toml", directory)
+    (directory / "line_totals.toml").write_text(TOTALS)
+    return opgen.load(directory).line_totals
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_line_outputs_along_inputs_and_sums_across_lines(totals, dtype):
+    """Each sum against float64 (its terms rounded once to f32, summed in double: within
+    2^-23 of the sum of their magnitudes), on every axis, with and without the optional weight."""
+    for shape in [(5,), (5, 7), (4, 3, 5), (3, 0, 2), (0, 3, 2), (40, 33, 17), (70, 3, 40)]:
+        for axis in range(-len(shape), len(shape)):
+            generator = rng("totals", shape, axis, dtype)
+            x = generator.standard_normal(shape).astype(dtype_of(dtype))
+            for weight in (generator.standard_normal(shape[axis]).astype(np.float32), None):
+                dst, total, column = totals(x, weight, axis=axis, scale=2.0)
+                view = [1] * len(shape)
+                view[axis] = -1
+                terms = x.astype(np.float64) * (1.0 if weight is None else weight.astype(np.float64).reshape(view))
+                kept = tuple(d for d in range(len(shape)) if d != axis % len(shape))
+                for got, want, magnitude in (
+                    (total, terms.sum(axis=axis), np.abs(terms).sum(axis=axis)),
+                    (column, terms.sum(axis=kept), np.abs(terms).sum(axis=kept)),
+                ):
+                    assert got.shape == want.shape and got.dtype == np.float32
+                    bad, _ = accuracy.outside(got, want, TABLE.dtypes["f32"], magnitude * 2.0**-23)
+                    assert not bad.any(), (shape, axis)
+                # dst = x * 2 - total: total rounded to f32, then 2 roundings in float
+                want = 2 * x.astype(np.float64) - np.expand_dims(terms.sum(axis=axis), axis)
+                allowed = np.expand_dims(np.abs(terms).sum(axis=axis), axis) * 2.0**-22 + np.abs(want) * 2.0**-23
+                bad, _ = accuracy.outside(dst, want, TABLE.dtypes[dtype], allowed)
+                assert not bad.any(), (shape, axis)
+
+
+@pytest.mark.parametrize("shape, axis", [((512, 300), 1), ((64, 300, 40), 1), ((3000, 7), 0)])
+def test_sums_across_lines_are_the_same_on_any_thread_count(totals, shape, axis):
+    x = rng("across threads", shape).standard_normal(shape).astype(np.float32)
+    weight = rng("weights", shape).standard_normal(shape[axis]).astype(np.float32)
+    with threads_set_to(1):
+        one = totals(x, weight, axis=axis)
+    with threads_set_to(2):
+        two = totals(x, weight, axis=axis)
+    for a, b in zip(one, two):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
