@@ -5,8 +5,10 @@
 /*
  * The public kernel functions: each calls the copy compiled for the best target this CPU
  * supports (chosen once, by CPUID), or the portable baseline copy. OPGEN_CPU_TARGET in the
- * environment caps the choice (baseline, avx2, avx512, avx512_bf16). Also: thread count and the
- * fixed tiling of reductions.
+ * environment caps the choice (baseline, avx2, avx512, avx512_bf16). A build that compiles no
+ * copy for a target defines OPGEN_WITHOUT_<TARGET> (OPGEN_WITHOUT_AVX512, say) when it compiles
+ * this file: that target is then never chosen. Also: thread count and the fixed tiling of
+ * reductions.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,14 +29,14 @@ static int opgen_target = -1;
 #include <cpuid.h>
 
 /* F16C (CPUID leaf 1, ECX bit 29) and AVX512-BF16 (leaf 7 subleaf 1, EAX bit 5): not every
- * compiler's __builtin_cpu_supports knows them. */
-static int opgen_cpu_has_f16c(void)
+ * compiler's __builtin_cpu_supports knows them. Inline: unused when their targets are left out. */
+static inline int opgen_cpu_has_f16c(void)
 {
     unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 29) & 1u);
 }
 
-static int opgen_cpu_has_avx512bf16(void)
+static inline int opgen_cpu_has_avx512bf16(void)
 {
     unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && ((eax >> 5) & 1u);
@@ -50,15 +52,21 @@ static int opgen_choose_target(void)
     const char *cap = getenv("OPGEN_CPU_TARGET");
 #if OPGEN_X86_DISPATCH
     __builtin_cpu_init();
+#if !defined(OPGEN_WITHOUT_AVX2)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c()) {
         best = 1;
     }
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c()) {
         best = 2;
     }
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c() && opgen_cpu_has_avx512bf16()) {
         best = 3;
     }
+#endif
 #endif
     if (cap != NULL) {
         for (int index = 0; index < best; ++index) {
@@ -140,23 +148,33 @@ int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner)
 
 void aclnn_prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f32_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -171,23 +189,33 @@ int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t chann
 
 void aclnn_prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f32_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -208,23 +236,33 @@ int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t chann
 
 void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f32_full__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f32_full__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
 #endif
 
 void aclnn_prelu_backward_f32_full(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f32_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f32_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f32_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
     default:
         break;
     }
@@ -242,23 +280,33 @@ int64_t aclnn_prelu_backward_f32_full_workspace_size(int64_t outer, int64_t chan
 
 void aclnn_prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f16_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f16_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -273,23 +321,33 @@ int64_t aclnn_prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t chann
 
 void aclnn_prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f16_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f16_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f16_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -310,23 +368,33 @@ int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t chann
 
 void aclnn_prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f16_full__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f16_full__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
 #endif
 
 void aclnn_prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f16_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
     default:
         break;
     }
@@ -344,23 +412,33 @@ int64_t aclnn_prelu_backward_f16_full_workspace_size(int64_t outer, int64_t chan
 
 void aclnn_prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_bf16_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -375,23 +453,33 @@ int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t chan
 
 void aclnn_prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_bf16_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -412,23 +500,33 @@ int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t chan
 
 void aclnn_prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_bf16_full__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_bf16_full__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
 #endif
 
 void aclnn_prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_bf16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_bf16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_bf16_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
     default:
         break;
     }
@@ -446,23 +544,33 @@ int64_t aclnn_prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t cha
 
 void batch_norm_training_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void batch_norm_training_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_f32_ncx__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -480,23 +588,33 @@ int64_t batch_norm_training_backward_f32_ncx_workspace_size(int64_t outer, int64
 
 void batch_norm_training_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
 #endif
 
 void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
     default:
         break;
     }
@@ -513,23 +631,33 @@ int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64
 
 void batch_norm_training_backward_bf16_f32_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_bf16_f32_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_bf16_f32_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_bf16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_bf16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_bf16_f32_ncx__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -547,23 +675,33 @@ int64_t batch_norm_training_backward_bf16_f32_ncx_workspace_size(int64_t outer, 
 
 void batch_norm_training_backward_bf16_f32_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_bf16_f32_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_bf16_f32_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
 #endif
 
 void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_bf16_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
     default:
         break;
     }
@@ -580,23 +718,33 @@ int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, 
 
 void batch_norm_training_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_bf16_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_bf16_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_bf16_ncx__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -614,23 +762,33 @@ int64_t batch_norm_training_backward_bf16_ncx_workspace_size(int64_t outer, int6
 
 void batch_norm_training_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
 #endif
 
 void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_bf16_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
     default:
         break;
     }
@@ -647,23 +805,33 @@ int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int6
 
 void batch_norm_training_backward_f16_f32_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_f16_f32_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_f16_f32_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_f16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_f16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_f16_f32_ncx__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -681,23 +849,33 @@ int64_t batch_norm_training_backward_f16_f32_ncx_workspace_size(int64_t outer, i
 
 void batch_norm_training_backward_f16_f32_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_f16_f32_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_f16_f32_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
 #endif
 
 void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_f16_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
     default:
         break;
     }
@@ -714,23 +892,33 @@ int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, i
 
 void hard_sigmoid_f32__baseline(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_f32__avx2(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_f32__avx512(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_f32(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_f32__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_f32__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_f32__avx2(src, alpha, beta, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -740,23 +928,33 @@ void hard_sigmoid_f32(const float *OPGEN_RESTRICT src, float alpha, float beta, 
 
 void hard_sigmoid_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_f16__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_f16__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_f16__avx2(src, alpha, beta, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -766,23 +964,33 @@ void hard_sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float be
 
 void hard_sigmoid_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_bf16__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_bf16__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_bf16__avx2(src, alpha, beta, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -792,23 +1000,33 @@ void hard_sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float 
 
 void hard_sigmoid_backward_f32__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_backward_f32__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_backward_f32__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_backward_f32__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_backward_f32__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_backward_f32__avx2(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -818,23 +1036,33 @@ void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPG
 
 void hard_sigmoid_backward_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_backward_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_backward_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_backward_f16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_backward_f16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_backward_f16__avx2(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -844,23 +1072,33 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
 
 void hard_sigmoid_backward_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_backward_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_backward_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_backward_bf16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_backward_bf16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_backward_bf16__avx2(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -870,23 +1108,33 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
 
 void prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f32_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -901,23 +1149,33 @@ int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, i
 
 void prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f32_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -938,23 +1196,33 @@ int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, i
 
 void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f32_full__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f32_full__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
 #endif
 
 void prelu_backward_f32_full(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f32_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f32_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f32_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
     default:
         break;
     }
@@ -972,23 +1240,33 @@ int64_t prelu_backward_f32_full_workspace_size(int64_t outer, int64_t channels, 
 
 void prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_bf16_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -1003,23 +1281,33 @@ int64_t prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, 
 
 void prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_bf16_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -1040,23 +1328,33 @@ int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, 
 
 void prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_bf16_full__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_bf16_full__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
 #endif
 
 void prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_bf16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_bf16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_bf16_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
     default:
         break;
     }
@@ -1074,23 +1372,33 @@ int64_t prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels,
 
 void prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f16_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f16_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -1105,23 +1413,33 @@ int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, i
 
 void prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f16_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f16_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f16_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -1142,23 +1460,33 @@ int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, i
 
 void prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f16_full__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f16_full__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
 #endif
 
 void prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f16_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
     default:
         break;
     }
@@ -1176,23 +1504,33 @@ int64_t prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, 
 
 void relu_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void relu_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_f32__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1202,23 +1540,33 @@ void relu_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_
 
 void relu_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void relu_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_f16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1228,23 +1576,33 @@ void relu_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst
 
 void relu_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void relu_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_bf16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1254,23 +1612,33 @@ void relu_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT 
 
 void relu_backward_f32__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_backward_f32__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_backward_f32__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void relu_backward_f32(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_backward_f32__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_backward_f32__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_backward_f32__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1280,23 +1648,33 @@ void relu_backward_f32(const float *OPGEN_RESTRICT src_or_dst, const float *OPGE
 
 void relu_backward_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_backward_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_backward_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void relu_backward_f16(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_backward_f16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_backward_f16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_backward_f16__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1306,23 +1684,33 @@ void relu_backward_f16(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f
 
 void relu_backward_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_backward_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_backward_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_backward_bf16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_backward_bf16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_backward_bf16__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1332,23 +1720,33 @@ void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen
 
 void sigmoid_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void sigmoid_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_f32__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1358,23 +1756,33 @@ void sigmoid_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int
 
 void sigmoid_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_f16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1384,23 +1792,33 @@ void sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT 
 
 void sigmoid_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_bf16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1410,23 +1828,33 @@ void sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRI
 
 void sigmoid_backward_f32_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_f32_use_dst__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_f32_use_dst__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_f32_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1436,23 +1864,33 @@ void sigmoid_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const 
 
 void sigmoid_backward_f32_no_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_f32_no_use_dst__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_f32_no_use_dst__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_f32_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1462,23 +1900,33 @@ void sigmoid_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, con
 
 void sigmoid_backward_f16_use_dst__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_f16_use_dst__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_f16_use_dst__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_f16_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1488,23 +1936,33 @@ void sigmoid_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, co
 
 void sigmoid_backward_f16_no_use_dst__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_f16_no_use_dst__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_f16_no_use_dst__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_f16_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1514,23 +1972,33 @@ void sigmoid_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
 
 void sigmoid_backward_bf16_use_dst__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_bf16_use_dst__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_bf16_use_dst__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_bf16_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1540,23 +2008,33 @@ void sigmoid_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
 
 void sigmoid_backward_bf16_no_use_dst__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_bf16_no_use_dst__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_bf16_no_use_dst__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_bf16_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1566,23 +2044,33 @@ void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
 
 void tanh_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void tanh_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_f32__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1592,23 +2080,33 @@ void tanh_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_
 
 void tanh_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void tanh_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_f16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1618,23 +2116,33 @@ void tanh_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst
 
 void tanh_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void tanh_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_bf16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1644,23 +2152,33 @@ void tanh_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT 
 
 void tanh_backward_f32_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_f32_use_dst__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_f32_use_dst__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_f32_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1670,23 +2188,33 @@ void tanh_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const flo
 
 void tanh_backward_f32_no_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_f32_no_use_dst__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_f32_no_use_dst__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_f32_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1696,23 +2224,33 @@ void tanh_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, const 
 
 void tanh_backward_f16_use_dst__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_f16_use_dst__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_f16_use_dst__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_f16_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1722,23 +2260,33 @@ void tanh_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const
 
 void tanh_backward_f16_no_use_dst__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_f16_no_use_dst__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_f16_no_use_dst__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_f16_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1748,23 +2296,33 @@ void tanh_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, co
 
 void tanh_backward_bf16_use_dst__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_bf16_use_dst__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_bf16_use_dst__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_bf16_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1774,23 +2332,33 @@ void tanh_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, con
 
 void tanh_backward_bf16_no_use_dst__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_bf16_no_use_dst__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_bf16_no_use_dst__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_bf16_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1800,23 +2368,33 @@ void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
 
 void opgen_probe_copy__baseline(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_probe_copy__avx2(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_probe_copy__avx512(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
 #endif
 
 void opgen_probe_copy(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_probe_copy__avx512(in, out, count, stream);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_probe_copy__avx512(in, out, count, stream);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_probe_copy__avx2(in, out, count, stream);
         return;
+#endif
     default:
         break;
     }
@@ -1826,23 +2404,33 @@ void opgen_probe_copy(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out,
 
 void opgen_probe_add__baseline(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_probe_add__avx2(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_probe_add__avx512(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
 #endif
 
 void opgen_probe_add(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_probe_add__avx512(first, second, out, count, stream);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_probe_add__avx512(first, second, out, count, stream);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_probe_add__avx2(first, second, out, count, stream);
         return;
+#endif
     default:
         break;
     }
@@ -1852,23 +2440,33 @@ void opgen_probe_add(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTR
 
 void opgen_probe_dot__baseline(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_probe_dot__avx2(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_probe_dot__avx512(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
+#endif
 #endif
 
 void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_probe_dot__avx512(first, second, result, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_probe_dot__avx512(first, second, result, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_probe_dot__avx2(first, second, result, count);
         return;
+#endif
     default:
         break;
     }
@@ -1878,23 +2476,33 @@ void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTR
 
 void opgen_narrow_f32__baseline(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_narrow_f32__avx2(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_narrow_f32__avx512(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+#endif
 #endif
 
 void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_narrow_f32__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_narrow_f32__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_narrow_f32__avx2(sums, out, count);
         return;
+#endif
     default:
         break;
     }
@@ -1904,23 +2512,33 @@ void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT o
 
 void opgen_narrow_f16__baseline(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_narrow_f16__avx2(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_narrow_f16__avx512(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+#endif
 #endif
 
 void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_narrow_f16__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_narrow_f16__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_narrow_f16__avx2(sums, out, count);
         return;
+#endif
     default:
         break;
     }
@@ -1930,23 +2548,33 @@ void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRI
 
 void opgen_narrow_bf16__baseline(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_narrow_bf16__avx2(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_narrow_bf16__avx512(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
+#endif
 #endif
 
 void opgen_narrow_bf16(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_narrow_bf16__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_narrow_bf16__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_narrow_bf16__avx2(sums, out, count);
         return;
+#endif
     default:
         break;
     }

@@ -20,6 +20,7 @@ import functools
 import hashlib
 import importlib.machinery
 import json
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -80,8 +81,13 @@ def build_into(package: Path) -> None:
     from opgen.render import render_library
 
     data = package / "_bundle"
+    targets = os.environ.get("OPGEN_WHEEL_TARGETS", "all")
+    if targets not in ("all", "host"):
+        raise ValueError(f"OPGEN_WHEEL_TARGETS={targets!r}: 'all' (the default) or 'host'")
     library = render_library(data / "specs", data / "templates")
-    built = {"module": build_module(library, portable=True), "fastcall": build_fastcall()}
+    # "host": the copies this CPU runs alone, as a checkout's module (from its cache when `opgen
+    # build` ran): a wheel for this machine, quicker to build
+    built = {"module": build_module(library, portable=targets == "all"), "fastcall": build_fastcall()}
     for path in built.values():
         shutil.copy2(path, data / path.name)
     record = {"digest": digest(package), **{kind: path.name for kind, path in built.items()}}
