@@ -29,14 +29,14 @@ static int opgen_target = -1;
 #include <cpuid.h>
 
 /* F16C (CPUID leaf 1, ECX bit 29) and AVX512-BF16 (leaf 7 subleaf 1, EAX bit 5): not every
- * compiler's __builtin_cpu_supports knows them. Inline: unused when their targets are left out. */
-static inline int opgen_cpu_has_f16c(void)
+ * compiler's __builtin_cpu_supports knows them. */
+static int opgen_cpu_has_f16c(void)
 {
     unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 29) & 1u);
 }
 
-static inline int opgen_cpu_has_avx512bf16(void)
+static int opgen_cpu_has_avx512bf16(void)
 {
     unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
     return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && ((eax >> 5) & 1u);
@@ -51,6 +51,8 @@ static int opgen_choose_target(void)
     int best = 0;
     const char *cap = getenv("OPGEN_CPU_TARGET");
 #if OPGEN_X86_DISPATCH
+    (void)opgen_cpu_has_f16c; /* used, whichever targets a build leaves out */
+    (void)opgen_cpu_has_avx512bf16;
     __builtin_cpu_init();
 #if !defined(OPGEN_WITHOUT_AVX2)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c()) {

@@ -5,6 +5,7 @@ the module lacks."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +104,20 @@ def test_a_module_without_a_targets_copies_runs_the_baseline(tmp_path, monkeypat
     dst = np.empty_like(src)
     module.lib.relu_f32(module.ffi.from_buffer("float[]", src), module.ffi.from_buffer("float[]", dst), src.size)
     assert np.array_equal(dst, np.where(src > 0, src, 0))
+
+
+@pytest.mark.slow  # compiles the dispatcher three times
+@pytest.mark.parametrize("left_out", [(), ("avx512",), ("avx2", "avx512")])
+def test_the_dispatcher_compiles_warning_free_without_targets(tmp_path, left_out):
+    from opgen.render import write_files
+
+    write_files(tmp_path, render_library().files)
+    defines = [f"-DOPGEN_WITHOUT_{name.upper()}" for name in left_out]
+    command = [*compile.compiler(), *compile.C_FLAGS, *compile.WARNING_FLAGS, "-Werror", *defines]
+    result = subprocess.run(
+        [*command, f"-I{tmp_path}", "-c", str(tmp_path / "opgen_dispatch.c"), "-o", str(tmp_path / "d.o")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
