@@ -5,8 +5,10 @@
 /*
  * The public kernel functions: each calls the copy compiled for the best target this CPU
  * supports (chosen once, by CPUID), or the portable baseline copy. OPGEN_CPU_TARGET in the
- * environment caps the choice (baseline, avx2, avx512, avx512_bf16). Also: thread count and the
- * fixed tiling of reductions.
+ * environment caps the choice (baseline, avx2, avx512, avx512_bf16). A build that compiles no
+ * copy for a target defines OPGEN_WITHOUT_<TARGET> (OPGEN_WITHOUT_AVX512, say) when it compiles
+ * this file: that target is then never chosen. Also: thread count and the fixed tiling of
+ * reductions.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -49,16 +51,24 @@ static int opgen_choose_target(void)
     int best = 0;
     const char *cap = getenv("OPGEN_CPU_TARGET");
 #if OPGEN_X86_DISPATCH
+    (void)opgen_cpu_has_f16c; /* used, whichever targets a build leaves out */
+    (void)opgen_cpu_has_avx512bf16;
     __builtin_cpu_init();
+#if !defined(OPGEN_WITHOUT_AVX2)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c()) {
         best = 1;
     }
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c()) {
         best = 2;
     }
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && opgen_cpu_has_f16c() && opgen_cpu_has_avx512bf16()) {
         best = 3;
     }
+#endif
 #endif
     if (cap != NULL) {
         for (int index = 0; index < best; ++index) {
@@ -140,23 +150,33 @@ int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner)
 
 void aclnn_prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f32_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f32_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -171,23 +191,33 @@ int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t chann
 
 void aclnn_prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f32_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f32_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -208,23 +238,33 @@ int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t chann
 
 void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f32_full__avx2(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f32_full__avx512(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
 #endif
 
 void aclnn_prelu_backward_f32_full(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f32_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f32_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f32_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
     default:
         break;
     }
@@ -242,23 +282,33 @@ int64_t aclnn_prelu_backward_f32_full_workspace_size(int64_t outer, int64_t chan
 
 void aclnn_prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f16_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f16_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -273,23 +323,33 @@ int64_t aclnn_prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t chann
 
 void aclnn_prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f16_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f16_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f16_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -310,23 +370,33 @@ int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t chann
 
 void aclnn_prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_f16_full__avx2(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_f16_full__avx512(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
 #endif
 
 void aclnn_prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_f16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_f16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_f16_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
     default:
         break;
     }
@@ -344,23 +414,33 @@ int64_t aclnn_prelu_backward_f16_full_workspace_size(int64_t outer, int64_t chan
 
 void aclnn_prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_bf16_ncx__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_bf16_ncx__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -375,23 +455,33 @@ int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t chan
 
 void aclnn_prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_bf16_nxc__avx512(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_bf16_nxc__avx2(grad_output, self, weight, grad_input, grad_weight, grad_weight_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -412,23 +502,33 @@ int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t chan
 
 void aclnn_prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void aclnn_prelu_backward_bf16_full__avx2(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void aclnn_prelu_backward_bf16_full__avx512(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
+#endif
 #endif
 
 void aclnn_prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         aclnn_prelu_backward_bf16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         aclnn_prelu_backward_bf16_full__avx512(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         aclnn_prelu_backward_bf16_full__avx2(grad_output, self, weight, grad_input, grad_weight, count);
         return;
+#endif
     default:
         break;
     }
@@ -446,23 +546,33 @@ int64_t aclnn_prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t cha
 
 void batch_norm_training_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void batch_norm_training_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_f32_ncx__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -480,23 +590,33 @@ int64_t batch_norm_training_backward_f32_ncx_workspace_size(int64_t outer, int64
 
 void batch_norm_training_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
 #endif
 
 void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
     default:
         break;
     }
@@ -513,23 +633,33 @@ int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64
 
 void batch_norm_training_backward_bf16_f32_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_bf16_f32_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_bf16_f32_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void batch_norm_training_backward_bf16_f32_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_bf16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_bf16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_bf16_f32_ncx__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -547,23 +677,33 @@ int64_t batch_norm_training_backward_bf16_f32_ncx_workspace_size(int64_t outer, 
 
 void batch_norm_training_backward_bf16_f32_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_bf16_f32_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_bf16_f32_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
 #endif
 
 void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_bf16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_bf16_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
     default:
         break;
     }
@@ -580,23 +720,33 @@ int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, 
 
 void batch_norm_training_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void batch_norm_training_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_bf16_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_bf16_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_bf16_ncx__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -614,23 +764,33 @@ int64_t batch_norm_training_backward_bf16_ncx_workspace_size(int64_t outer, int6
 
 void batch_norm_training_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
 #endif
 
 void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_bf16_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_bf16_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
     default:
         break;
     }
@@ -647,23 +807,33 @@ int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int6
 
 void batch_norm_training_backward_f16_f32_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_f16_f32_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_f16_f32_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void batch_norm_training_backward_f16_f32_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_f16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_f16_f32_ncx__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_f16_f32_ncx__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -681,23 +851,33 @@ int64_t batch_norm_training_backward_f16_f32_ncx_workspace_size(int64_t outer, i
 
 void batch_norm_training_backward_f16_f32_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void batch_norm_training_backward_f16_f32_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void batch_norm_training_backward_f16_f32_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat);
+#endif
 #endif
 
 void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         batch_norm_training_backward_f16_f32_nxc__avx512(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         batch_norm_training_backward_f16_f32_nxc__avx2(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat);
         return;
+#endif
     default:
         break;
     }
@@ -714,23 +894,33 @@ int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, i
 
 void hard_sigmoid_f32__baseline(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_f32__avx2(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_f32__avx512(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_f32(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_f32__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_f32__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_f32__avx2(src, alpha, beta, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -740,23 +930,33 @@ void hard_sigmoid_f32(const float *OPGEN_RESTRICT src, float alpha, float beta, 
 
 void hard_sigmoid_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_f16__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_f16__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_f16__avx2(src, alpha, beta, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -766,23 +966,33 @@ void hard_sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float be
 
 void hard_sigmoid_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_bf16__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_bf16__avx512(src, alpha, beta, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_bf16__avx2(src, alpha, beta, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -792,23 +1002,33 @@ void hard_sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float 
 
 void hard_sigmoid_backward_f32__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_backward_f32__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_backward_f32__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_backward_f32__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_backward_f32__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_backward_f32__avx2(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -818,23 +1038,33 @@ void hard_sigmoid_backward_f32(const float *OPGEN_RESTRICT src, const float *OPG
 
 void hard_sigmoid_backward_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_backward_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_backward_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_backward_f16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_backward_f16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_backward_f16__avx2(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -844,23 +1074,33 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
 
 void hard_sigmoid_backward_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void hard_sigmoid_backward_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void hard_sigmoid_backward_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         hard_sigmoid_backward_bf16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         hard_sigmoid_backward_bf16__avx512(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         hard_sigmoid_backward_bf16__avx2(src, diff_dst, alpha, beta, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -870,23 +1110,33 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
 
 void prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f32_ncx__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f32_ncx__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f32_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f32_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -901,23 +1151,33 @@ int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, i
 
 void prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f32_nxc__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f32_nxc__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f32_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f32_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -938,23 +1198,33 @@ int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, i
 
 void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f32_full__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f32_full__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
 #endif
 
 void prelu_backward_f32_full(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f32_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f32_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f32_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
     default:
         break;
     }
@@ -972,23 +1242,33 @@ int64_t prelu_backward_f32_full_workspace_size(int64_t outer, int64_t channels, 
 
 void prelu_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_bf16_ncx__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_bf16_ncx__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_bf16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_bf16_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -1003,23 +1283,33 @@ int64_t prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, 
 
 void prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_bf16_nxc__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_bf16_nxc__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_bf16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_bf16_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -1040,23 +1330,33 @@ int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, 
 
 void prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_bf16_full__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_bf16_full__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
 #endif
 
 void prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_bf16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_bf16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_bf16_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
     default:
         break;
     }
@@ -1074,23 +1374,33 @@ int64_t prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels,
 
 void prelu_backward_f16_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f16_ncx__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f16_ncx__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
+#endif
 #endif
 
 void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f16_ncx__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f16_ncx__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels, inner);
         return;
+#endif
     default:
         break;
     }
@@ -1105,23 +1415,33 @@ int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, i
 
 void prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f16_nxc__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f16_nxc__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
+#endif
 #endif
 
 void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f16_nxc__avx512(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f16_nxc__avx2(src, slope, diff_dst, diff_src, diff_slope, diff_slope_sums, workspace, outer, channels);
         return;
+#endif
     default:
         break;
     }
@@ -1142,23 +1462,33 @@ int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, i
 
 void prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void prelu_backward_f16_full__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void prelu_backward_f16_full__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
+#endif
 #endif
 
 void prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         prelu_backward_f16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         prelu_backward_f16_full__avx512(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         prelu_backward_f16_full__avx2(src, slope, diff_dst, diff_src, diff_slope, count);
         return;
+#endif
     default:
         break;
     }
@@ -1176,23 +1506,33 @@ int64_t prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, 
 
 void relu_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void relu_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_f32__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1202,23 +1542,33 @@ void relu_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_
 
 void relu_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void relu_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_f16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1228,23 +1578,33 @@ void relu_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst
 
 void relu_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void relu_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_bf16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1254,23 +1614,33 @@ void relu_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT 
 
 void relu_backward_f32__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_backward_f32__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_backward_f32__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void relu_backward_f32(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_backward_f32__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_backward_f32__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_backward_f32__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1280,23 +1650,33 @@ void relu_backward_f32(const float *OPGEN_RESTRICT src_or_dst, const float *OPGE
 
 void relu_backward_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_backward_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_backward_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void relu_backward_f16(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_backward_f16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_backward_f16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_backward_f16__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1306,23 +1686,33 @@ void relu_backward_f16(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f
 
 void relu_backward_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void relu_backward_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void relu_backward_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         relu_backward_bf16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         relu_backward_bf16__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         relu_backward_bf16__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1332,23 +1722,33 @@ void relu_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen
 
 void sigmoid_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void sigmoid_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_f32__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1358,23 +1758,33 @@ void sigmoid_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int
 
 void sigmoid_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_f16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1384,23 +1794,33 @@ void sigmoid_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT 
 
 void sigmoid_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_bf16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1410,23 +1830,33 @@ void sigmoid_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRI
 
 void sigmoid_backward_f32_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_f32_use_dst__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_f32_use_dst__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_f32_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1436,23 +1866,33 @@ void sigmoid_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const 
 
 void sigmoid_backward_f32_no_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_f32_no_use_dst__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_f32_no_use_dst__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_f32_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1462,23 +1902,33 @@ void sigmoid_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, con
 
 void sigmoid_backward_f16_use_dst__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_f16_use_dst__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_f16_use_dst__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_f16_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1488,23 +1938,33 @@ void sigmoid_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, co
 
 void sigmoid_backward_f16_no_use_dst__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_f16_no_use_dst__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_f16_no_use_dst__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_f16_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1514,23 +1974,33 @@ void sigmoid_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
 
 void sigmoid_backward_bf16_use_dst__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_bf16_use_dst__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_bf16_use_dst__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_bf16_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1540,23 +2010,33 @@ void sigmoid_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
 
 void sigmoid_backward_bf16_no_use_dst__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void sigmoid_backward_bf16_no_use_dst__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void sigmoid_backward_bf16_no_use_dst__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         sigmoid_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         sigmoid_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         sigmoid_backward_bf16_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1644,23 +2124,33 @@ void soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT
 
 void tanh_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void tanh_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_f32__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_f32__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1670,23 +2160,33 @@ void tanh_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_
 
 void tanh_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void tanh_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_f16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_f16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1696,23 +2196,33 @@ void tanh_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst
 
 void tanh_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count);
+#endif
 #endif
 
 void tanh_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_bf16__avx512(src, dst, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_bf16__avx2(src, dst, count);
         return;
+#endif
     default:
         break;
     }
@@ -1722,23 +2232,33 @@ void tanh_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT 
 
 void tanh_backward_f32_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_f32_use_dst__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_f32_use_dst__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_f32_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_f32_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1748,23 +2268,33 @@ void tanh_backward_f32_use_dst(const float *OPGEN_RESTRICT src_or_dst, const flo
 
 void tanh_backward_f32_no_use_dst__baseline(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_f32_no_use_dst__avx2(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_f32_no_use_dst__avx512(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_f32_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_f32_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1774,23 +2304,33 @@ void tanh_backward_f32_no_use_dst(const float *OPGEN_RESTRICT src_or_dst, const 
 
 void tanh_backward_f16_use_dst__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_f16_use_dst__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_f16_use_dst__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_f16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_f16_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1800,23 +2340,33 @@ void tanh_backward_f16_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const
 
 void tanh_backward_f16_no_use_dst__baseline(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_f16_no_use_dst__avx2(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_f16_no_use_dst__avx512(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_f16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_f16_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1826,23 +2376,33 @@ void tanh_backward_f16_no_use_dst(const opgen_f16 *OPGEN_RESTRICT src_or_dst, co
 
 void tanh_backward_bf16_use_dst__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_bf16_use_dst__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_bf16_use_dst__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_bf16_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_bf16_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1852,23 +2412,33 @@ void tanh_backward_bf16_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, con
 
 void tanh_backward_bf16_no_use_dst__baseline(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void tanh_backward_bf16_no_use_dst__avx2(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void tanh_backward_bf16_no_use_dst__avx512(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+#endif
 #endif
 
 void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         tanh_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         tanh_backward_bf16_no_use_dst__avx512(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         tanh_backward_bf16_no_use_dst__avx2(src_or_dst, diff_dst, diff_src, count);
         return;
+#endif
     default:
         break;
     }
@@ -1878,23 +2448,33 @@ void tanh_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, 
 
 void opgen_probe_copy__baseline(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_probe_copy__avx2(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_probe_copy__avx512(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
 #endif
 
 void opgen_probe_copy(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out, int64_t count, int stream)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_probe_copy__avx512(in, out, count, stream);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_probe_copy__avx512(in, out, count, stream);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_probe_copy__avx2(in, out, count, stream);
         return;
+#endif
     default:
         break;
     }
@@ -1904,23 +2484,33 @@ void opgen_probe_copy(const float *OPGEN_RESTRICT in, float *OPGEN_RESTRICT out,
 
 void opgen_probe_add__baseline(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_probe_add__avx2(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_probe_add__avx512(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream);
+#endif
 #endif
 
 void opgen_probe_add(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, float *OPGEN_RESTRICT out, int64_t count, int stream)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_probe_add__avx512(first, second, out, count, stream);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_probe_add__avx512(first, second, out, count, stream);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_probe_add__avx2(first, second, out, count, stream);
         return;
+#endif
     default:
         break;
     }
@@ -1930,23 +2520,33 @@ void opgen_probe_add(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTR
 
 void opgen_probe_dot__baseline(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_probe_dot__avx2(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_probe_dot__avx512(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count);
+#endif
 #endif
 
 void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTRICT second, double *OPGEN_RESTRICT result, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_probe_dot__avx512(first, second, result, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_probe_dot__avx512(first, second, result, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_probe_dot__avx2(first, second, result, count);
         return;
+#endif
     default:
         break;
     }
@@ -1956,23 +2556,33 @@ void opgen_probe_dot(const float *OPGEN_RESTRICT first, const float *OPGEN_RESTR
 
 void opgen_narrow_f32__baseline(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_narrow_f32__avx2(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_narrow_f32__avx512(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count);
+#endif
 #endif
 
 void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_narrow_f32__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_narrow_f32__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_narrow_f32__avx2(sums, out, count);
         return;
+#endif
     default:
         break;
     }
@@ -1982,23 +2592,33 @@ void opgen_narrow_f32(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT o
 
 void opgen_narrow_f16__baseline(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_narrow_f16__avx2(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_narrow_f16__avx512(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count);
+#endif
 #endif
 
 void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_narrow_f16__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_narrow_f16__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_narrow_f16__avx2(sums, out, count);
         return;
+#endif
     default:
         break;
     }
@@ -2008,23 +2628,33 @@ void opgen_narrow_f16(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRI
 
 void opgen_narrow_bf16__baseline(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void opgen_narrow_bf16__avx2(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void opgen_narrow_bf16__avx512(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count);
+#endif
 #endif
 
 void opgen_narrow_bf16(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         opgen_narrow_bf16__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         opgen_narrow_bf16__avx512(sums, out, count);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         opgen_narrow_bf16__avx2(sums, out, count);
         return;
+#endif
     default:
         break;
     }

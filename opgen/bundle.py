@@ -3,8 +3,9 @@
 From a checkout (and its editable install) the bundled specs and templates are the
 repository's specs/ and templates/, compiled on first use like any spec directory. A wheel
 (setup.py) carries copies of both in opgen/_bundle/, with the cffi module compiled from them
-and the repeated-call helper (fastcall.c) compiled at wheel-build time, so an installed opgen
-runs the bundled ops with no compiler, no cache and no rendering.
+(portable: every CPU target's copies, where a checkout's module holds those its CPU runs)
+and the repeated-call helper (fastcall.c) compiled at wheel-build time, so an installed
+opgen runs the bundled ops with no compiler, no cache and no rendering.
 
 Invariant: a prebuilt module is loaded only while its record's digest equals the digest of
 the installed sources it was made from (`digest`); otherwise the bundled specs are built as
@@ -19,6 +20,7 @@ import functools
 import hashlib
 import importlib.machinery
 import json
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -79,7 +81,13 @@ def build_into(package: Path) -> None:
     from opgen.render import render_library
 
     data = package / "_bundle"
-    built = {"module": build_module(render_library(data / "specs", data / "templates")), "fastcall": build_fastcall()}
+    targets = os.environ.get("OPGEN_WHEEL_TARGETS", "all")
+    if targets not in ("all", "host"):
+        raise ValueError(f"OPGEN_WHEEL_TARGETS={targets!r}: 'all' (the default) or 'host'")
+    library = render_library(data / "specs", data / "templates")
+    # "host": the copies this CPU runs alone, as a checkout's module (from its cache when `opgen
+    # build` ran): a wheel for this machine, quicker to build
+    built = {"module": build_module(library, portable=targets == "all"), "fastcall": build_fastcall()}
     for path in built.values():
         shutil.copy2(path, data / path.name)
     record = {"digest": digest(package), **{kind: path.name for kind, path in built.items()}}

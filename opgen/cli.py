@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,12 @@ def _build(args: argparse.Namespace) -> int:
 
     library = render_library(spec_dir, BUNDLED_TEMPLATES, names(args.ops), names(args.dtypes))
     try:
-        module = build_module(library)  # compile before touching the output: a failure leaves it as it was
-        build_fastcall()  # the Python functions' repeated-call path, so no first call compiles
+        # the Python functions' repeated-call path, so no first call compiles: built meanwhile
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            fastcall = pool.submit(build_fastcall)
+            # compile before touching the output: a failure leaves it as it was
+            module = build_module(library, args.portable)
+            fastcall.result()
     except BuildError as error:
         print(f"opgen build: error: {error}", file=sys.stderr)
         return 1
@@ -172,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--out", help="output directory (default: the bundled generated/)")
     build.add_argument("--ops", help="comma-separated ops to build (default: all)")
     build.add_argument("--dtypes", help="comma-separated dtypes: keep the dtype combinations made of these")
+    build.add_argument(
+        "--portable",
+        action="store_true",
+        help="compile every CPU target's copy into the module, for other CPUs too (default: the copies this CPU "
+        "runs; the C sources hold every target either way)",
+    )
     build.set_defaults(run=_build)
     listing = commands.add_parser("list", help="list the ops and their variants")
     listing.add_argument("--specs", help="directory of op specs (default: the bundled specs)")

@@ -20,9 +20,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -35,6 +36,12 @@ if TYPE_CHECKING:  # loading a module needs no templates: render (and jinja2) is
 # IEEE semantics: no -ffast-math, and no contraction into FMA, so every target rounds alike.
 # -fno-math-errno only lets sqrt be one instruction; results are unchanged.
 C_FLAGS = ["-O3", "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-fopenmp"]
+# The baseline copies of a module that also holds a better copy this CPU runs: they run only
+# when OPGEN_CPU_TARGET asks for them (tests, comparisons), so they are optimized for the build
+# (-O2: BatchNorm's baseline copy compiles in a third of the time). The optimization level
+# changes no result: no flag here lets the compiler reorder or contract arithmetic.
+FALLBACK_FLAGS = ["-O2", *C_FLAGS[1:]]
+GROUP_BYTES = 256 << 10  # C compiled in one run at most, where sources are grouped (compile_units)
 WARNING_FLAGS = ["-Wall", "-Wextra", "-Wpedantic"]
 
 
@@ -77,10 +84,79 @@ def _digest(*parts: str) -> str:
     return digest.hexdigest()[:24]
 
 
-def cache_key(library: Library) -> str:
+@dataclass(frozen=True)
+class Unit:
+    """One compiler run of a module build: a source of the library, or several included by one
+    file (a source that is not the library's, named opgen_unit_<n>.c), and the flags."""
+
+    sources: tuple[str, ...]
+    flags: tuple[str, ...]
+
+    def text(self) -> str:
+        return "".join(f'#include "{source}"\n' for source in self.sources)
+
+
+def cache_key(library: Library, units: dict[str, Unit] | None = None) -> str:
+    """The key of the module built from `library`'s `units` (compile_units; the portable
+    module's when None)."""
+    units = compile_units(library) if units is None else units
     files = (f"{name}\0{library.files[name]}" for name in sorted(library.files))
-    per_target = (" ".join(target_flags(name)) for name in sorted(library.files))
-    return _digest(" ".join(C_FLAGS), *per_target, library.cdef, *files)
+    runs = (f"{name}\0{' '.join(unit.sources)}\0{' '.join(unit.flags)}" for name, unit in sorted(units.items()))
+    return _digest(*runs, library.cdef, *files)
+
+
+def compile_units(library: Library, targets: Sequence[str] | None = None) -> dict[str, Unit]:
+    """The compiler runs of a module of `library`, by the name of the file each compiles.
+
+    `targets` None: every CPU target's copies, all with C_FLAGS (a portable module). Else the
+    copies of `targets` (plan.TARGETS names) and the baseline's, which the dispatcher falls back
+    to: the copies of the targets left out are not compiled and the dispatcher, told by
+    OPGEN_WITHOUT_<TARGET>, never chooses them; the baseline copies take FALLBACK_FLAGS when a
+    better copy is compiled.
+
+    Each run parses opgen_internal.h and the compiler's intrinsics headers again, most of the
+    time a small source takes: the sources that are no kernel copies (the C API, the runtime,
+    the dispatcher) are compiled together, GROUP_BYTES of C a run, and so are small baseline
+    copies under FALLBACK_FLAGS. A run compiles the same functions (names are op-prefixed or
+    opgen_-prefixed, and an op's name cannot start with opgen); the kernels that run by default
+    keep a run each, so their code is the same as in the generated sources' builds."""
+    compiled = plan.compiled_targets()
+    unknown = [name for name in targets or () if name not in compiled]
+    if unknown:
+        raise ValueError(f"unknown CPU targets {', '.join(unknown)} (known: {', '.join(compiled)})")
+    kept = compiled if targets is None else ("baseline", *targets)
+    left_out = [name for name in compiled if name not in kept]
+    copies = {f"__{name}.c": name for name in compiled[1:]}
+    fallback = targets is not None and any(name != "baseline" for name in targets)
+    baselines = {
+        source[: -len(suffix)] + ".c" for source in library.files for suffix in copies if source.endswith(suffix)
+    }
+    without = tuple(f"-DOPGEN_WITHOUT_{name.upper()}" for name in left_out)  # read by opgen_dispatch.c alone
+    units: dict[str, Unit] = {}
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for source in sorted(library.files):
+        target = next((name for suffix, name in copies.items() if source.endswith(suffix)), "baseline")
+        if not source.endswith(".c") or target in left_out:
+            continue
+        if target != "baseline":
+            units[source] = Unit((source,), (*C_FLAGS, *target_flags(source)))
+        elif source not in baselines:
+            groups.setdefault((*C_FLAGS, *without), []).append(source)
+        elif not fallback:
+            units[source] = Unit((source,), tuple(C_FLAGS))
+        elif len(library.files[source]) < GROUP_BYTES:
+            groups.setdefault(tuple(FALLBACK_FLAGS), []).append(source)
+        else:
+            units[source] = Unit((source,), tuple(FALLBACK_FLAGS))
+    for flags, sources in groups.items():
+        chunk: list[str] = []
+        for index, source in enumerate(sources):
+            chunk.append(source)
+            size = sum(len(library.files[name]) for name in chunk)
+            if size >= GROUP_BYTES or index == len(sources) - 1:
+                units[f"opgen_unit_{len(units)}.c" if len(chunk) > 1 else source] = Unit(tuple(chunk), flags)
+                chunk = []
+    return units
 
 
 def module_name(key: str) -> str:
@@ -100,9 +176,9 @@ def target_flags(source: str) -> list[str]:
     return []
 
 
-def _compile_object(source: Path, directory: Path) -> Path:
+def _compile_object(source: Path, directory: Path, flags: list[str]) -> Path:
     target = source.with_suffix(".o")
-    flags = [*C_FLAGS, *target_flags(source.name), *WARNING_FLAGS]
+    flags = [*flags, *WARNING_FLAGS]
     command = [*compiler(), *flags, f"-I{directory}", "-c", str(source), "-o", str(target)]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -127,10 +203,15 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_module(library: Library) -> Path:
-    """Path of the compiled module for `library`, building it when the cache has none."""
-    key = cache_key(library)
-    return _cached(key, module_name(key), lambda work, name: _build(library, work, name))
+def build_module(library: Library, portable: bool = False) -> Path:
+    """Path of the compiled module for `library`, building it when the cache has none.
+
+    The module holds the copies of the CPU targets this CPU runs (plan.host_targets()), or,
+    `portable`, every target's copies at full optimization, for a module to ship (a wheel's).
+    The sources of `library` (generated/, the CMake project) hold every target either way."""
+    units = compile_units(library, None if portable else plan.host_targets())
+    key = cache_key(library, units)
+    return _cached(key, module_name(key), lambda work, name: _build(library, units, work, name))
 
 
 def _cached(key: str, name: str, build: Callable[[Path, str], None]) -> Path:
@@ -160,14 +241,25 @@ def _cached(key: str, name: str, build: Callable[[Path, str], None]) -> Path:
     return found
 
 
-def _build(library: Library, work: Path, name: str) -> None:
+def _build(library: Library, units: dict[str, Unit], work: Path, name: str) -> None:
     from opgen.render import write_files
 
-    write_files(work, library.files)
-    # the largest first: a long compile started last would leave the other cores idle at the end
-    sources = sorted(work.glob("*.c"), key=lambda source: (-source.stat().st_size, source.name))
+    compiled = {source for unit in units.values() for source in unit.sources}
+    write_files(work, {n: text for n, text in library.files.items() if n in compiled or not n.endswith(".c")})
+    write_files(work, {n: unit.text() for n, unit in units.items() if n not in library.files})
+    suffixes = [f"__{target}.c" for target in plan.compiled_targets()[1:]]
+
+    def cost(run: str) -> int:  # a copy `<op>__<target>.c` compiles the code of `<op>.c`
+        sizes = []
+        for source in units[run].sources:
+            suffix = next((s for s in suffixes if source.endswith(s)), None)
+            sizes.append(len(library.files[source[: -len(suffix)] + ".c" if suffix else source]))
+        return sum(sizes)
+
+    # the costliest first: a long compile started last would leave the other cores idle at the end
+    runs = sorted(units, key=lambda run: (-cost(run), run))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        objects = list(pool.map(lambda source: _compile_object(source, work), sources))
+        objects = list(pool.map(lambda run: _compile_object(work / run, work, list(units[run].flags)), runs))
     _link_module(library, name, work, objects)
 
 
@@ -182,6 +274,9 @@ def _link_module(library: Library, name: str, work: Path, objects: list[Path]) -
         include_dirs=[str(work)],
         extra_objects=[str(o) for o in objects],
         libraries=["m"],
+        # the wrappers only convert arguments (the Python functions call the kernels and the C
+        # API by address, through fastcall.c): optimized lightly, as the build's last step
+        extra_compile_args=["-O1", "-g0"],
         extra_link_args=["-fopenmp"],
     )
     try:

@@ -139,6 +139,39 @@ TARGETS = (
 )
 
 
+def compiled_targets() -> tuple[str, ...]:
+    """The targets with code of their own (a `<op>__<name>.c` copy each, the baseline's being
+    `<op>.c`), in TARGETS' order."""
+    return tuple(target["name"] for target in TARGETS if "copy_of" not in target)
+
+
+def host_targets(cpu_flags: frozenset[str] | None = None) -> tuple[str, ...]:
+    """The compiled targets this CPU can run (`cpu_flags`: the kernel's CPU flags, read from
+    /proc/cpuinfo when None), the baseline first: what a module built for this machine needs.
+    Every compiled target when the flags cannot be read (not Linux on x86-64)."""
+    flags = _cpu_flags() if cpu_flags is None else cpu_flags
+    if flags is None:
+        return compiled_targets()
+    aliases = {"avx512bf16": "avx512_bf16"}  # CPUID feature name -> Linux's flag name
+    runnable = {t["name"] for t in TARGETS if all(aliases.get(f, f) in flags for f in t["cpu"])}
+    return tuple(name for name in compiled_targets() if name in runnable)
+
+
+def _cpu_flags() -> frozenset[str] | None:
+    import platform
+
+    if platform.system() != "Linux" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return None
+
+
 @dataclass(frozen=True)
 class Variant:
     op: OpSpec

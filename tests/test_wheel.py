@@ -56,7 +56,9 @@ def build_wheel(tmp_path: Path) -> Path:
             shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(ROOT / name, source / name)
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # a wheel of the copies this CPU runs, the module `opgen build` made (from the cache): the
+    # wheel's default, every target's copies (opgen/bundle.py), is checked in test_compile_units
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"OPGEN_WHEEL_TARGETS": "host"}
     pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
     run([*pip_wheel, "-w", str(tmp_path / "dist"), str(source)], env=environment)
     (wheel,) = (tmp_path / "dist").glob("opgen-*.whl")
