@@ -15,6 +15,7 @@
 
 #include "opgen.h"
 #include "opgen_internal.h"
+#include "opgen_lines.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -2046,23 +2047,33 @@ void sigmoid_backward_bf16_no_use_dst(const opgen_bf16 *OPGEN_RESTRICT src_or_ds
 
 void soft_max_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void soft_max_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void soft_max_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
 #endif
 
 void soft_max_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         soft_max_f32__avx512(src, dst, outer, length, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         soft_max_f32__avx512(src, dst, outer, length, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         soft_max_f32__avx2(src, dst, outer, length, inner);
         return;
+#endif
     default:
         break;
     }
@@ -2072,23 +2083,33 @@ void soft_max_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, in
 
 void soft_max_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void soft_max_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void soft_max_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
 #endif
 
 void soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         soft_max_bf16__avx512(src, dst, outer, length, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         soft_max_bf16__avx512(src, dst, outer, length, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         soft_max_bf16__avx2(src, dst, outer, length, inner);
         return;
+#endif
     default:
         break;
     }
@@ -2098,23 +2119,33 @@ void soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTR
 
 void soft_max_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
 #if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
 void soft_max_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
 void soft_max_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
 #endif
 
 void soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
 {
 #if OPGEN_X86_DISPATCH
     switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 3:
         soft_max_f16__avx512(src, dst, outer, length, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
     case 2:
         soft_max_f16__avx512(src, dst, outer, length, inner);
         return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
     case 1:
         soft_max_f16__avx2(src, dst, outer, length, inner);
         return;
+#endif
     default:
         break;
     }

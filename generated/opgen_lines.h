@@ -11,8 +11,12 @@
  *   values_before      the line values that need no reduction (scalar, in double);
  *   passes[k].reduce   one pass over the line, adding its terms into that pass's reductions;
  *   passes[k].after    the line values the pass's reductions make computable;
- *   apply              one pass over the line writing its elements (tensor outputs);
+ *   apply              one pass over the line writing its elements (tensor outputs) and
+ *                      adding its terms of the sums across lines (outputs of kind along);
  *   store              the line outputs (one element per line).
+ * Sums across lines go into one row of partial sums per chunk of lines (the workspace); the
+ * chunks are fixed by the shape alone, each computed by one thread and added up in order at
+ * the end (store_across writes them): the sums never depend on the thread count either.
  * Where inner is 1 a line is contiguous and the microkernels take one line, vectorized along
  * it. Else they take OPGEN_LINES_LANES neighbouring lines at once, one per lane, walking the
  * length (their elements are contiguous across the lines): the *_columns microkernels.
@@ -36,6 +40,7 @@ typedef struct opgen_lines_call {
     int64_t length;        /* elements per line: `count` in the math */
     int64_t inner;
     int stream;            /* outputs bigger than the caches: stored past them */
+    double *workspace;     /* opgen_lines_workspace() doubles for sums across lines, else NULL */
 } opgen_lines_call;
 
 /* One contiguous line (inner == 1): `values` holds the line's values. */
@@ -44,6 +49,13 @@ typedef void (*opgen_lines_line_function)(const opgen_lines_call *call, int64_t 
  * values at values[l * value_count]. */
 typedef void (*opgen_lines_columns_function)(const opgen_lines_call *call, int64_t outer_index, int64_t position,
                                              int lanes, double *values);
+/* The element pass: as above, also adding its terms across lines into `across` (a chunk's
+ * partial sums: across_count rows of `length` doubles; NULL when the op has none). */
+typedef void (*opgen_lines_apply_function)(const opgen_lines_call *call, int64_t line, double *values, double *across);
+typedef void (*opgen_lines_apply_columns_function)(const opgen_lines_call *call, int64_t outer_index,
+                                                   int64_t position, int lanes, double *values, double *across);
+/* The sums across lines, added up (across_count rows of `length`), into their outputs. */
+typedef void (*opgen_lines_store_across_function)(const opgen_lines_call *call, const double *sums);
 
 typedef struct opgen_lines_pass {
     opgen_lines_line_function reduce;
@@ -56,13 +68,18 @@ typedef struct opgen_lines_kernel {
     opgen_lines_line_function values_before;  /* per line, also in the columns path */
     int pass_count;
     const opgen_lines_pass *passes;
-    opgen_lines_line_function apply;          /* NULL: no tensor output */
-    opgen_lines_columns_function apply_columns;
+    opgen_lines_apply_function apply;         /* NULL: no tensor output, no sum across lines */
+    opgen_lines_apply_columns_function apply_columns;
     opgen_lines_line_function store;          /* NULL: no line output */
+    int across_count;                         /* sums across lines (outputs of kind along) */
+    opgen_lines_store_across_function store_across;
     int work_per_element;                     /* in plain-arithmetic units (an exp costs more) */
 } opgen_lines_kernel;
 
 void opgen_lines_run(const opgen_lines_kernel *kernel, const opgen_lines_call *call);
+/* Doubles of workspace a call with `across_count` sums across lines needs; -1 when their bytes
+ * would not fit in 64 bits. */
+int64_t opgen_lines_workspace(int64_t outer, int64_t length, int64_t inner, int across_count);
 
 /* The reductions' steps: the larger (smaller) of a running value and a term, a NaN term
  * making it NaN for good (NumPy's max and min). `|` rather than `||`: a select the compiler

@@ -699,6 +699,14 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         for (int d = 0; d < reference->rank; ++d) {
             call->dims[d < call->first_axis ? 0 : d <= call->last_axis ? 1 : 2] *= reference->dims[d];
         }
+        if (op->workspaces != NULL) { /* sums across lines: a row of partial sums per chunk */
+            const int64_t doubles = op->workspaces[(call->row * op->forms) * (1 << op->flag_count) + flags](
+                call->dims[0], call->dims[1], call->dims[2]);
+            if (doubles < 0 ||
+                !opgen_add_size(&total, (size_t)doubles * sizeof(double), &call->kernel_at)) {
+                return opgen_workspace_overflow(op);
+            }
+        }
     } else if (call->reference_count > 0) {
         opgen_plan_pieces(call);
         form = call->dims[2] > 1 ? 0 : 1;
@@ -1052,7 +1060,7 @@ opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *
         break;
     case OPGEN_PATTERN_ALONG_AXES:
         /* lines with no elements still have line outputs */
-        op->kernels[call->kernel](tensors, numbers, NULL, call->dims);
+        op->kernels[call->kernel](tensors, numbers, (double *)opgen_at(base, call->kernel_at), call->dims);
         break;
     case OPGEN_PATTERN_REDUCE_THEN_APPLY:
         if (call->dims[1] > 0) {

@@ -75,7 +75,7 @@ static void soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_t 
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 0] = (double)max_src_lanes[lane];
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
     }
 }
 
@@ -128,7 +128,7 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 2 + 0];
+        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -150,20 +150,29 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
     }
 }
 
-/* the elements of a contiguous line */
-static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values)
+/* the line values pass 2 makes computable */
+static void soft_max_f32_after_2(const opgen_lines_call *call, int64_t line, double *values)
 {
+    (void)call;
+    (void)line;
+    values[2] = (1.0 / values[1]); /* inv_sum */
+}
+
+/* the elements of a contiguous line */
+static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+{
+    (void)across;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
     const float count = (float)call->length;
     (void)count;
     const float max_src_line = (float)values[0];
-    const float sum_exp_line = (float)values[1];
+    const float inv_sum_line = (float)values[2];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
         const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
         float src_block[OPGEN_BLOCK];
@@ -176,7 +185,7 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_expf((src_value - max_src_line)) / sum_exp_line);
+            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (filled == OPGEN_BLOCK) {
@@ -189,8 +198,9 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values)
+                                double *values, double *across)
 {
+    (void)across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *src = (const float *)call->tensors[0] + start;
@@ -199,11 +209,11 @@ static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t out
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 2 + 0];
+        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
     }
-    float sum_exp_line_lanes[OPGEN_BLOCK] = { 0 };
+    float inv_sum_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        sum_exp_line_lanes[lane] = (float)values[lane * 2 + 1];
+        inv_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -217,8 +227,8 @@ static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t out
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_line = sum_exp_line_lanes[lane];
-            const float dst_value = (opgen_expf((src_value - max_src_line)) / sum_exp_line);
+            const float inv_sum_line = inv_sum_line_lanes[lane];
+            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
@@ -235,23 +245,26 @@ void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RE
 {
     static const opgen_lines_pass passes[] = {
         { soft_max_f32_reduce_1, soft_max_f32_reduce_1_columns, NULL },
-        { soft_max_f32_reduce_2, soft_max_f32_reduce_2_columns, NULL },
+        { soft_max_f32_reduce_2, soft_max_f32_reduce_2_columns, soft_max_f32_after_2 },
     };
     static const opgen_lines_kernel kernel = {
-        .value_count = 2,
+        .value_count = 3,
         .values_before = NULL,
         .pass_count = 2,
         .passes = passes,
         .apply = soft_max_f32_apply,
         .apply_columns = soft_max_f32_apply_columns,
         .store = NULL,
+        .across_count = 0,
+        .store_across = NULL,
         .work_per_element = 27,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
-    const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES };
+    const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -323,7 +336,7 @@ static void soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 0] = (double)max_src_lanes[lane];
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
     }
 }
 
@@ -376,7 +389,7 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 2 + 0];
+        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -398,20 +411,29 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
     }
 }
 
-/* the elements of a contiguous line */
-static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values)
+/* the line values pass 2 makes computable */
+static void soft_max_bf16_after_2(const opgen_lines_call *call, int64_t line, double *values)
 {
+    (void)call;
+    (void)line;
+    values[2] = (1.0 / values[1]); /* inv_sum */
+}
+
+/* the elements of a contiguous line */
+static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+{
+    (void)across;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
     const float count = (float)call->length;
     (void)count;
     const float max_src_line = (float)values[0];
-    const float sum_exp_line = (float)values[1];
+    const float inv_sum_line = (float)values[2];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
         const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
         float src_block[OPGEN_BLOCK];
@@ -424,7 +446,7 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_expf((src_value - max_src_line)) / sum_exp_line);
+            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (filled == OPGEN_BLOCK) {
@@ -437,8 +459,9 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values)
+                                double *values, double *across)
 {
+    (void)across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -447,11 +470,11 @@ static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t ou
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 2 + 0];
+        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
     }
-    float sum_exp_line_lanes[OPGEN_BLOCK] = { 0 };
+    float inv_sum_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        sum_exp_line_lanes[lane] = (float)values[lane * 2 + 1];
+        inv_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -465,8 +488,8 @@ static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t ou
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_line = sum_exp_line_lanes[lane];
-            const float dst_value = (opgen_expf((src_value - max_src_line)) / sum_exp_line);
+            const float inv_sum_line = inv_sum_line_lanes[lane];
+            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
@@ -483,23 +506,26 @@ void OPGEN_KERNEL(soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf1
 {
     static const opgen_lines_pass passes[] = {
         { soft_max_bf16_reduce_1, soft_max_bf16_reduce_1_columns, NULL },
-        { soft_max_bf16_reduce_2, soft_max_bf16_reduce_2_columns, NULL },
+        { soft_max_bf16_reduce_2, soft_max_bf16_reduce_2_columns, soft_max_bf16_after_2 },
     };
     static const opgen_lines_kernel kernel = {
-        .value_count = 2,
+        .value_count = 3,
         .values_before = NULL,
         .pass_count = 2,
         .passes = passes,
         .apply = soft_max_bf16_apply,
         .apply_columns = soft_max_bf16_apply_columns,
         .store = NULL,
+        .across_count = 0,
+        .store_across = NULL,
         .work_per_element = 27,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
-    const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES };
+    const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -571,7 +597,7 @@ static void soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int64_t 
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 0] = (double)max_src_lanes[lane];
+        values[lane * 3 + 0] = (double)max_src_lanes[lane];
     }
 }
 
@@ -624,7 +650,7 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 2 + 0];
+        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -646,20 +672,29 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
     }
 }
 
-/* the elements of a contiguous line */
-static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values)
+/* the line values pass 2 makes computable */
+static void soft_max_f16_after_2(const opgen_lines_call *call, int64_t line, double *values)
 {
+    (void)call;
+    (void)line;
+    values[2] = (1.0 / values[1]); /* inv_sum */
+}
+
+/* the elements of a contiguous line */
+static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+{
+    (void)across;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
     const float count = (float)call->length;
     (void)count;
     const float max_src_line = (float)values[0];
-    const float sum_exp_line = (float)values[1];
+    const float inv_sum_line = (float)values[2];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
         const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
         float src_block[OPGEN_BLOCK];
@@ -672,7 +707,7 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_expf((src_value - max_src_line)) / sum_exp_line);
+            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (filled == OPGEN_BLOCK) {
@@ -685,8 +720,9 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values)
+                                double *values, double *across)
 {
+    (void)across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
@@ -695,11 +731,11 @@ static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t out
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 2 + 0];
+        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
     }
-    float sum_exp_line_lanes[OPGEN_BLOCK] = { 0 };
+    float inv_sum_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
-        sum_exp_line_lanes[lane] = (float)values[lane * 2 + 1];
+        inv_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -713,8 +749,8 @@ static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t out
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_line = sum_exp_line_lanes[lane];
-            const float dst_value = (opgen_expf((src_value - max_src_line)) / sum_exp_line);
+            const float inv_sum_line = inv_sum_line_lanes[lane];
+            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
@@ -731,22 +767,25 @@ void OPGEN_KERNEL(soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *
 {
     static const opgen_lines_pass passes[] = {
         { soft_max_f16_reduce_1, soft_max_f16_reduce_1_columns, NULL },
-        { soft_max_f16_reduce_2, soft_max_f16_reduce_2_columns, NULL },
+        { soft_max_f16_reduce_2, soft_max_f16_reduce_2_columns, soft_max_f16_after_2 },
     };
     static const opgen_lines_kernel kernel = {
-        .value_count = 2,
+        .value_count = 3,
         .values_before = NULL,
         .pass_count = 2,
         .passes = passes,
         .apply = soft_max_f16_apply,
         .apply_columns = soft_max_f16_apply_columns,
         .store = NULL,
+        .across_count = 0,
+        .store_across = NULL,
         .work_per_element = 27,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
-    const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES };
+    const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL };
     opgen_lines_run(&kernel, &call);
 }
