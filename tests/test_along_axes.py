@@ -215,7 +215,21 @@ def _spec_dir(tmp_path: Path, text: str) -> Path:
         (('max_src = "line_max(src)"', 'max_src = "line_max(src, src)"'), "math.line.max_src", "1 positional"),
         (('max_src = "line_max(src)"', 'max_src = "line_max(sum_exp)"'), "math.line.max_src", "unknown name 'sum_exp'"),
         (("min_rank = 1", "min_rank = 0"), "op.min_rank", "at least 1 dim"),
-        (('[[outputs]]\nname = "dst"', '[[outputs]]\nname = "dst"\nkind = "along"'), "outputs.dst.kind", "not one of"),
+        (
+            ('[[outputs]]\nname = "dst"', '[[outputs]]\nname = "dst"\nkind = "along"'),
+            "math.across",
+            "'dst' is not defined here",
+        ),
+        (
+            ('[[outputs]]\nname = "dst"', '[[outputs]]\nname = "dst"\nkind = "channel"'),
+            "outputs.dst.kind",
+            "not one of",
+        ),
+        (
+            ('sum_exp = "line_sum(exp(src - max_src))"', 'sum_exp = "across_sum(exp(src - max_src))"'),
+            "math.line.sum_exp",
+            "goes in math.across",
+        ),
         (('pattern = "along_axes"', 'pattern = "elementwise"'), "math.line", "unknown key"),
     ],
 )

@@ -1,4 +1,4 @@
-/* The loop driver of the along_axes ops: see opgen_lines.h. Hand-written, not generated. */
+/* The loop driver of the along_axes ops (hand-written; opgen copies it into every build): see opgen_lines.h. */
 #include "opgen.h"
 #include "opgen_lines.h"
 
