@@ -171,6 +171,34 @@ opgen_status opgen_hard_sigmoid_backward_with_workspace(const opgen_tensor *src,
 opgen_status opgen_hard_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *diff_src_data, float alpha, float beta, void *workspace, size_t workspace_size);
 opgen_status opgen_hard_sigmoid_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
+/* opgen_layer_norm_backward: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the
+ * forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g -
+ * mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum
+ * diff_dst * x_hat and diff_dst across the lines.
+ * (oneDNN Graph API, LayerNormBackward)
+ *   src (input): Layer-norm input.
+ *   diff_dst (input): Gradient with respect to the layer-norm output; src's shape.
+ *   mean (input): The forward's mean of each line: src's shape without the normalized axes.
+ *   variance (input): The forward's variance of each line: mean's shape. Zero is legal.
+ *   gamma (input, may be NULL): Scale, the shape of the normalized axes. Optional: taken as 1 when absent or
+ *       when diff_gamma/diff_beta are not requested.
+ *   diff_src (output): Gradient with respect to src.
+ *   diff_gamma (output, may be NULL): Gradient with respect to gamma, gamma's shape.
+ *   diff_beta (output, may be NULL): Gradient with respect to beta, gamma's shape.
+ *   begin_norm_axis (int64_t, default -1): The first normalized axis: each line runs from it to the last axis; negative
+ *       values count from the last.
+ *   epsilon (float, default 1e-05): Added to the variance to avoid division by zero. A positive f32 value.
+ *   dtype combinations: src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32,
+ *       diff_gamma f32, diff_beta f32; src bf16, diff_dst bf16, mean f32, variance f32,
+ *       gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; src f16, diff_dst f16,
+ *       mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32
+ */
+opgen_status opgen_layer_norm_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon);
+opgen_status opgen_layer_norm_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, size_t *workspace_size);
+opgen_status opgen_layer_norm_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, void *workspace, size_t workspace_size);
+opgen_status opgen_layer_norm_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, int64_t begin_norm_axis, float epsilon, void *workspace, size_t workspace_size);
+opgen_status opgen_layer_norm_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
 /* opgen_prelu_backward: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums
  * src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (oneDNN Graph API, PReLUBackward)
@@ -451,6 +479,24 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
 /* hard_sigmoid_backward_bf16: Gradient of HardSigmoid: diff_src = diff_dst * alpha where 0 < alpha*src + beta < 1 (evaluated in f32), else 0.
  * (src bf16, diff_dst bf16, diff_src bf16; computed in float) */
 void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
+
+/* layer_norm_backward_f32: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g - mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum diff_dst * x_hat and diff_dst across the lines.
+ * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void layer_norm_backward_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+/* doubles of `workspace` layer_norm_backward_f32 needs (the partial sums across lines) */
+int64_t layer_norm_backward_f32_workspace_size(int64_t outer, int64_t length, int64_t inner);
+
+/* layer_norm_backward_bf16_f32: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g - mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum diff_dst * x_hat and diff_dst across the lines.
+ * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void layer_norm_backward_bf16_f32(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+/* doubles of `workspace` layer_norm_backward_bf16_f32 needs (the partial sums across lines) */
+int64_t layer_norm_backward_bf16_f32_workspace_size(int64_t outer, int64_t length, int64_t inner);
+
+/* layer_norm_backward_f16_f32: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g - mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum diff_dst * x_hat and diff_dst across the lines.
+ * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void layer_norm_backward_f16_f32(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+/* doubles of `workspace` layer_norm_backward_f16_f32 needs (the partial sums across lines) */
+int64_t layer_norm_backward_f16_f32_workspace_size(int64_t outer, int64_t length, int64_t inner);
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */

@@ -1109,6 +1109,129 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
     hard_sigmoid_backward_bf16__baseline(src, diff_dst, alpha, beta, diff_src, count);
 }
 
+void layer_norm_backward_f32__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void layer_norm_backward_f32__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void layer_norm_backward_f32__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void layer_norm_backward_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        layer_norm_backward_f32__avx512(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        layer_norm_backward_f32__avx512(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        layer_norm_backward_f32__avx2(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    layer_norm_backward_f32__baseline(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+}
+
+int64_t layer_norm_backward_f32_workspace_size(int64_t outer, int64_t length, int64_t inner)
+{
+    return opgen_lines_workspace(outer, length, inner, 2);
+}
+
+void layer_norm_backward_bf16_f32__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void layer_norm_backward_bf16_f32__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void layer_norm_backward_bf16_f32__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void layer_norm_backward_bf16_f32(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        layer_norm_backward_bf16_f32__avx512(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        layer_norm_backward_bf16_f32__avx512(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        layer_norm_backward_bf16_f32__avx2(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    layer_norm_backward_bf16_f32__baseline(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+}
+
+int64_t layer_norm_backward_bf16_f32_workspace_size(int64_t outer, int64_t length, int64_t inner)
+{
+    return opgen_lines_workspace(outer, length, inner, 2);
+}
+
+void layer_norm_backward_f16_f32__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void layer_norm_backward_f16_f32__avx2(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void layer_norm_backward_f16_f32__avx512(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void layer_norm_backward_f16_f32(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        layer_norm_backward_f16_f32__avx512(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        layer_norm_backward_f16_f32__avx512(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        layer_norm_backward_f16_f32__avx2(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    layer_norm_backward_f16_f32__baseline(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, epsilon, workspace, outer, length, inner);
+}
+
+int64_t layer_norm_backward_f16_f32_workspace_size(int64_t outer, int64_t length, int64_t inner)
+{
+    return opgen_lines_workspace(outer, length, inner, 2);
+}
+
 void prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
 #if !defined(OPGEN_WITHOUT_AVX2)

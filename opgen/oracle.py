@@ -257,3 +257,88 @@ def soft_max_bounds(src, *, axis=1, float_run=0):
         relative = rho + rho_max + 2 * unit + (x.shape[axis] + 1) * 2.0**-52
         bound = np.where(exact > 0, exact * relative * 1.01, 0.0) + 2.0**-148
     return (bound,)
+
+
+def _normalized_axes(x: np.ndarray, begin_norm_axis: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(normalized axes, the other axes, the shape of a per-line value broadcast against x)."""
+    first = begin_norm_axis % x.ndim
+    return tuple(range(first, x.ndim)), tuple(range(first)), x.shape[:first] + (1,) * (x.ndim - first)
+
+
+def layer_norm_backward(
+    src, diff_dst, mean, variance, gamma=None, *, begin_norm_axis=-1, epsilon=1e-5, with_diff_gamma_beta=None
+):
+    if with_diff_gamma_beta is None:
+        with_diff_gamma_beta = gamma is not None
+    x, dy = _f64(src), _f64(diff_dst)
+    axes, others, line = _normalized_axes(x, begin_norm_axis)
+    with np.errstate(all="ignore"):
+        inv_std = 1.0 / np.sqrt(_f64(variance).reshape(line) + float(np.float32(epsilon)))
+        x_hat = (x - _f64(mean).reshape(line)) * inv_std
+        g = dy * (_f64(gamma) if with_diff_gamma_beta else 1.0)
+        count = max(1, int(np.prod([x.shape[d] for d in axes])))
+        # d/dx of (x - mean(x)) / sqrt(var(x) + eps), with mean and variance of the line
+        diff_src = inv_std * (
+            g - g.sum(axis=axes, keepdims=True) / count - x_hat * (g * x_hat).sum(axis=axes, keepdims=True) / count
+        )
+        if not with_diff_gamma_beta:
+            return diff_src, None, None
+        return diff_src, (dy * x_hat).sum(axis=others), dy.sum(axis=others)
+
+
+def layer_norm_backward_bounds(
+    src,
+    diff_dst,
+    mean,
+    variance,
+    gamma=None,
+    *,
+    begin_norm_axis=-1,
+    epsilon=1e-5,
+    with_diff_gamma_beta=None,
+    float_run=0,
+):
+    """Error bounds of layer_norm_backward's outputs beyond 1 ulp of their dtype, from the inputs
+    in float64 (its spec's accuracy contract). u = 2^-24, U = 2^-53; n elements a line, L lines.
+
+    - inv_std = 1 / sqrt(variance + epsilon) in double (4 U), rounded to f32 where the float
+      math reads it (u).
+    - Per line, sum_g of dy g (one f32 rounding each) and sum_c of dy g (x - mean) (three), in
+      double: E1 = (u + n U) sum|dy g|, E2 = (3 u + n U) sum|dy g (x - mean)|.
+    - mean_g = sum_g / n and c = inv_std^2 sum_c / n in double, each rounded to f32 (u).
+    - diff_src = inv_std (dy g - mean_g - (x - mean) c): six f32 roundings and the three
+      narrowed values, at most 10 u of inv_std (|dy g| + |mean_g| + |(x - mean) c|), plus the
+      sums' errors carried through: inv_std (E1 + |x - mean| inv_std^2 E2) / n.
+    - diff_gamma = the sum across lines of dy (x - mean) inv_std (four roundings each, inv_std's
+      included), in double: (4 u + L U) of the sum of magnitudes; diff_beta = the sum of dy
+      (exact terms) in double: L U of the sum of magnitudes.
+    - Results below f32's normal range err by up to 2^-149 absolute per rounding, times the
+      factors that follow (inv_std): 16 2^-149 (1 + inv_std) in diff_src, 4 2^-149 (1 +
+      inv_std) per line in diff_gamma, 4 L 2^-149 in diff_beta.
+    (1 ulp of each output's dtype for the final store is added by `outside`.)"""
+    if with_diff_gamma_beta is None:
+        with_diff_gamma_beta = gamma is not None
+    u, unit = _accuracy.U32, _accuracy.U64
+    x, dy = _f64(src), _f64(diff_dst)
+    axes, others, line = _normalized_axes(x, begin_norm_axis)
+    count = max(1, int(np.prod([x.shape[d] for d in axes])))
+    lines = max(1, int(np.prod([x.shape[d] for d in others])))
+    tiny = 2.0**-149
+    with np.errstate(all="ignore"):
+        inv_std = 1.0 / np.sqrt(_f64(variance).reshape(line) + float(np.float32(epsilon)))
+        centered = x - _f64(mean).reshape(line)
+        g = dy * (_f64(gamma) if with_diff_gamma_beta else 1.0)
+        error_g = (u + count * unit) * np.abs(g).sum(axis=axes, keepdims=True)
+        error_c = (3 * u + count * unit) * np.abs(g * centered).sum(axis=axes, keepdims=True)
+        mean_g = np.abs(g.sum(axis=axes, keepdims=True)) / count
+        coefficient = inv_std**2 * np.abs((g * centered).sum(axis=axes, keepdims=True)) / count
+        magnitude = np.abs(g) + mean_g + np.abs(centered) * coefficient
+        diff_src = inv_std * (10 * u * magnitude + (error_g + np.abs(centered) * inv_std**2 * error_c) / count)
+        diff_src = diff_src * 1.01 + 16 * tiny * (1 + inv_std)
+        if not with_diff_gamma_beta:
+            return diff_src, None, None
+        diff_gamma = (4 * u + lines * unit) * np.abs(dy * centered * inv_std).sum(axis=others) * 1.01
+        diff_beta = lines * unit * np.abs(dy).sum(axis=others) * 1.01
+        # a product below f32's normal range, rounded before the factor inv_std: 2^-149 inv_std
+        line_factors = float(np.sum(np.broadcast_to(1 + inv_std, line)))
+        return diff_src, diff_gamma + 4 * line_factors * tiny, diff_beta + 4 * lines * tiny

@@ -290,6 +290,7 @@ class OpSpec:
     # output -> its accuracy contract against the float64 oracle (ACCURACY), None: not stated
     accuracy: dict[str, str | None] = field(default_factory=dict)
     backward: Backward | None = None  # the op giving this one's gradients, if any
+    edge_values: str = "all"  # the edge values checks feed it: "all" or "finite" (op.edge_values)
 
     @property
     def layout_attribute(self) -> Attribute | None:
@@ -368,6 +369,14 @@ _OP_KEYS = {
         f"The largest rank the reference may have (0..{MAX_RANK}; default {MAX_RANK}, the dims an `opgen_tensor` "
         f"holds).",
         "max_rank = 8",
+    ),
+    "edge_values": Key(
+        False,
+        "The edge values `opgen check` and the tests feed the op besides ordinary ones, zeros and subnormals: `all` "
+        "(also NaN, infinities and the dtype's largest values) or `finite`, for an op whose f32 intermediates "
+        "overflow near the dtype's limits where the float64 oracle's do not. Default: `finite` for "
+        "reduce_then_apply, else `all`.",
+        'edge_values = "finite"',
     ),
     "aclnn": Key(
         False,
@@ -983,6 +992,7 @@ class _SpecReader:
             layout=self._layout(op, pattern, attributes),
             min_rank=self._rank(op, "min_rank", 0),
             max_rank=self._rank(op, "max_rank", None),
+            edge_values=self._edge_values(op, pattern),
             attributes=attributes,
             inputs=inputs,
             outputs=outputs,
@@ -1231,6 +1241,12 @@ class _SpecReader:
         if pattern not in ("elementwise", "along_axes") and not (fixed or from_attribute):
             self.fail("op.layout", f"pattern {pattern} needs a layout (op.layout or an attribute with role 'layout')")
         return fixed
+
+    def _edge_values(self, op: dict[str, Any], pattern: str) -> str:
+        value = op.get("edge_values", "finite" if pattern == "reduce_then_apply" else "all")
+        if value not in ("all", "finite"):
+            self.fail("op.edge_values", f"{value!r} is not 'all' or 'finite'")
+        return str(value)
 
     def _rank(self, op: dict[str, Any], key: str, default: int | None) -> int | None:
         value = op.get(key, default)

@@ -37,7 +37,7 @@ def cases(spec: OpSpec) -> Iterator[tuple[str, dict[str, Any], dict[str, np.ndar
                     kwargs[spec.layout_attribute.name] = layout
                 for case, shapes, overrides in check._cases(spec, layout):
                     kwargs = {**kwargs, **overrides}  # along_axes: the case's axis
-                    for specials in ("finite",) if spec.pattern == "reduce_then_apply" else ("finite", "all"):
+                    for specials in ("finite",) if spec.edge_values == "finite" else ("finite", "all"):
                         generator = np.random.default_rng([SEED, number])
                         arrays = check._input_data(spec, table, row, generator, shapes, specials)
                         label = f"{'_'.join(row.values())}|{layout}|{flags}|{case}|{specials}"

@@ -418,7 +418,7 @@ def make_call(spec: OpSpec, row: dict[str, str], layout: str, rng: np.random.Gen
             forms[tensor.name] = form
         else:
             value_shape = shape
-        values = rng.standard_normal(value_shape) * rng.choice([0.5, 2.0], value_shape)
+        values = np.array(rng.standard_normal(value_shape) * rng.choice([0.5, 2.0], value_shape))
         values[rng.random(value_shape) < 0.1] = 0.0
         arrays[tensor.name] = values.astype(_numpy_dtype(row[tensor.name]))
     for attribute in spec.attributes:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import accuracy, oracle, shapes
+from opgen import accuracy, check, oracle, shapes
 from opgen.render import BUNDLED_SPECS
 from opgen.specs import SpecError, load_specs
 from tests.helpers import dtype_of, rng, threads_set_to
@@ -23,31 +23,33 @@ TABLE, SPECS = load_specs(BUNDLED_SPECS)
 ALONG = {spec.name: spec for spec in SPECS if spec.pattern == "along_axes"}
 
 
-def _inputs(op: str, shape: tuple[int, ...], dtype: str, axis: int, salt: object) -> dict[str, np.ndarray]:
+def _inputs(op: str, shape: tuple[int, ...], dtype: str, axis: int, specials: str) -> dict[str, np.ndarray]:
+    """Random inputs of every kind (line and along ones shaped by the axis), within each input's
+    domain, with the edge values `specials` (check's own drawing)."""
     spec = ALONG[op]
     role = next(a.role for a in spec.attributes if a.type == "int")
     first, last = shapes.line_axes(len(shape), axis, role or "axis")
-    generator = rng(op, shape, dtype, axis, salt)
-    arrays = {}
-    for tensor in spec.inputs:
-        row = TABLE.dtypes[dtype]
-        arrays[tensor.name] = accuracy.random_data(
-            generator, shapes.axes_shape(shape, first, last, tensor.kind), row, "all" if salt == "all" else "finite"
-        )
-    return arrays
+    row = next(r for r in spec.dtypes if r[spec.reference] == dtype)
+    input_shapes = {t.name: shapes.axes_shape(shape, first, last, t.kind) for t in spec.inputs}
+    return check._input_data(spec, TABLE, row, rng(op, shape, dtype, axis, specials), input_shapes, specials)
 
 
 @pytest.mark.parametrize("op", sorted(ALONG))
 @pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
 @pytest.mark.parametrize("specials", ["finite", "all"])
 def test_every_axis_within_the_stated_bound(op, dtype, specials):
+    """Every output within its stated bound; and results 3 % off fall outside it (it can fail)."""
     spec = ALONG[op]
+    if specials == "all" and spec.edge_values == "finite":
+        pytest.skip(f"{op} states edge_values = 'finite'")
+    if not any(r[spec.reference] == dtype for r in spec.dtypes):
+        pytest.skip(f"{op} has no {dtype} row")
     function, reference = getattr(opgen, op), getattr(oracle, op)
     contract = spec.accuracy[spec.outputs[0].name]
     assert contract and contract.startswith("oracle:")
     bounds = getattr(oracle, contract.removeprefix("oracle:"))
     axis_name = next(a.name for a in spec.attributes if a.type == "int")
-    cases = 0
+    cases = sensed = judged = 0
     for shape in SHAPES:
         for axis in range(-len(shape), len(shape)):
             arrays = _inputs(op, shape, dtype, axis, specials)
@@ -55,10 +57,19 @@ def test_every_axis_within_the_stated_bound(op, dtype, specials):
             want = reference(**arrays, **{axis_name: axis})
             got, want = (got,) if len(spec.outputs) == 1 else got, (want,) if len(spec.outputs) == 1 else want
             allowed = bounds(**arrays, **{axis_name: axis})
+            row = next(r for r in spec.dtypes if r[spec.reference] == dtype)
             for tensor, value, expected, bound in zip(spec.outputs, got, want, allowed):
+                if value is None and expected is None:
+                    continue
+                out = TABLE.dtypes[row[tensor.name]]
                 assert value.shape == expected.shape
-                assert value.dtype == dtype_of(dtype)
-                bad, _ = accuracy.outside(value, expected, TABLE.dtypes[dtype], bound)
+                assert value.dtype == accuracy.numpy_dtype(out)
+                bad, _ = accuracy.outside(value, expected, out, bound)
+                with np.errstate(all="ignore"):
+                    off = (value.astype(np.float64) * (1 + 2**-5)).astype(value.dtype)
+                    sizable = np.isfinite(expected) & (np.abs(expected) > 1e-3)
+                sensed += int(sizable.any() and accuracy.outside(off, expected, out, bound)[0][sizable].any())
+                judged += int(sizable.any())
                 where = np.argwhere(bad)
                 assert not bad.any(), (
                     f"{op} {dtype} {shape} axis={axis} {tensor.name}{list(where[0])}: "
@@ -66,6 +77,7 @@ def test_every_axis_within_the_stated_bound(op, dtype, specials):
                 )
             cases += 1
     assert cases > 40
+    assert sensed == judged > 0, f"results 3 % off passed {judged - sensed} of {judged} times"
 
 
 def test_soft_max_lines_sum_to_one_and_follow_their_max():
