@@ -74,25 +74,17 @@ static void layer_norm_backward_f32_reduce_1(const opgen_lines_call *call, int64
             sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        double sum_g_term;
-        double sum_g_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_term = sum_g_lanes[lane];
-            sum_g_all = sum_g_all + (double)sum_g_term;
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const double sum_g_term = sum_g_lanes[lane + width];
+            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+            const double sum_g_centered_term = sum_g_centered_lanes[lane + width];
+            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
-        values[3] = (double)sum_g_all;
     }
-    {
-        double sum_g_centered_term;
-        double sum_g_centered_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_centered_term = sum_g_centered_lanes[lane];
-            sum_g_centered_all = sum_g_centered_all + (double)sum_g_centered_term;
-        }
-        values[4] = (double)sum_g_centered_all;
-    }
+    values[3] = (double)sum_g_lanes[0];
+    values[4] = (double)sum_g_centered_lanes[0];
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -415,25 +407,17 @@ static void layer_norm_backward_bf16_f32_reduce_1(const opgen_lines_call *call, 
             sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        double sum_g_term;
-        double sum_g_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_term = sum_g_lanes[lane];
-            sum_g_all = sum_g_all + (double)sum_g_term;
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const double sum_g_term = sum_g_lanes[lane + width];
+            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+            const double sum_g_centered_term = sum_g_centered_lanes[lane + width];
+            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
-        values[3] = (double)sum_g_all;
     }
-    {
-        double sum_g_centered_term;
-        double sum_g_centered_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_centered_term = sum_g_centered_lanes[lane];
-            sum_g_centered_all = sum_g_centered_all + (double)sum_g_centered_term;
-        }
-        values[4] = (double)sum_g_centered_all;
-    }
+    values[3] = (double)sum_g_lanes[0];
+    values[4] = (double)sum_g_centered_lanes[0];
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -756,25 +740,17 @@ static void layer_norm_backward_f16_f32_reduce_1(const opgen_lines_call *call, i
             sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        double sum_g_term;
-        double sum_g_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_term = sum_g_lanes[lane];
-            sum_g_all = sum_g_all + (double)sum_g_term;
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const double sum_g_term = sum_g_lanes[lane + width];
+            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+            const double sum_g_centered_term = sum_g_centered_lanes[lane + width];
+            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
-        values[3] = (double)sum_g_all;
     }
-    {
-        double sum_g_centered_term;
-        double sum_g_centered_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_g_centered_term = sum_g_centered_lanes[lane];
-            sum_g_centered_all = sum_g_centered_all + (double)sum_g_centered_term;
-        }
-        values[4] = (double)sum_g_centered_all;
-    }
+    values[3] = (double)sum_g_lanes[0];
+    values[4] = (double)sum_g_centered_lanes[0];
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */

@@ -36,16 +36,14 @@ static void soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line, do
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        float max_src_term;
-        float max_src_all = (float)-INFINITY;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            max_src_term = max_src_lanes[lane];
-            max_src_all = opgen_lines_max_float(max_src_all, (float)max_src_term);
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const float max_src_term = max_src_lanes[lane + width];
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
-        values[0] = (double)max_src_all;
     }
+    values[0] = (double)max_src_lanes[0];
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -79,11 +77,12 @@ static void soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_t 
     }
 }
 
-/* pass 2 over a contiguous line: sum_exp */
+/* pass 2 over a contiguous line: sum_exp (terms kept in dst) */
 static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, double *values)
 {
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
+    float *dst = (float *)call->tensors[1] + line * length;
     const float count = (float)call->length;
     (void)count;
     const float max_src_line = (float)values[0];
@@ -99,23 +98,28 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
         } else {
             opgen_load_part_f32(src_block, src + at, filled);
         }
+        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float sum_exp_term = opgen_expf((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
+            dst_block[lane] = sum_exp_term;
+        }
+        if (filled == OPGEN_BLOCK) {
+            opgen_store_block_f32(dst + at, dst_block, 0);
+        } else {
+            opgen_store_part_f32(dst + at, dst_block, filled, 0);
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        double sum_exp_term;
-        double sum_exp_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_exp_term = sum_exp_lanes[lane];
-            sum_exp_all = sum_exp_all + (double)sum_exp_term;
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const double sum_exp_term = sum_exp_lanes[lane + width];
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
-        values[1] = (double)sum_exp_all;
     }
+    values[1] = (double)sum_exp_lanes[0];
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -124,6 +128,7 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
 {
     const int64_t length = call->length, inner = call->inner;
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
+    float *dst = (float *)call->tensors[1] + outer_index * length * inner + position;
     const float count = (float)call->length;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
@@ -141,12 +146,19 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
         } else {
             opgen_load_part_f32(src_block, src + r * inner, lanes);
         }
+        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
             const float sum_exp_term = opgen_expf((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            dst_block[lane] = sum_exp_term;
+        }
+        if (lanes == OPGEN_BLOCK) {
+            opgen_store_block_f32(dst + r * inner, dst_block, 0);
+        } else {
+            opgen_store_part_f32(dst + r * inner, dst_block, lanes, 0);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -167,25 +179,24 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
 {
     (void)across;
     const int64_t length = call->length;
-    const float *src = (const float *)call->tensors[0] + line * length;
+    const float *dst_kept = (const float *)call->tensors[1] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
     const float count = (float)call->length;
     (void)count;
-    const float max_src_line = (float)values[0];
     const float inv_sum_line = (float)values[2];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
         const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
-        float src_block[OPGEN_BLOCK];
+        float dst_kept_block[OPGEN_BLOCK];
         if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+            opgen_load_block_f32(dst_kept_block, dst_kept + at, 0);
         } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+            opgen_load_part_f32(dst_kept_block, dst_kept + at, filled);
         }
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
+            const float dst_kept_value = dst_kept_block[lane];
+            const float dst_value = (dst_kept_value * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (filled == OPGEN_BLOCK) {
@@ -203,32 +214,27 @@ static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t out
     (void)across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
-    const float *src = (const float *)call->tensors[0] + start;
+    const float *dst_kept = (const float *)call->tensors[1] + start;
     float *dst = (float *)call->tensors[1] + start;
     const float count = (float)call->length;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
-    }
     float inv_sum_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
         inv_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
     }
     for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
+        float dst_kept_block[OPGEN_BLOCK];
         if (lanes == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + r * inner, 0);
+            opgen_load_block_f32(dst_kept_block, dst_kept + r * inner, 0);
         } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            opgen_load_part_f32(dst_kept_block, dst_kept + r * inner, lanes);
         }
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
             const float inv_sum_line = inv_sum_line_lanes[lane];
-            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
+            const float dst_kept_value = dst_kept_block[lane];
+            const float dst_value = (dst_kept_value * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
@@ -257,7 +263,7 @@ void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RE
         .store = NULL,
         .across_count = 0,
         .store_across = NULL,
-        .work_per_element = 27,
+        .work_per_element = 15,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -297,16 +303,14 @@ static void soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t line, d
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        float max_src_term;
-        float max_src_all = (float)-INFINITY;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            max_src_term = max_src_lanes[lane];
-            max_src_all = opgen_lines_max_float(max_src_all, (float)max_src_term);
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const float max_src_term = max_src_lanes[lane + width];
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
-        values[0] = (double)max_src_all;
     }
+    values[0] = (double)max_src_lanes[0];
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -367,16 +371,14 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        double sum_exp_term;
-        double sum_exp_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_exp_term = sum_exp_lanes[lane];
-            sum_exp_all = sum_exp_all + (double)sum_exp_term;
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const double sum_exp_term = sum_exp_lanes[lane + width];
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
-        values[1] = (double)sum_exp_all;
     }
+    values[1] = (double)sum_exp_lanes[0];
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -558,16 +560,14 @@ static void soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line, do
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        float max_src_term;
-        float max_src_all = (float)-INFINITY;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            max_src_term = max_src_lanes[lane];
-            max_src_all = opgen_lines_max_float(max_src_all, (float)max_src_term);
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const float max_src_term = max_src_lanes[lane + width];
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
-        values[0] = (double)max_src_all;
     }
+    values[0] = (double)max_src_lanes[0];
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -628,16 +628,14 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
-    /* the lanes folded in a fixed order */
-    {
-        double sum_exp_term;
-        double sum_exp_all = (double)0;
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            sum_exp_term = sum_exp_lanes[lane];
-            sum_exp_all = sum_exp_all + (double)sum_exp_term;
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
+        for (int lane = 0; lane < width; ++lane) {
+            const double sum_exp_term = sum_exp_lanes[lane + width];
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
-        values[1] = (double)sum_exp_all;
     }
+    values[1] = (double)sum_exp_lanes[0];
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */

@@ -14,6 +14,11 @@ Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c)
   earlier groups only; its reductions are in the accumulation type (sums) or in the compute
   type (max, min: exact in any type);
 - element math runs in the compute type and reads line values narrowed to it;
+- a tensor output stored in the compute type itself (f32 computed in float) whose element is
+  `T * v` or `T / v`, T the term of a reduction of the last pass and v per line, keeps T: that
+  pass stores each term into the output, and the element pass reads it back instead of
+  computing it again (SoftMax's exp once per element, not twice). The bits are the same: T is
+  the same float either way;
 - sums across lines (`math.across`, outputs of kind along) are added during the element pass,
   in double, into one row of partial sums per chunk of lines; the chunks are fixed by the
   shape alone and added up in order, so results never depend on the thread count.
@@ -76,6 +81,7 @@ class Pass:
     reads: tuple[Operand, ...]  # tensor and along inputs the terms read
     line_reads: tuple[tuple[str, int], ...]  # line values the terms read: (name, slot)
     after: tuple[LineStep, ...]
+    keeps: tuple[tuple[Operand, str], ...] = ()  # (output, reduction): the term stored there
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,7 @@ class LinesKernel:
     before: tuple[LineStep, ...]
     passes: tuple[Pass, ...]
     element_reads: tuple[Operand, ...]  # tensor and along inputs the element math reads
+    kept_reads: tuple[Operand, ...]  # outputs whose kept terms the element pass reads back
     element_line_reads: tuple[tuple[str, int], ...]
     elements: tuple[Element, ...]
     line_outputs: tuple[tuple[Operand, int], ...]  # (output, slot)
@@ -237,6 +244,22 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         if entry in live:
             live |= expr.names(tree)
     element_trees = [(n, t) for n, t in element_trees if n in live]
+    kept = _kept_terms(spec, dtypes, compute, element_trees, reductions.get(pass_count, []), slots)
+    if kept:
+        last = passes[-1]
+        passes[-1] = Pass(
+            last.index,
+            last.reductions,
+            last.reads,
+            last.line_reads,
+            last.after,
+            tuple((operands[o], r) for o, r in kept.items()),
+        )
+        for index, (entry, tree) in enumerate(element_trees):
+            if entry in kept:
+                assert isinstance(tree, ast.BinOp)
+                element_trees[index] = (entry, ast.BinOp(ast.Name(f"{entry}_kept"), tree.op, tree.right))
+                element_spelling[f"{entry}_kept"] = f"{entry}_kept_value"
     across_trees = [(n, parse(expr.split_reduction(text)[1])) for n, text in spec.math.get("across", ())]
     element_reads, element_line_reads = operand_reads([t for _, t in element_trees + across_trees])
     across = tuple(
@@ -281,6 +304,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         before=tuple(before),
         passes=tuple(passes),
         element_reads=element_reads,
+        kept_reads=tuple(operands[o] for o in kept),
         element_line_reads=element_line_reads,
         elements=tuple(elements),
         line_outputs=tuple((output_operands[t.name], slots[t.name]) for t in spec.outputs if t.kind == "line"),
@@ -288,3 +312,30 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         across_outputs=tuple(output_operands[r.name] for r in across),
         work_per_element=(1 + pass_count) * (1 + EXP_WORK * exps),
     )
+
+
+def _kept_terms(
+    spec: OpSpec,
+    dtypes: dict[str, DType],
+    compute: str,
+    element_trees: list[tuple[str, ast.expr]],
+    last_pass: list[tuple[Reduction, ast.expr]],
+    slots: dict[str, int],
+) -> dict[str, str]:
+    """The tensor outputs that keep a reduction's term (module docstring): output -> reduction."""
+    per_line = set(slots) | {a.name for a in spec.attributes} | {"count"}
+    outputs = {t.name for t in spec.outputs if t.kind == "tensor"}
+    kept = {}
+    for entry, tree in element_trees:
+        dtype = dtypes.get(entry)
+        if entry not in outputs or dtype is None or compute != "float" or dtype.c_type != "float":
+            continue
+        if not (isinstance(tree, ast.BinOp) and isinstance(tree.op, (ast.Mult, ast.Div))):
+            continue
+        if not expr.names(tree.right) <= per_line:
+            continue
+        for reduction, term in last_pass:
+            if ast.dump(term) == ast.dump(tree.left) and reduction.name not in kept.values():
+                kept[entry] = reduction.name
+                break
+    return kept

@@ -136,13 +136,13 @@ _RESERVED = {
     "r",
 }
 # Suffixes the generated C adds to a spec's names for its own variables, and the prefix of its own names.
-_RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data", "_line", "_lanes", "_block", "_term", "_all")
+_RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data", "_line", "_lanes", "_block", "_term", "_all", "_kept")
 _RESERVED_PREFIX = "opgen"
 RESERVED_DOC = (
     "Names (of ops, attributes, inputs, outputs, flags, math entries and dtypes) are C identifiers of at most 63 "
     "characters. Refused: C and Python keywords, C type names, the names below (used by the generated C or "
     "Python), any name starting with `opgen`, and any name ending in `_value`, `_acc`, `_sums`, `_data`, `_line`, "
-    "`_lanes`, `_block`, `_term` or `_all` "
+    "`_lanes`, `_block`, `_term`, `_all` or `_kept` "
     "(the generated C's own variables for a name)."
 )
 # The smallest magnitude that rounds to infinity in f32: max + half an ulp.
