@@ -15,19 +15,19 @@
 
 static const opgen_operand_info aclnn_prelu_backward_operands[] = {
     { .name = "grad_output", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 1,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 1,
       .forms = { OPGEN_FORM_TO_REFERENCE }, .rules = "" },
     { .name = "self", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "weight", .input = 1, .channel = 1, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 2,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 2,
       .forms = { OPGEN_FORM_SINGLE, OPGEN_FORM_CHANNEL_COUNT }, .rules = "exactly one element (any shape); or as many elements as self's dim 1 (1 if it has one dim or none)" },
     { .name = "grad_input", .input = 0, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "grad_weight", .input = 0, .channel = 1, .optional = 0,
-      .ignored = 0, .requested = 0, .like = 2, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = 2, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
 };
 
@@ -158,6 +158,8 @@ static const opgen_op_info aclnn_prelu_backward_info = {
     .flag_count = 0,
     .kernels = aclnn_prelu_backward_kernels,
     .workspaces = aclnn_prelu_backward_workspaces,
+    .axes_mode = OPGEN_AXES_ONE,
+    .axis_name = "",
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
@@ -165,9 +167,10 @@ static opgen_status aclnn_prelu_backward_check(const opgen_tensor *grad_output, 
 {
     const opgen_tensor *tensors[] = { grad_output, self, weight, grad_input, grad_weight };
     int channel_axis = 1;
+    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     int flags = 0;
     (void)numbers;
-    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, channel_axis, flags, with_data);
+    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, channel_axis, opgen_axis, flags, with_data);
 }
 
 opgen_status opgen_aclnn_prelu_backward_workspace_size(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, size_t *workspace_size)

@@ -15,28 +15,28 @@
 
 static const opgen_operand_info batch_norm_training_backward_operands[] = {
     { .name = "src", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "diff_dst", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "mean", .input = 1, .channel = 1, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 1,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 1,
       .forms = { OPGEN_FORM_PER_CHANNEL }, .rules = "1-D of the channel length" },
     { .name = "variance", .input = 1, .channel = 1, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 1,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 1,
       .forms = { OPGEN_FORM_PER_CHANNEL }, .rules = "1-D of the channel length" },
     { .name = "gamma", .input = 1, .channel = 1, .optional = 1,
-      .ignored = 1, .requested = 0, .like = -1, .form_count = 1,
+      .ignored = 1, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 1,
       .forms = { OPGEN_FORM_PER_CHANNEL }, .rules = "1-D of the channel length" },
     { .name = "diff_src", .input = 0, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "diff_gamma", .input = 0, .channel = 1, .optional = 1,
-      .ignored = 0, .requested = 1, .like = 2, .form_count = 0,
+      .ignored = 0, .requested = 1, .like = 2, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "diff_beta", .input = 0, .channel = 1, .optional = 1,
-      .ignored = 0, .requested = 1, .like = 2, .form_count = 0,
+      .ignored = 0, .requested = 1, .like = 2, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
 };
 
@@ -157,6 +157,8 @@ static const opgen_op_info batch_norm_training_backward_info = {
     .flag_count = 0,
     .kernels = batch_norm_training_backward_kernels,
     .workspaces = batch_norm_training_backward_workspaces,
+    .axes_mode = OPGEN_AXES_ONE,
+    .axis_name = "",
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
@@ -164,6 +166,7 @@ static opgen_status batch_norm_training_backward_check(const opgen_tensor *src, 
 {
     const opgen_tensor *tensors[] = { src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta };
     int channel_axis = 0;
+    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     int flags = 0;
     if (!isfinite(epsilon)) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_batch_norm_training_backward", "epsilon", "must be a finite number, not %g", (double)epsilon);
@@ -185,7 +188,7 @@ static opgen_status batch_norm_training_backward_check(const opgen_tensor *src, 
                            (int)data_format);
     }
     (void)numbers;
-    return opgen_check_call(call, &batch_norm_training_backward_info, tensors, channel_axis, flags, with_data);
+    return opgen_check_call(call, &batch_norm_training_backward_info, tensors, channel_axis, opgen_axis, flags, with_data);
 }
 
 opgen_status opgen_batch_norm_training_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format, size_t *workspace_size)

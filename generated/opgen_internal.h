@@ -86,6 +86,8 @@
 
 /* Elements per unrolled step, and per-lane partial sums in a reduction. */
 #define OPGEN_BLOCK 16
+/* Line values an along_axes op keeps per line (the driver's arrays, opgen_lines.c). */
+#define OPGEN_LINES_MAX_VALUES 32
 /* A tile of a reduction holds at least this many elements; there are at most MAX_TILES. */
 #define OPGEN_TILE_ELEMENTS 65536
 #define OPGEN_MAX_TILES 64
@@ -1446,7 +1448,22 @@ OPGEN_INLINE_WRITER void opgen_lines_bf16_put(opgen_lines_bf16 *lines, opgen_bf1
 enum opgen_pattern {
     OPGEN_PATTERN_ELEMENTWISE,
     OPGEN_PATTERN_BROADCAST_REDUCE,
-    OPGEN_PATTERN_REDUCE_THEN_APPLY
+    OPGEN_PATTERN_REDUCE_THEN_APPLY,
+    OPGEN_PATTERN_ALONG_AXES
+};
+
+/* The axes an along_axes op runs its lines along, from its axis attribute. */
+enum opgen_axes_mode {
+    OPGEN_AXES_ONE,      /* the one axis the attribute names */
+    OPGEN_AXES_FROM      /* that axis and every one after it */
+};
+
+/* An along_axes operand's shape: the reference's, one value per line, or one per position
+ * along a line. */
+enum opgen_axes_kind {
+    OPGEN_AXES_TENSOR,
+    OPGEN_AXES_LINE,     /* the reference's shape without the line's axes */
+    OPGEN_AXES_ALONG     /* the shape of the line's axes */
 };
 
 /* How an input's shape may relate to the reference's (README, "Ops and call shapes"). */
@@ -1468,6 +1485,7 @@ typedef struct opgen_operand_info {
     int ignored;   /* an input ignored (taken as absent) unless the optional outputs are given */
     int requested; /* one of the optional outputs, given all together or not at all */
     int like;      /* a channel output of broadcast_reduce: the input whose shape it takes */
+    int axes_kind; /* along_axes: an opgen_axes_kind */
     int form_count;
     int forms[OPGEN_MAX_FORMS]; /* tried in order; the first that fits is used */
     const char *rules;          /* the forms in words, for messages */
@@ -1496,6 +1514,8 @@ typedef struct opgen_op_info {
     int flag_count;          /* boolean attributes fixed in the kernels */
     const opgen_adapter *kernels;                 /* by (row, form, flags) */
     const opgen_workspace_function *workspaces;   /* the same order; NULL for elementwise */
+    int axes_mode;           /* along_axes: an opgen_axes_mode */
+    const char *axis_name;   /* along_axes: its axis attribute, for messages */
 } opgen_op_info;
 
 /* A checked call and how it runs: kernel, dims and the layout of its workspace. */
@@ -1505,6 +1525,9 @@ typedef struct opgen_call {
     int64_t counts[OPGEN_MAX_OPERANDS];
     int forms[OPGEN_MAX_OPERANDS]; /* the broadcast form each channel input takes */
     int channel_axis;        /* 1 (NCX), -1 (NXC) or 0 (no channel) */
+    int64_t axis;            /* along_axes: the axis attribute as given */
+    int first_axis;          /* along_axes: the lines run along first_axis..last_axis */
+    int last_axis;
     int row;
     int kernel;
     int64_t dims[3];         /* count; or outer, channels, inner */
@@ -1528,7 +1551,7 @@ typedef struct opgen_call {
 
 opgen_status opgen_error(opgen_status status, const char *function, const char *argument, const char *format, ...);
 opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
-                              int channel_axis, int flags, int with_data);
+                              int channel_axis, int64_t axis, int flags, int with_data);
 opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *workspace, size_t workspace_size);
 opgen_status opgen_call_once(const opgen_call *call, const float *numbers);
 size_t opgen_dtype_size(opgen_dtype dtype);

@@ -413,6 +413,35 @@ static opgen_status opgen_check_dtypes(opgen_call *call)
                        "the combination (%s) is not supported; supported: %s", given, op->rows_text);
 }
 
+/* along_axes: the axes the lines run along, from the axis attribute and the reference's rank. */
+static opgen_status opgen_check_axes(opgen_call *call)
+{
+    const opgen_op_info *op = call->op;
+    const int rank = call->tensors[op->reference]->rank;
+    if (call->axis < -rank || call->axis >= rank) {
+        return opgen_error(OPGEN_INVALID_ATTRIBUTE, op->function, op->axis_name,
+                           "%" PRId64 " is not an axis of %s (rank %d): it must be in %d..%d", call->axis,
+                           op->operands[op->reference].name, rank, -rank, rank - 1);
+    }
+    call->first_axis = (int)(call->axis < 0 ? call->axis + rank : call->axis);
+    call->last_axis = op->axes_mode == OPGEN_AXES_ONE ? call->first_axis : rank - 1;
+    return OPGEN_SUCCESS;
+}
+
+/* along_axes: the shape of a line operand (the reference without the line's axes) or of an
+ * along operand (the line's axes alone). */
+static void opgen_axes_shape(const opgen_call *call, int kind, opgen_tensor *shape)
+{
+    const opgen_tensor *reference = call->tensors[call->op->reference];
+    memset(shape, 0, sizeof *shape);
+    for (int d = 0; d < reference->rank; ++d) {
+        const int along = d >= call->first_axis && d <= call->last_axis;
+        if (along == (kind == OPGEN_AXES_ALONG)) {
+            shape->dims[shape->rank++] = reference->dims[d];
+        }
+    }
+}
+
 static opgen_status opgen_check_shapes(opgen_call *call, int channel_axis)
 {
     const opgen_op_info *op = call->op;
@@ -429,6 +458,20 @@ static opgen_status opgen_check_shapes(opgen_call *call, int channel_axis)
         if (tensor->rank > op->max_rank) {
             return opgen_error(OPGEN_INVALID_RANK, op->function, info->name, "must have at most %d dims, got %d",
                                op->max_rank, tensor->rank);
+        }
+        if (info->axes_kind != OPGEN_AXES_TENSOR) {
+            opgen_tensor expected;
+            char whole[160];
+            opgen_axes_shape(call, info->axes_kind, &expected);
+            if (!opgen_same_shape(tensor, &expected)) {
+                return opgen_error(OPGEN_INVALID_SHAPE, op->function, info->name,
+                                   "shape %s must be %s: %s's shape %s %s axes %d..%d (%s = %" PRId64 ")",
+                                   OPGEN_SHAPE(shape, tensor), OPGEN_SHAPE(wanted, &expected), reference_name,
+                                   OPGEN_SHAPE(whole, reference),
+                                   info->axes_kind == OPGEN_AXES_LINE ? "without" : "along", call->first_axis,
+                                   call->last_axis, op->axis_name, call->axis);
+            }
+            continue;
         }
         if (!info->channel) {
             if (opgen_same_shape(tensor, reference)) {
@@ -600,7 +643,8 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
     int form = 0;
     for (int i = 0; i < op->input_count; ++i) {
         const opgen_tensor *tensor = call->tensors[i];
-        if (tensor != NULL && !op->operands[i].channel && i != op->reference && !opgen_same_shape(tensor, reference)) {
+        if (tensor != NULL && !op->operands[i].channel && op->operands[i].axes_kind == OPGEN_AXES_TENSOR &&
+            i != op->reference && !opgen_same_shape(tensor, reference)) {
             /* broadcast to the reference's shape in the workspace */
             call->copied[i] = 1;
             if (!opgen_add_size(&total, (size_t)call->reference_count * opgen_dtype_size(tensor->dtype),
@@ -649,6 +693,12 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
                 }
             }
         }
+    } else if (op->pattern == OPGEN_PATTERN_ALONG_AXES) {
+        /* [outer][length][inner]: the line's axes merged into the middle dim */
+        call->dims[0] = call->dims[1] = call->dims[2] = 1;
+        for (int d = 0; d < reference->rank; ++d) {
+            call->dims[d < call->first_axis ? 0 : d <= call->last_axis ? 1 : 2] *= reference->dims[d];
+        }
     } else if (call->reference_count > 0) {
         opgen_plan_pieces(call);
         form = call->dims[2] > 1 ? 0 : 1;
@@ -679,7 +729,8 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         }
     }
     call->kernel = (call->row * op->forms + form) * (1 << op->flag_count) + flags;
-    if (op->pattern != OPGEN_PATTERN_ELEMENTWISE && !call->full && call->dims[1] > 0 &&
+    if (op->pattern != OPGEN_PATTERN_ELEMENTWISE && op->pattern != OPGEN_PATTERN_ALONG_AXES && !call->full &&
+        call->dims[1] > 0 &&
         !(op->pattern == OPGEN_PATTERN_BROADCAST_REDUCE && call->reference_count == 0)) {
         /* per-channel scratch: at most a few dozen doubles per channel */
         if (call->dims[1] > INT64_MAX / 1024) {
@@ -699,7 +750,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
 }
 
 opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
-                              int channel_axis, int flags, int with_data)
+                              int channel_axis, int64_t axis, int flags, int with_data)
 {
     const int operands = op->input_count + op->output_count;
     int requested = 0, requestable = 0;
@@ -708,6 +759,7 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
     call->repeat = 1;
     call->op = op;
     call->channel_axis = channel_axis;
+    call->axis = axis;
     for (int i = 0; i < operands; ++i) {
         const opgen_operand_info *info = &op->operands[i];
         if (tensors[i] == NULL && !info->optional) {
@@ -761,6 +813,12 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
                                op->max_rank, reference->rank);
         }
         call->reference_count = call->counts[op->reference];
+    }
+    if (op->pattern == OPGEN_PATTERN_ALONG_AXES) {
+        status = opgen_check_axes(call);
+        if (status != OPGEN_SUCCESS) {
+            return status;
+        }
     }
     status = opgen_check_shapes(call, channel_axis);
     if (status == OPGEN_SUCCESS && with_data) {
@@ -991,6 +1049,10 @@ opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *
         if (call->reference_count > 0) {
             op->kernels[call->kernel](tensors, numbers, NULL, call->dims);
         }
+        break;
+    case OPGEN_PATTERN_ALONG_AXES:
+        /* lines with no elements still have line outputs */
+        op->kernels[call->kernel](tensors, numbers, NULL, call->dims);
         break;
     case OPGEN_PATTERN_REDUCE_THEN_APPLY:
         if (call->dims[1] > 0) {

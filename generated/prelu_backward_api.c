@@ -15,19 +15,19 @@
 
 static const opgen_operand_info prelu_backward_operands[] = {
     { .name = "src", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "slope", .input = 1, .channel = 1, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 4,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 4,
       .forms = { OPGEN_FORM_PER_CHANNEL, OPGEN_FORM_PER_TENSOR, OPGEN_FORM_TRAILING, OPGEN_FORM_NUMPY }, .rules = "1-D of the channel length; or 1-D of length 1; or src's shape without its first dim; or src's rank, each dim 1 or equal to src's" },
     { .name = "diff_dst", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "diff_src", .input = 0, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "diff_slope", .input = 0, .channel = 1, .optional = 0,
-      .ignored = 0, .requested = 0, .like = 1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = 1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
 };
 
@@ -158,6 +158,8 @@ static const opgen_op_info prelu_backward_info = {
     .flag_count = 0,
     .kernels = prelu_backward_kernels,
     .workspaces = prelu_backward_workspaces,
+    .axes_mode = OPGEN_AXES_ONE,
+    .axis_name = "",
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
@@ -165,6 +167,7 @@ static opgen_status prelu_backward_check(const opgen_tensor *src, const opgen_te
 {
     const opgen_tensor *tensors[] = { src, slope, diff_dst, diff_src, diff_slope };
     int channel_axis = 0;
+    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     int flags = 0;
     switch (data_format) {
     case OPGEN_DATA_FORMAT_NCX:
@@ -178,7 +181,7 @@ static opgen_status prelu_backward_check(const opgen_tensor *src, const opgen_te
                            (int)data_format);
     }
     (void)numbers;
-    return opgen_check_call(call, &prelu_backward_info, tensors, channel_axis, flags, with_data);
+    return opgen_check_call(call, &prelu_backward_info, tensors, channel_axis, opgen_axis, flags, with_data);
 }
 
 opgen_status opgen_prelu_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, size_t *workspace_size)

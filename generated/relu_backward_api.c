@@ -15,13 +15,13 @@
 
 static const opgen_operand_info relu_backward_operands[] = {
     { .name = "src_or_dst", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "diff_dst", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "diff_src", .input = 0, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
 };
 
@@ -80,6 +80,8 @@ static const opgen_op_info relu_backward_info = {
     .flag_count = 0,
     .kernels = relu_backward_kernels,
     .workspaces = NULL,
+    .axes_mode = OPGEN_AXES_ONE,
+    .axis_name = "",
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
@@ -87,12 +89,13 @@ static opgen_status relu_backward_check(const opgen_tensor *src_or_dst, const op
 {
     const opgen_tensor *tensors[] = { src_or_dst, diff_dst, diff_src };
     int channel_axis = 0;
+    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     int flags = 0;
     if (use_dst != 0 && use_dst != 1) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_relu_backward", "use_dst", "must be 0 or 1, not %d", use_dst);
     }
     (void)numbers;
-    return opgen_check_call(call, &relu_backward_info, tensors, channel_axis, flags, with_data);
+    return opgen_check_call(call, &relu_backward_info, tensors, channel_axis, opgen_axis, flags, with_data);
 }
 
 opgen_status opgen_relu_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size)

@@ -15,10 +15,10 @@
 
 static const opgen_operand_info sigmoid_operands[] = {
     { .name = "src", .input = 1, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
     { .name = "dst", .input = 0, .channel = 0, .optional = 0,
-      .ignored = 0, .requested = 0, .like = -1, .form_count = 0,
+      .ignored = 0, .requested = 0, .like = -1, .axes_kind = OPGEN_AXES_TENSOR, .form_count = 0,
       .forms = { 0 }, .rules = "" },
 };
 
@@ -77,6 +77,8 @@ static const opgen_op_info sigmoid_info = {
     .flag_count = 0,
     .kernels = sigmoid_kernels,
     .workspaces = NULL,
+    .axes_mode = OPGEN_AXES_ONE,
+    .axis_name = "",
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
@@ -84,9 +86,10 @@ static opgen_status sigmoid_check(const opgen_tensor *src, const opgen_tensor *d
 {
     const opgen_tensor *tensors[] = { src, dst };
     int channel_axis = 0;
+    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     int flags = 0;
     (void)numbers;
-    return opgen_check_call(call, &sigmoid_info, tensors, channel_axis, flags, with_data);
+    return opgen_check_call(call, &sigmoid_info, tensors, channel_axis, opgen_axis, flags, with_data);
 }
 
 opgen_status opgen_sigmoid_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, size_t *workspace_size)

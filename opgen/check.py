@@ -200,8 +200,8 @@ def _input_data(spec: OpSpec, table, row, generator, input_shapes, specials) -> 
         dtype = table.dtypes[row[name]]
         values = accuracy.random_data(generator, shape, dtype, specials)
         domain = spec.tensor(name).domain
-        if domain == "nonnegative":
-            values = np.abs(values)
+        if domain in ("nonnegative", "nonpositive"):
+            values = np.abs(values) if domain == "nonnegative" else -np.abs(values)
             values[np.isnan(values)] = 0
         elif domain == "positive":
             tiny = accuracy.finfo(dtype).smallest_subnormal

@@ -42,11 +42,13 @@ ATTRIBUTE_TYPE_DOCS = {
     "bool": "True or False; in the math a condition. One kernel variant per value when the math reads it.",
     "f32": "A finite number that the kernels receive as an f32 (checked: it must not round to infinity).",
     "string": 'One of the attribute\'s `allowed` strings (a C enum); with `role = "layout"` it picks the layout.',
+    "int": 'An axis of the reference (negative: counted from the last); with `role = "axis"` or `"begin_axis"` it '
+    "names the axes of an along_axes op's lines. Checked against the reference's rank.",
 }
 MAX_RANK = 12  # dims of the C API's tensor descriptor (opgen_tensor)
 # Input domains (inputs.<name>.domain): the values an op is defined for; `opgen check` and the
 # tests draw that input's data from it.
-DOMAINS = ("positive", "nonnegative")
+DOMAINS = ("positive", "nonnegative", "nonpositive")
 # Accuracy contracts (accuracy.<output>): how far an output may be from the float64 oracle.
 # "exact": the oracle rounded to the output dtype; "ulp": within 1 ulp of it; "sum": 1 ulp plus
 # the accumulation bound of one sum (accuracy.sum_bound: its terms and their magnitudes);
@@ -523,8 +525,8 @@ _INPUT_KEYS = {
     ),
     "domain": Key(
         False,
-        "The values the op is defined for: `positive` or `nonnegative`; `opgen check` and the tests draw this "
-        "input's data from it. Left out: any value.",
+        "The values the op is defined for: `positive`, `nonnegative` or `nonpositive`; `opgen check` and the tests "
+        "draw this input's data from it. Left out: any value.",
         'domain = "nonnegative"',
     ),
 }

@@ -72,7 +72,7 @@ def test_duplicate_key(tmp_path):
         ('name = "diff_dst"', 'name = "diff_data"', ["inputs[1].name", "_data"]),
         ('name = "diff_dst"', 'name = "src_or_dst"', ["used twice"]),
         ('pattern = "elementwise"', 'pattern = "scan"', ["op.pattern", "not one of"]),
-        ('type = "bool"', 'type = "int"', ["attributes.use_dst.type"]),
+        ('type = "bool"', 'type = "int"', ["attributes.use_dst.role", "an int attribute names axes"]),
         ("default = true", 'default = "yes"', ["attributes.use_dst.default", "True or False"]),
         (
             'diff_src = "f32"\n\n[[dtypes]]\nsrc_or_dst = "f16"',
@@ -343,7 +343,8 @@ HARD_SIGMOID_FORWARD = (BUNDLED_SPECS / "hard_sigmoid.toml").read_text()
 def test_the_bundled_forward_ops_name_their_backward_ops():
     _, specs = load_specs(BUNDLED_SPECS)
     pairs = {s.name: s.backward.op for s in specs if s.backward is not None}
-    assert pairs == {name: f"{name}_backward" for name in ("relu", "sigmoid", "tanh", "hard_sigmoid")}
+    names = ("relu", "sigmoid", "tanh", "hard_sigmoid", "soft_max", "log_soft_max")
+    assert pairs == {name: f"{name}_backward" for name in names}
 
 
 @pytest.mark.parametrize(
