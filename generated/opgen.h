@@ -171,6 +171,31 @@ opgen_status opgen_hard_sigmoid_backward_with_workspace(const opgen_tensor *src,
 opgen_status opgen_hard_sigmoid_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *diff_src_data, float alpha, float beta, void *workspace, size_t workspace_size);
 opgen_status opgen_hard_sigmoid_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
+/* opgen_layer_norm: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C
+ * elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) /
+ * sqrt(variance + epsilon) * gamma + beta.
+ * (oneDNN Graph API, LayerNorm)
+ *   src (input): Input tensor.
+ *   gamma (input, may be NULL): Scale, of the shape of src's normalized axes. Optional: 1 when absent.
+ *   beta (input, may be NULL): Shift, of the shape of src's normalized axes. Optional: 0 when absent.
+ *   dst (output): Output tensor, of src's shape and dtype.
+ *   mean (output): Mean of each line, of src's shape without the normalized axes. Always written.
+ *   variance (output): Variance of each line (the biased estimator: divided by C), of mean's shape.
+ *       Always written.
+ *   begin_norm_axis (int64_t, default -1): The first axis normalized over; the axes from it to the last are. Negative
+ *       values count from the last (-1: the last).
+ *   epsilon (float, default 1e-05): Added to the variance to avoid division by zero. A positive f32 value.
+ *   dtype combinations: src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; src bf16, gamma
+ *       f32, beta f32, dst bf16, mean f32, variance f32; src bf16, gamma bf16, beta
+ *       bf16, dst bf16, mean bf16, variance bf16; src f16, gamma f32, beta f32, dst f16,
+ *       mean f32, variance f32
+ */
+opgen_status opgen_layer_norm(const opgen_tensor *src, const opgen_tensor *gamma, const opgen_tensor *beta, const opgen_tensor *dst, const opgen_tensor *mean, const opgen_tensor *variance, int64_t begin_norm_axis, float epsilon);
+opgen_status opgen_layer_norm_workspace_size(const opgen_tensor *src, const opgen_tensor *gamma, const opgen_tensor *beta, const opgen_tensor *dst, const opgen_tensor *mean, const opgen_tensor *variance, int64_t begin_norm_axis, float epsilon, size_t *workspace_size);
+opgen_status opgen_layer_norm_with_workspace(const opgen_tensor *src, const opgen_tensor *gamma, const opgen_tensor *beta, const opgen_tensor *dst, const opgen_tensor *mean, const opgen_tensor *variance, int64_t begin_norm_axis, float epsilon, void *workspace, size_t workspace_size);
+opgen_status opgen_layer_norm_with_data(const opgen_tensor *operands, void *src_data, void *gamma_data, void *beta_data, void *dst_data, void *mean_data, void *variance_data, int64_t begin_norm_axis, float epsilon, void *workspace, size_t workspace_size);
+opgen_status opgen_layer_norm_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
 /* opgen_layer_norm_backward: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the
  * forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g -
  * mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum
@@ -198,6 +223,38 @@ opgen_status opgen_layer_norm_backward_workspace_size(const opgen_tensor *src, c
 opgen_status opgen_layer_norm_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, void *workspace, size_t workspace_size);
 opgen_status opgen_layer_norm_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, int64_t begin_norm_axis, float epsilon, void *workspace, size_t workspace_size);
 opgen_status opgen_layer_norm_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_log_soft_max: LogSoftmax along one axis: dst = src - max - log(sum(exp(src - max))), the max and the sum
+ * taken over the elements along `axis`.
+ * (oneDNN Graph API, LogSoftmax)
+ *   src (input): Input tensor.
+ *   dst (output): Output tensor, of src's shape and dtype: the logarithm of src's softmax.
+ *   axis (int64_t, default -1): The axis the log-softmax runs along; negative values count from the last (-1:
+ *       the last).
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_log_soft_max(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis);
+opgen_status opgen_log_soft_max_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, size_t *workspace_size);
+opgen_status opgen_log_soft_max_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, void *workspace, size_t workspace_size);
+opgen_status opgen_log_soft_max_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, int64_t axis, void *workspace, size_t workspace_size);
+opgen_status opgen_log_soft_max_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_log_soft_max_backward: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum
+ * taken over the elements along `axis`.
+ * (oneDNN Graph API, LogSoftmaxBackward)
+ *   diff_dst (input): Gradient with respect to the log-softmax output.
+ *   dst (input): The log-softmax output (a logarithm of probabilities: <= 0); diff_dst's shape.
+ *   diff_src (output): Gradient with respect to the log-softmax input, of diff_dst's shape and dtype.
+ *   axis (int64_t, default -1): The axis the log-softmax ran along; negative values count from the last (-1: the
+ *       last).
+ *   dtype combinations: diff_dst f32, dst f32, diff_src f32; diff_dst bf16, dst bf16, diff_src bf16;
+ *       diff_dst f16, dst f16, diff_src f16
+ */
+opgen_status opgen_log_soft_max_backward(const opgen_tensor *diff_dst, const opgen_tensor *dst, const opgen_tensor *diff_src, int64_t axis);
+opgen_status opgen_log_soft_max_backward_workspace_size(const opgen_tensor *diff_dst, const opgen_tensor *dst, const opgen_tensor *diff_src, int64_t axis, size_t *workspace_size);
+opgen_status opgen_log_soft_max_backward_with_workspace(const opgen_tensor *diff_dst, const opgen_tensor *dst, const opgen_tensor *diff_src, int64_t axis, void *workspace, size_t workspace_size);
+opgen_status opgen_log_soft_max_backward_with_data(const opgen_tensor *operands, void *diff_dst_data, void *dst_data, void *diff_src_data, int64_t axis, void *workspace, size_t workspace_size);
+opgen_status opgen_log_soft_max_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_prelu_backward: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums
  * src * diff_dst over the non-positive elements, reduced to slope's shape.
@@ -290,6 +347,23 @@ opgen_status opgen_soft_max_workspace_size(const opgen_tensor *src, const opgen_
 opgen_status opgen_soft_max_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, void *workspace, size_t workspace_size);
 opgen_status opgen_soft_max_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, int64_t axis, void *workspace, size_t workspace_size);
 opgen_status opgen_soft_max_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_soft_max_backward: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum
+ * taken over the elements along `axis`.
+ * (oneDNN Graph API, SoftMaxBackward)
+ *   diff_dst (input): Gradient with respect to the softmax output.
+ *   dst (input): The softmax output; diff_dst's shape.
+ *   diff_src (output): Gradient with respect to the softmax input, of diff_dst's shape and dtype.
+ *   axis (int64_t, default 1): The axis the softmax ran along; negative values count from the last (-1: the
+ *       last).
+ *   dtype combinations: diff_dst f32, dst f32, diff_src f32; diff_dst bf16, dst bf16, diff_src bf16;
+ *       diff_dst f16, dst f16, diff_src f16
+ */
+opgen_status opgen_soft_max_backward(const opgen_tensor *diff_dst, const opgen_tensor *dst, const opgen_tensor *diff_src, int64_t axis);
+opgen_status opgen_soft_max_backward_workspace_size(const opgen_tensor *diff_dst, const opgen_tensor *dst, const opgen_tensor *diff_src, int64_t axis, size_t *workspace_size);
+opgen_status opgen_soft_max_backward_with_workspace(const opgen_tensor *diff_dst, const opgen_tensor *dst, const opgen_tensor *diff_src, int64_t axis, void *workspace, size_t workspace_size);
+opgen_status opgen_soft_max_backward_with_data(const opgen_tensor *operands, void *diff_dst_data, void *dst_data, void *diff_src_data, int64_t axis, void *workspace, size_t workspace_size);
+opgen_status opgen_soft_max_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_tanh: Hyperbolic tangent: dst = tanh(src).
  * (oneDNN Graph API, Tanh)
@@ -480,6 +554,22 @@ void hard_sigmoid_backward_f16(const opgen_f16 *OPGEN_RESTRICT src, const opgen_
  * (src bf16, diff_dst bf16, diff_src bf16; computed in float) */
 void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count);
 
+/* layer_norm_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
+ * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+void layer_norm_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+
+/* layer_norm_bf16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
+ * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+void layer_norm_bf16_f32(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+
+/* layer_norm_bf16: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
+ * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; computed in double, sums in double; 2 reduction passes and an element pass per line) */
+void layer_norm_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+
+/* layer_norm_f16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
+ * (src f16, gamma f32, beta f32, dst f16, mean f32, variance f32; computed in float, sums in double; 2 reduction passes and an element pass per line) */
+void layer_norm_f16_f32(const opgen_f16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_f16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+
 /* layer_norm_backward_f32: Layer-norm gradient over the axes from begin_norm_axis on (n elements a line), with the forward's mean and variance: x_hat = (src - mean) * inv_std, diff_src = inv_std * (g - mean(g) - x_hat * mean(g * x_hat)) with g = diff_dst * gamma; diff_gamma and diff_beta sum diff_dst * x_hat and diff_dst across the lines.
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void layer_norm_backward_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
@@ -497,6 +587,30 @@ int64_t layer_norm_backward_bf16_f32_workspace_size(int64_t outer, int64_t lengt
 void layer_norm_backward_f16_f32(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
 /* doubles of `workspace` layer_norm_backward_f16_f32 needs (the partial sums across lines) */
 int64_t layer_norm_backward_f16_f32_workspace_size(int64_t outer, int64_t length, int64_t inner);
+
+/* log_soft_max_f32: LogSoftmax along one axis: dst = src - max - log(sum(exp(src - max))), the max and the sum taken over the elements along `axis`.
+ * (src f32, dst f32; computed in float, sums in double; 2 reduction passes and an element pass per line) */
+void log_soft_max_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+
+/* log_soft_max_bf16: LogSoftmax along one axis: dst = src - max - log(sum(exp(src - max))), the max and the sum taken over the elements along `axis`.
+ * (src bf16, dst bf16; computed in float, sums in double; 2 reduction passes and an element pass per line) */
+void log_soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+
+/* log_soft_max_f16: LogSoftmax along one axis: dst = src - max - log(sum(exp(src - max))), the max and the sum taken over the elements along `axis`.
+ * (src f16, dst f16; computed in float, sums in double; 2 reduction passes and an element pass per line) */
+void log_soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+
+/* log_soft_max_backward_f32: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
+ * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+void log_soft_max_backward_f32(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+
+/* log_soft_max_backward_bf16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
+ * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+void log_soft_max_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+
+/* log_soft_max_backward_f16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
+ * (diff_dst f16, dst f16, diff_src f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void log_soft_max_backward_f16(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */
@@ -635,6 +749,18 @@ void soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTR
 /* soft_max_f16: SoftMax along one axis: dst = exp(src - max) / sum(exp(src - max)), the max and the sum taken over the elements along `axis`.
  * (src f16, dst f16; computed in float, sums in double; 2 reduction passes and an element pass per line) */
 void soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+
+/* soft_max_backward_f32: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
+ * (diff_dst f32, dst f32, diff_src f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+void soft_max_backward_f32(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+
+/* soft_max_backward_bf16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
+ * (diff_dst bf16, dst bf16, diff_src bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+void soft_max_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+
+/* soft_max_backward_f16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
+ * (diff_dst f16, dst f16, diff_src f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void soft_max_backward_f16(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
 
 /* tanh_f32: Hyperbolic tangent: dst = tanh(src).
  * (src f32, dst f32; computed in double) */

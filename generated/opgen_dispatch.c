@@ -1109,6 +1109,150 @@ void hard_sigmoid_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opge
     hard_sigmoid_backward_bf16__baseline(src, diff_dst, alpha, beta, diff_src, count);
 }
 
+void layer_norm_f32__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void layer_norm_f32__avx2(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void layer_norm_f32__avx512(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void layer_norm_f32(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        layer_norm_f32__avx512(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        layer_norm_f32__avx512(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        layer_norm_f32__avx2(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    layer_norm_f32__baseline(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+}
+
+void layer_norm_bf16_f32__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void layer_norm_bf16_f32__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void layer_norm_bf16_f32__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void layer_norm_bf16_f32(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        layer_norm_bf16_f32__avx512(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        layer_norm_bf16_f32__avx512(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        layer_norm_bf16_f32__avx2(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    layer_norm_bf16_f32__baseline(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+}
+
+void layer_norm_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void layer_norm_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void layer_norm_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void layer_norm_bf16(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        layer_norm_bf16__avx512(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        layer_norm_bf16__avx512(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        layer_norm_bf16__avx2(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    layer_norm_bf16__baseline(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+}
+
+void layer_norm_f16_f32__baseline(const opgen_f16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_f16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void layer_norm_f16_f32__avx2(const opgen_f16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_f16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void layer_norm_f16_f32__avx512(const opgen_f16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_f16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void layer_norm_f16_f32(const opgen_f16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_f16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        layer_norm_f16_f32__avx512(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        layer_norm_f16_f32__avx512(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        layer_norm_f16_f32__avx2(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    layer_norm_f16_f32__baseline(src, gamma, beta, dst, mean, variance, epsilon, outer, length, inner);
+}
+
 void layer_norm_backward_f32__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, float epsilon, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t length, int64_t inner);
 #if OPGEN_X86_DISPATCH
 #if !defined(OPGEN_WITHOUT_AVX2)
@@ -1230,6 +1374,222 @@ void layer_norm_backward_f16_f32(const opgen_f16 *OPGEN_RESTRICT src, const opge
 int64_t layer_norm_backward_f16_f32_workspace_size(int64_t outer, int64_t length, int64_t inner)
 {
     return opgen_lines_workspace(outer, length, inner, 2);
+}
+
+void log_soft_max_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void log_soft_max_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void log_soft_max_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void log_soft_max_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        log_soft_max_f32__avx512(src, dst, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        log_soft_max_f32__avx512(src, dst, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        log_soft_max_f32__avx2(src, dst, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    log_soft_max_f32__baseline(src, dst, outer, length, inner);
+}
+
+void log_soft_max_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void log_soft_max_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void log_soft_max_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void log_soft_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        log_soft_max_bf16__avx512(src, dst, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        log_soft_max_bf16__avx512(src, dst, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        log_soft_max_bf16__avx2(src, dst, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    log_soft_max_bf16__baseline(src, dst, outer, length, inner);
+}
+
+void log_soft_max_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void log_soft_max_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void log_soft_max_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void log_soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        log_soft_max_f16__avx512(src, dst, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        log_soft_max_f16__avx512(src, dst, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        log_soft_max_f16__avx2(src, dst, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    log_soft_max_f16__baseline(src, dst, outer, length, inner);
+}
+
+void log_soft_max_backward_f32__baseline(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void log_soft_max_backward_f32__avx2(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void log_soft_max_backward_f32__avx512(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void log_soft_max_backward_f32(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        log_soft_max_backward_f32__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        log_soft_max_backward_f32__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        log_soft_max_backward_f32__avx2(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    log_soft_max_backward_f32__baseline(diff_dst, dst, diff_src, outer, length, inner);
+}
+
+void log_soft_max_backward_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void log_soft_max_backward_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void log_soft_max_backward_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void log_soft_max_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        log_soft_max_backward_bf16__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        log_soft_max_backward_bf16__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        log_soft_max_backward_bf16__avx2(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    log_soft_max_backward_bf16__baseline(diff_dst, dst, diff_src, outer, length, inner);
+}
+
+void log_soft_max_backward_f16__baseline(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void log_soft_max_backward_f16__avx2(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void log_soft_max_backward_f16__avx512(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void log_soft_max_backward_f16(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        log_soft_max_backward_f16__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        log_soft_max_backward_f16__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        log_soft_max_backward_f16__avx2(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    log_soft_max_backward_f16__baseline(diff_dst, dst, diff_src, outer, length, inner);
 }
 
 void prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -2274,6 +2634,114 @@ void soft_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT
     }
 #endif
     soft_max_f16__baseline(src, dst, outer, length, inner);
+}
+
+void soft_max_backward_f32__baseline(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void soft_max_backward_f32__avx2(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void soft_max_backward_f32__avx512(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void soft_max_backward_f32(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        soft_max_backward_f32__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        soft_max_backward_f32__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        soft_max_backward_f32__avx2(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    soft_max_backward_f32__baseline(diff_dst, dst, diff_src, outer, length, inner);
+}
+
+void soft_max_backward_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void soft_max_backward_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void soft_max_backward_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void soft_max_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        soft_max_backward_bf16__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        soft_max_backward_bf16__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        soft_max_backward_bf16__avx2(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    soft_max_backward_bf16__baseline(diff_dst, dst, diff_src, outer, length, inner);
+}
+
+void soft_max_backward_f16__baseline(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void soft_max_backward_f16__avx2(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void soft_max_backward_f16__avx512(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+#endif
+#endif
+
+void soft_max_backward_f16(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        soft_max_backward_f16__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        soft_max_backward_f16__avx512(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        soft_max_backward_f16__avx2(diff_dst, dst, diff_src, outer, length, inner);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    soft_max_backward_f16__baseline(diff_dst, dst, diff_src, outer, length, inner);
 }
 
 void tanh_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);

@@ -200,8 +200,9 @@ def _input_data(spec: OpSpec, table, row, generator, input_shapes, specials) -> 
         dtype = table.dtypes[row[name]]
         values = accuracy.random_data(generator, shape, dtype, specials)
         domain = spec.tensor(name).domain
-        if domain == "nonnegative":
+        if domain in ("nonnegative", "nonpositive"):
             values = np.array(np.abs(values))  # an array also for shape (): NumPy's abs gives a scalar
+            values = np.array(values if domain == "nonnegative" else -values)
             values[np.isnan(values)] = 0
         elif domain == "positive":
             tiny = accuracy.finfo(dtype).smallest_subnormal

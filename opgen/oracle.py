@@ -259,7 +259,7 @@ def soft_max_bounds(src, *, axis=1, float_run=0):
     return (bound,)
 
 
-def _normalized_axes(x: np.ndarray, begin_norm_axis: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def _split_axes(x: np.ndarray, begin_norm_axis: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(normalized axes, the other axes, the shape of a per-line value broadcast against x)."""
     first = begin_norm_axis % x.ndim
     return tuple(range(first, x.ndim)), tuple(range(first)), x.shape[:first] + (1,) * (x.ndim - first)
@@ -271,7 +271,7 @@ def layer_norm_backward(
     if with_diff_gamma_beta is None:
         with_diff_gamma_beta = gamma is not None
     x, dy = _f64(src), _f64(diff_dst)
-    axes, others, line = _normalized_axes(x, begin_norm_axis)
+    axes, others, line = _split_axes(x, begin_norm_axis)
     with np.errstate(all="ignore"):
         inv_std = 1.0 / np.sqrt(_f64(variance).reshape(line) + float(np.float32(epsilon)))
         x_hat = (x - _f64(mean).reshape(line)) * inv_std
@@ -320,7 +320,7 @@ def layer_norm_backward_bounds(
         with_diff_gamma_beta = gamma is not None
     u, unit = _accuracy.U32, _accuracy.U64
     x, dy = _f64(src), _f64(diff_dst)
-    axes, others, line = _normalized_axes(x, begin_norm_axis)
+    axes, others, line = _split_axes(x, begin_norm_axis)
     count = max(1, int(np.prod([x.shape[d] for d in axes])))
     lines = max(1, int(np.prod([x.shape[d] for d in others])))
     tiny = 2.0**-149
@@ -342,3 +342,214 @@ def layer_norm_backward_bounds(
         # a product below f32's normal range, rounded before the factor inv_std: 2^-149 inv_std
         line_factors = float(np.sum(np.broadcast_to(1 + inv_std, line)))
         return diff_src, diff_gamma + 4 * line_factors * tiny, diff_beta + 4 * lines * tiny
+
+
+def log_soft_max(src, *, axis=-1):
+    x = _f64(src)
+    if x.shape[axis] == 0:
+        return x.copy()
+    with np.errstate(all="ignore"):
+        # log(e^x / sum e^x) = (x - max) - log(sum e^(x - max)): a NaN makes its line NaN, as its max is
+        shifted = x - np.max(x, axis=axis, keepdims=True)
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def soft_max_backward(diff_dst, dst, *, axis=1):
+    dy, y = _f64(diff_dst), _f64(dst)
+    with np.errstate(all="ignore"):
+        # d(softmax)/dx applied to dy: y * (dy - <dy, y>) along the axis
+        return y * (dy - np.sum(dy * y, axis=axis, keepdims=True))
+
+
+def log_soft_max_backward(diff_dst, dst, *, axis=-1):
+    dy, y = _f64(diff_dst), _f64(dst)
+    with np.errstate(all="ignore"):
+        # the softmax is e^dst: dy - softmax * sum(dy) along the axis
+        return dy - np.exp(y) * np.sum(dy, axis=axis, keepdims=True)
+
+
+def _normalized_axes(rank: int, begin_norm_axis: int) -> tuple[int, ...]:
+    first = begin_norm_axis + rank if begin_norm_axis < 0 else begin_norm_axis
+    return tuple(range(first, rank))
+
+
+def layer_norm(src, gamma=None, beta=None, *, begin_norm_axis=-1, epsilon=1e-5):
+    x = _f64(src)
+    axes = _normalized_axes(x.ndim, begin_norm_axis)
+    normalized = x.shape[axes[0] :]
+    g = np.ones(normalized) if gamma is None else _f64(gamma)
+    b = np.zeros(normalized) if beta is None else _f64(beta)
+    count = float(np.prod(normalized))
+    with np.errstate(all="ignore"):
+        # two passes: the mean, then the mean square of the centered elements (biased); a line
+        # of no elements has the mean and variance 0 / 0
+        mean = np.sum(x, axis=axes, keepdims=True) / count
+        variance = np.sum((x - mean) ** 2, axis=axes, keepdims=True) / count
+        dst = (x - mean) / np.sqrt(variance + float(np.float32(epsilon))) * g + b
+    line = x.shape[: axes[0]]
+    return dst, mean.reshape(line), variance.reshape(line)
+
+
+def log_soft_max_bounds(src, *, axis=-1, float_run=0):
+    """log_soft_max's error bound beyond 1 ulp of dst's dtype, from the inputs in float64 (its
+    spec's accuracy contract). u = 2^-24 (the kernel computes in f32); per line of n elements,
+    d = x - max (<= 0, exact), L = log(sum e^d) (>= 0):
+
+    - the sum's terms e^d, as in soft_max_bounds: each within rho = expm1(|d| u) + 2 u of its
+      value (x - max rounded to f32, then opgen's exp within 1 ulp), or 2^-149 absolute below
+      f32's normal range; their sum in double, in the kernel and in the oracle, n 2^-53 each:
+      the sum is within r = max rho + n 2^-52 + n 2^-149 of its value, relatively (it is >= 1);
+    - L = log of that sum, in double: log(S (1 + r)) - log(S) is within r (1 + r), and libm's
+      log adds 4 roundings (accuracy.FUNCTION_ROUNDINGS) of 2^-53 of |L|; L is then rounded to
+      f32 for the elements: u |L|;
+    - each element: x - max again in f32 (u |d|), minus L in f32 (u (|d| + L), as
+      |d - L| = |d| + L);
+    - a difference below f32's normal range is exact; L rounded there errs by 2^-150.
+    So |dst - exact| <= (2 u (|d| + L) + r (1 + r) + 2^-51 L) (1 + 1 %) + 2^-148; -inf where the
+    oracle has -inf (an element of -inf), NaN where it has NaN."""
+    x = _f64(src)
+    if x.size == 0:
+        return (np.zeros_like(x),)
+    unit = _accuracy.U32
+    count = x.shape[axis]
+    with np.errstate(all="ignore"):
+        d = np.abs(x - np.max(x, axis=axis, keepdims=True))
+        terms = np.exp(-d)
+        rho = np.where(terms > 0, np.expm1(d * unit) + 2 * unit, 0.0)
+        relative = np.max(rho, axis=axis, keepdims=True) + count * (2.0**-52 + 2.0**-149)
+        log_sum = np.abs(np.log(np.sum(terms, axis=axis, keepdims=True)))
+        log_error = relative * (1 + relative) + _accuracy.FUNCTION_ROUNDINGS * _accuracy.U64 * log_sum
+        bound = (2 * unit * (d + log_sum) + log_error) * 1.01 + 2.0**-148
+    return (bound,)
+
+
+def _wide_units(array) -> tuple[float, float, float]:
+    """(u, eta, store) of an op with compute = "wide" whose data has `array`'s dtype (the dtype
+    table): u and eta, the unit roundoff of its compute type and half that type's smallest
+    subnormal (f16: f32; f32 and bf16: double); `store`, 2^-24 where a double result is rounded
+    to f32 before its bf16 output (that f32 step, beyond the 1 ulp of bf16 allowed), else 0."""
+    dtype = np.dtype(np.asarray(array).dtype)
+    if dtype == np.float16:
+        return _accuracy.U32, _accuracy.ETA, 0.0
+    return _accuracy.U64, 2.0**-1075, _accuracy.U32 if dtype.itemsize < 4 else 0.0
+
+
+def soft_max_backward_bounds(diff_dst, dst, *, axis=1, float_run=0):
+    """soft_max_backward's error bound beyond 1 ulp of diff_src's dtype, from the inputs in
+    float64 (its spec's accuracy contract). u, eta: the compute type's unit roundoff and half
+    its smallest subnormal (_wide_units: f32 for f16 data, double for f32 and bf16 data); per
+    line of n elements, P = sum |diff_dst dst|, dot = sum diff_dst dst:
+
+    - the dot product: each term rounded once (u, or eta absolute below the normal range), the
+      sum in double (n 2^-53 P in the kernel and as much in the oracle):
+      E = u P + n 2^-52 P + n eta; rounded to the compute type for the elements: u (|dot| + E)
+      and eta more (nothing in double), E' in all;
+    - each element, y (diff_dst - dot) with y = dst: the difference is rounded (u |diff_dst -
+      dot|, exact below the normal range), then the product (u |diff_src|, or eta);
+    - in double, the result goes through f32 before a bf16 output: 2^-24 |diff_src| and 2^-150.
+    So |diff_src - exact| <= |y| (E' + 2 u |diff_dst - dot|) (1 + 1 %) + (|y| + 1) eta (+ the
+    f32 step)."""
+    dy, y = _f64(diff_dst), _f64(dst)
+    if dy.size == 0:
+        return (np.zeros_like(dy),)
+    unit, eta, store = _wide_units(diff_dst)
+    count = dy.shape[axis]
+    with np.errstate(all="ignore"):
+        products = dy * y
+        magnitude = np.sum(np.abs(products), axis=axis, keepdims=True)
+        dot = np.sum(products, axis=axis, keepdims=True)
+        error = unit * magnitude + count * (2.0**-52 * magnitude + eta)
+        error = error + unit * (np.abs(dot) + error) + eta
+        exact = y * (dy - dot)
+        bound = np.abs(y) * (error + 2 * unit * np.abs(dy - dot)) * 1.01 + (np.abs(y) + 1) * eta
+        bound = bound + store * np.abs(exact) + (_accuracy.ETA if store else 0.0)
+    return (bound,)
+
+
+def log_soft_max_backward_bounds(diff_dst, dst, *, axis=-1, float_run=0):
+    """log_soft_max_backward's error bound beyond 1 ulp of diff_src's dtype, from the inputs in
+    float64 (its spec's accuracy contract). u, eta as in soft_max_backward_bounds; per line of
+    n elements, s = sum diff_dst, A = sum |diff_dst|; per element e = exp(dst):
+
+    - the sum, of exact terms, in double: n 2^-53 A in the kernel and as much in the oracle;
+      rounded to the compute type for the elements: u (|s| + E) and eta (nothing in double):
+      E' = n 2^-52 A + u (|s| + n 2^-52 A) + eta;
+    - exp(dst) in the compute type: opgen's exp within 1 ulp of f32 (2 u; 2^-149 absolute below
+      the normal range) or, in double, 4 roundings (accuracy.FUNCTION_ROUNDINGS);
+    - e s rounded (u, or eta), then diff_dst - e s rounded (u (|diff_dst| + e |s|)).
+    - in double, the result goes through f32 before a bf16 output: 2^-24 |diff_src| and 2^-150.
+    So |diff_src - exact| <= (e E' + (k + 2) u e |s| + u |diff_dst|) (1 + 1 %) + 2 eta |s| + eta,
+    k = 2 in f32 and 4 in double (+ the f32 step)."""
+    dy, y = _f64(diff_dst), _f64(dst)
+    if dy.size == 0:
+        return (np.zeros_like(dy),)
+    unit, eta, store = _wide_units(diff_dst)
+    exp_roundings = 2 if unit == _accuracy.U32 else _accuracy.FUNCTION_ROUNDINGS
+    count = dy.shape[axis]
+    with np.errstate(all="ignore"):
+        total = np.sum(dy, axis=axis, keepdims=True)
+        sum_error = count * 2.0**-52 * np.sum(np.abs(dy), axis=axis, keepdims=True)
+        sum_error = sum_error + unit * (np.abs(total) + sum_error) + eta
+        e = np.exp(y)
+        exact = dy - e * total
+        bound = (e * sum_error + (exp_roundings + 2) * unit * e * np.abs(total) + unit * np.abs(dy)) * 1.01
+        bound = bound + 2 * eta * np.abs(total) + eta
+        bound = bound + store * np.abs(exact) + (_accuracy.ETA if store else 0.0)
+    return (bound,)
+
+
+def layer_norm_bounds(src, gamma=None, beta=None, *, begin_norm_axis=-1, epsilon=1e-5, float_run=0):
+    """layer_norm's error bounds beyond 1 ulp of their dtypes, of dst, mean and variance, from
+    the inputs in float64 (its spec's accuracy contract). u, eta: the compute type's unit
+    roundoff and half its smallest subnormal (_wide_units: f32 for f16 data, double for f32 and
+    bf16 data); per line of n elements, A = sum |x|, m and V the exact mean and variance,
+    r = 1 / sqrt(V + epsilon) (epsilon as the f32 the kernel gets):
+
+    - mean, in double: the sum (n 2^-53 A in the kernel and as much in the oracle), over n
+      (2^-53 |m|, in each): E_m = 2^-52 (A + |m|); rounded to the compute type for the
+      terms and the elements: D = E_m + u (|m| + E_m) + eta off m;
+    - variance: each term (x - m')^2 with the rounded mean m' rounds twice (3 u with the
+      product of two rounded factors, eta absolute below the normal range), the sum in double
+      (n 2^-53 of it in each), over n (2^-53 in each): with sum (x - m')^2 = n (V + (m - m')^2),
+      E_V = D^2 + (V + D^2) (3 u + (2 n + 2) 2^-53) + eta;
+    - 1 / sqrt(variance + epsilon) in double: the variance's error moves it by at most
+      (1 - E_V / (V + epsilon))^(-1/2) - 1, relatively, the add, sqrt and division 3 2^-53;
+      rounded to the compute type: u; rho in all;
+    - each element, ((x - m') * inv_std * gamma) + beta: the centered value is D off, and four
+      roundings (x - m', two products, the sum's of |x - m| r |gamma| and |beta|);
+    - line outputs go through f32 to their dtype (line values are double): 2^-24 and 2^-150
+      (counted also where f32 is the output's dtype); in double, dst goes through f32 before a
+      bf16 output: 2^-24 |dst| and 2^-150.
+    So, with slack 1 % for products of small errors:
+    mean: E_m (1 + 1 %) + 2^-24 |m| + 2^-150; variance: E_V (1 + 1 %) + 2^-24 V + 2^-150;
+    dst: (|gamma| r D + |gamma| r |x - m| (rho + 4 u) + u |beta|) (1 + 1 %) + (|gamma| + 1) eta
+    (+ the f32 step)."""
+    x = _f64(src)
+    axes = _normalized_axes(x.ndim, begin_norm_axis)
+    normalized = x.shape[axes[0] :]
+    line = x.shape[: axes[0]]
+    count = int(np.prod(normalized))
+    if count == 0:  # no elements: dst is empty, mean and variance are NaN in both
+        return np.zeros_like(x), np.zeros(line), np.zeros(line)
+    unit, eta, store = _wide_units(src)
+    g = np.ones(normalized) if gamma is None else np.abs(_f64(gamma))
+    b = np.zeros(normalized) if beta is None else np.abs(_f64(beta))
+    u64 = _accuracy.U64
+    with np.errstate(all="ignore"):
+        mean = np.sum(x, axis=axes, keepdims=True) / count
+        centered = np.abs(x - mean)
+        variance = np.sum(centered * centered, axis=axes, keepdims=True) / count
+        mean_error = 2 * u64 * (np.sum(np.abs(x), axis=axes, keepdims=True) + np.abs(mean))
+        off = mean_error + unit * (np.abs(mean) + mean_error) + eta
+        variance_error = off * off + (variance + off * off) * (3 * unit + (2 * count + 2) * u64) + eta
+        variance_error = variance_error * 1.01
+        plus_epsilon = variance + float(np.float32(epsilon))
+        inv_std = 1 / np.sqrt(plus_epsilon)
+        moved = variance_error / plus_epsilon
+        rho = np.where(moved < 1, 1 / np.sqrt(1 - moved) - 1, np.inf) + 3 * u64 + unit
+        exact = (x - mean) * inv_std * _f64(gamma if gamma is not None else np.ones(normalized))
+        dst = (g * inv_std * off + g * inv_std * centered * (rho + 4 * unit) + unit * b) * 1.01 + (g + 1) * eta
+        dst = dst + store * np.abs(exact + (0 if beta is None else _f64(beta))) + (_accuracy.ETA if store else 0.0)
+        mean_bound = mean_error * 1.01 + _accuracy.U32 * np.abs(mean) + _accuracy.ETA
+        variance_bound = variance_error + _accuracy.U32 * variance + _accuracy.ETA
+    return dst, mean_bound.reshape(line), variance_bound.reshape(line)

@@ -48,7 +48,7 @@ ATTRIBUTE_TYPE_DOCS = {
 MAX_RANK = 12  # dims of the C API's tensor descriptor (opgen_tensor)
 # Input domains (inputs.<name>.domain): the values an op is defined for; `opgen check` and the
 # tests draw that input's data from it.
-DOMAINS = ("positive", "nonnegative")
+DOMAINS = ("positive", "nonnegative", "nonpositive")
 # Accuracy contracts (accuracy.<output>): how far an output may be from the float64 oracle.
 # "exact": the oracle rounded to the output dtype; "ulp": within 1 ulp of it; "sum": 1 ulp plus
 # the accumulation bound of one sum (accuracy.sum_bound: its terms and their magnitudes);
@@ -538,8 +538,8 @@ _INPUT_KEYS = {
     ),
     "domain": Key(
         False,
-        "The values the op is defined for: `positive` or `nonnegative`; `opgen check` and the tests draw this "
-        "input's data from it. Left out: any value.",
+        "The values the op is defined for: `positive`, `nonnegative` or `nonpositive`; `opgen check` and the tests "
+        "draw this input's data from it. Left out: any value.",
         'domain = "nonnegative"',
     ),
 }

@@ -343,7 +343,8 @@ HARD_SIGMOID_FORWARD = (BUNDLED_SPECS / "hard_sigmoid.toml").read_text()
 def test_the_bundled_forward_ops_name_their_backward_ops():
     _, specs = load_specs(BUNDLED_SPECS)
     pairs = {s.name: s.backward.op for s in specs if s.backward is not None}
-    assert pairs == {name: f"{name}_backward" for name in ("relu", "sigmoid", "tanh", "hard_sigmoid")}
+    names = ("relu", "sigmoid", "tanh", "hard_sigmoid", "soft_max", "log_soft_max")
+    assert pairs == {name: f"{name}_backward" for name in names}
 
 
 @pytest.mark.parametrize(

@@ -117,8 +117,8 @@ def test_the_checks_name_the_argument_for_tensors():
 # opgen.torch: custom ops ---------------------------------------------------------------
 
 import opgen.torch as opgen_torch  # noqa: E402
-from opgen import oracle  # noqa: E402
-from tests.helpers import assert_ulps  # noqa: E402
+from opgen import accuracy, oracle  # noqa: E402
+from tests.helpers import TABLE, assert_ulps  # noqa: E402
 
 # PyTorch's own forward and its backward formula (float64 here), per forward op of the specs
 HARD_SIGMOID = {"alpha": 1 / 6, "beta": 0.5}  # torch.nn.functional.hardsigmoid's
@@ -127,6 +127,15 @@ PYTORCH = {
     "sigmoid": (torch.sigmoid, lambda grad, x, y: torch.ops.aten.sigmoid_backward(grad, y)),
     "tanh": (torch.tanh, lambda grad, x, y: torch.ops.aten.tanh_backward(grad, y)),
     "hard_sigmoid": (torch.nn.functional.hardsigmoid, lambda grad, x, y: torch.ops.aten.hardsigmoid_backward(grad, x)),
+    # along their default axes: SoftMax 1, LogSoftmax -1 (oneDNN Graph's)
+    "soft_max": (
+        lambda x: torch.softmax(x, 1),
+        lambda grad, x, y: torch.ops.aten._softmax_backward_data(grad, y, 1, y.dtype),
+    ),
+    "log_soft_max": (
+        lambda x: torch.log_softmax(x, -1),
+        lambda grad, x, y: torch.ops.aten._log_softmax_backward_data(grad, y, -1, y.dtype),
+    ),
 }
 FORWARD = [s for s in opgen.bundled.specs if s.backward is not None]
 
@@ -144,7 +153,8 @@ def attributes_of(name: str) -> dict:
 def test_gradients_match_pytorchs(name, dtype):
     """loss.backward() through an opgen op runs its backward op: the gradient is within 1 ulp
     (ReLU: exactly) of PyTorch's backward formula evaluated in float64 on the same saved
-    values, and the forward within 1 ulp (ReLU: exactly) of PyTorch's forward in float64."""
+    values, and the forward within 1 ulp (ReLU: exactly) of PyTorch's forward in float64; for
+    ops over lines (SoftMax, LogSoftmax), within the bounds their specs state instead."""
     generator = rng("torch gradients", name, dtype)
     shape = (3, 129)
     x = as_tensor(data(generator, shape, dtype, specials="all")).requires_grad_()
@@ -157,23 +167,44 @@ def test_gradients_match_pytorchs(name, dtype):
     exact_forward = forward(x.detach().double()).numpy()
     if name == "hard_sigmoid":  # alpha is an f32 attribute: 1/6 rounded (the oracle's test below)
         exact_forward = oracle.hard_sigmoid(x.detach().double().numpy(), **HARD_SIGMOID)
-    assert_ulps(y.detach().numpy() if dtype != "bf16" else as_array(y), exact_forward, dtype, ulps, f"{name} forward")
+    got_forward = y.detach().numpy() if dtype != "bf16" else as_array(y)
     exact_gradient = backward(grad.double(), x.detach().double(), y.detach().double()).numpy()
     if name == "relu":
         # at NaN, PyTorch's ReLU passes the gradient (NaN <= 0 is false); oneDNN's, and
         # opgen's, gives 0 (NaN > 0 is false): the one place the two are meant to differ
         exact_gradient[np.isnan(x.detach().double().numpy())] = 0.0
     got = x.grad.numpy() if dtype != "bf16" else as_array(x.grad)
-    assert_ulps(got, exact_gradient, dtype, ulps, f"{name} gradient")
+    spec = {s.name: s for s in opgen.bundled.specs}[name]
+    if spec.pattern != "along_axes":
+        assert_ulps(got_forward, exact_forward, dtype, ulps, f"{name} forward")
+        assert_ulps(got, exact_gradient, dtype, ulps, f"{name} gradient")
+        return
+    # ops over lines: within the bounds their specs state (1 ulp and a bound function's)
+    backward_spec = {s.name: s for s in opgen.bundled.specs}[spec.backward.op]
+    row = TABLE.dtypes[dtype]
+    checks = [
+        (got_forward, exact_forward, spec, (as_numpy(x),)),
+        (got, exact_gradient, backward_spec, (as_numpy(grad), got_forward)),
+    ]
+    for value, expected, op, arguments in checks:
+        bound = getattr(oracle, op.accuracy[op.outputs[0].name].removeprefix("oracle:"))(*arguments)[0]
+        bad, _ = accuracy.outside(value, expected, row, bound)
+        assert not bad.any(), f"{op.name} {dtype}: {np.argwhere(bad)[:3]}"
 
 
 def as_array(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
 
 
+def as_numpy(tensor: torch.Tensor) -> np.ndarray:
+    return as_array(tensor) if tensor.dtype == torch.bfloat16 else tensor.detach().numpy()
+
+
 def test_the_forward_oracles_agree_with_pytorch_in_float64():
     """opgen's float64 references of the forward ops and PyTorch's float64 ops are one function."""
-    x = np.concatenate([np.linspace(-40, 40, 4001), [0.0, -0.0, np.inf, -np.inf, np.nan, 3.0, -3.0, 1e-300]])
+    # two rows (the ops over lines run along one): finite values, then with Inf and NaN
+    finite = np.concatenate([np.linspace(-40, 40, 4001), [0.0, -0.0, 3.0, -3.0, 1e-300]])
+    x = np.stack([finite, np.concatenate([finite[:-3][::-1], [np.inf, -np.inf, np.nan]])])
     for name, (forward, _) in PYTORCH.items():
         expected = forward(torch.from_numpy(x)).numpy()
         got = getattr(oracle, name)(x, **attributes_of(name))
@@ -187,21 +218,30 @@ def test_the_forward_oracles_agree_with_pytorch_in_float64():
 def sample_arguments(spec, dtype: torch.dtype, requires_grad: bool) -> tuple[tuple, dict]:
     """Arguments of a valid call: the reference (2, 3, 4), channel inputs of the channel
     count, the attributes' defaults (required ones 0.25)."""
-    from opgen.shapes import channel_axis
+    from opgen.shapes import axes_shape, channel_axis, line_axes
 
     layout = spec.layout or next((a.default for a in spec.attributes if a.role == "layout"), None) or "NCX"
     reference = (2, 3, 4)
     channels = reference[channel_axis(3, layout)]
     generator = torch.Generator().manual_seed(0)
     arguments = []
+    axis = next((a for a in spec.attributes if a.role in ("axis", "begin_axis")), None)
+    # each input in its dtype of the first dtype row whose reference has `dtype`
+    torch_dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    wanted = next(name for name, value in torch_dtypes.items() if value == dtype)
+    row = next((r for r in spec.dtypes if r[spec.reference] == wanted), spec.dtypes[0])
+    row_dtypes = {name: torch_dtypes[row[name]] for name in row}
     for tensor in spec.inputs:
         if tensor.kind == "tensor":
             shape = reference
+        elif tensor.kind in ("line", "along") and axis is not None:
+            first, last = line_axes(3, axis.default, axis.role)
+            shape = axes_shape(reference, first, last, tensor.kind)
         elif "per_channel" in tensor.broadcast:
             shape = (channels,)
         else:
             shape = (reference[1],)  # channel_count
-        value = torch.rand(shape, generator=generator, dtype=torch.float32).to(dtype) - (
+        value = torch.rand(shape, generator=generator, dtype=torch.float32).to(row_dtypes[tensor.name]) - (
             0.5 if tensor.name != "variance" else 0
         )
         arguments.append(value.requires_grad_(requires_grad))
