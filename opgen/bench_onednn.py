@@ -278,23 +278,25 @@ def table(report: dict[str, Any]) -> str:
         f"{'op':19s} {'dtype':5s} {'layout':6s} {'form':11s} {'size':4s} {'thr':>3s} {'opgen':>10s} "
         f"{'oneDNN':>10s} {'ratio':>6s} {'max err':>8s}  oneDNN impl",
     ]
-    skipped = []
+    runs = {(row["size"], row["threads"]): None for row in report["cells"]}
+    skipped: dict[tuple[str, ...], list[str]] = {}  # case and reason -> the size/threads it was not timed at
     for row in report["cells"]:
         cell = Cell(**row)
-        head = (
-            f"{_short(cell.op):19s} {cell.dtype:5s} {cell.layout:6s} {cell.form:11s} {cell.size:4s} {cell.threads:3d}"
-        )
+        case = f"{_short(cell.op):19s} {cell.dtype:5s} {cell.layout:6s} {cell.form:11s}"
         if cell.status != "timed":
-            skipped.append(f"{head} {cell.status}: {cell.message}")
+            label = " ".join(part for part in (_short(cell.op), cell.dtype, cell.layout, cell.form) if part != "-")
+            skipped.setdefault((label, cell.status, cell.message), []).append(f"{cell.size}/{cell.threads}")
             continue
         assert cell.opgen_seconds is not None and cell.onednn_seconds is not None and cell.ratio is not None
         lines.append(
-            f"{head} {cell.opgen_seconds * 1e6:8.1f}us {cell.onednn_seconds * 1e6:8.1f}us {cell.ratio:6.2f} "
-            f"{cell.error or 0.0:8.1e}  {cell.implementation}"
+            f"{case} {cell.size:4s} {cell.threads:3d} {cell.opgen_seconds * 1e6:8.1f}us "
+            f"{cell.onednn_seconds * 1e6:8.1f}us {cell.ratio:6.2f} {cell.error or 0.0:8.1e}  {cell.implementation}"
         )
     if skipped:
-        lines.append(f"not timed ({len(skipped)}):")
-        lines += [f"  {line}" for line in skipped]
+        lines.append("not timed (size/threads):")
+    for (label, status, message), where in skipped.items():
+        at = "every size and thread count" if len(where) == len(runs) else ", ".join(where)
+        lines.append(f"  {label}: {status} at {at}: {message}")
     return "\n".join(lines)
 
 
