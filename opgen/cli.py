@@ -88,13 +88,15 @@ def _bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"opgen bench: --{what}: unknown {', '.join(unknown)} (choose from {', '.join(allowed)})")
         return chosen
 
-    sizes = names(args.sizes, bench.SIZES, "sizes")
+    sizes = names(args.sizes or ("S,M,L" if args.compare else "S,M,L,HW1,HW7,HW14"), bench.SIZES, "sizes")
     ops = names(args.ops or ",".join(bench.OPS), bench.OPS, "ops")
     dtypes = names(args.dtypes, bench.DTYPES, "dtypes")
     try:
         threads = [int(t) for t in args.threads.split(",")] if args.threads else sorted({1, os.cpu_count() or 1})
     except ValueError:
         raise SystemExit("opgen bench: --threads: a comma-separated list of thread counts") from None
+    if args.compare:
+        return _compare(args, sizes, threads, ops, dtypes)
     total, done = len(bench.cases(ops, dtypes)) * len(sizes) * len(threads), 0
     live = sys.stderr.isatty()
 
@@ -118,6 +120,47 @@ def _bench(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"wrote {args.plot}" if bench.plot(report, args.plot) else "no plot: matplotlib is not installed")
     return 0
+
+
+def _compare(args: argparse.Namespace, sizes: list[str], threads: list[int], ops: list[str], dtypes: list[str]) -> int:
+    """`opgen bench --compare onednn`: opgen's C calls and oneDNN's primitives, cell by cell."""
+    from opgen import bench_onednn
+    from opgen.compile import BuildError
+
+    if args.plot:
+        raise SystemExit("opgen bench: --plot is not available with --compare")
+    if args.rounds < 1:
+        raise SystemExit("opgen bench: --rounds: 1 or more")
+    if any(count < 1 for count in threads):
+        raise SystemExit("opgen bench: --threads: with --compare, thread counts are 1 or more")
+    try:
+        bench_onednn.find_onednn()
+    except bench_onednn.OneDNNMissing as error:
+        print(f"opgen bench: error: {error}", file=sys.stderr)
+        return 1
+    total, done = len(bench_onednn.cases(ops, dtypes)) * len(sizes) * len(threads), 0
+    live = sys.stderr.isatty()
+
+    def progress(cell: bench_onednn.Cell) -> None:
+        nonlocal done
+        done += 1
+        if live:
+            print(f"\r\033[Kcompared {done}/{total} cells", end="", file=sys.stderr, flush=True)
+
+    try:
+        report = bench_onednn.run(sizes, threads, ops, dtypes, args.rounds, args.min_time / args.rounds, progress)
+    except BuildError as error:
+        print(f"opgen bench: error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if live:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+    print(bench_onednn.table(report))
+    if args.json:
+        bench_onednn.save(report, args.json)
+        print(f"wrote {args.json}")
+    failed = [cell for cell in report["cells"] if cell["status"] in ("failed", "mismatch")]
+    return 1 if failed else 0
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -190,14 +233,26 @@ def main(argv: list[str] | None = None) -> int:
     info = commands.add_parser("info", help="which compiled copy (CPU target) and how many threads the kernels use")
     info.set_defaults(run=_info)
     bench = commands.add_parser("bench", help="measure every op variant against the machine's bandwidth")
-    bench.add_argument("--sizes", default="S,M,L,HW1,HW7,HW14", help="S, M, L, HW1, HW7, HW14 (default: all)")
+    bench.add_argument("--sizes", help="S, M, L, HW1, HW7, HW14 (default: all; with --compare, S, M and L)")
     bench.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
     bench.add_argument("--ops", help="comma-separated ops (default: every bundled op)")
     bench.add_argument("--dtypes", default="f32,bf16,f16")
-    bench.add_argument("--min-time", type=float, default=0.2, help="seconds of calls per case (default 0.2)")
+    bench.add_argument(
+        "--min-time",
+        type=float,
+        default=0.2,
+        help="seconds of calls per case (default 0.2; with --compare, per side, over its rounds)",
+    )
     bench.add_argument("--no-baselines", action="store_true", help="skip NumPy and PyTorch")
     bench.add_argument("--json", help="write the results as JSON here (default: not written)")
     bench.add_argument("--plot", help="write a PNG chart here (needs matplotlib)")
+    bench.add_argument(
+        "--compare",
+        choices=["onednn"],
+        help="time opgen's C op API against an installed oneDNN's primitives, on the same buffers "
+        "(pip install onednn-cpu-gomp onednn-devel-cpu-gomp)",
+    )
+    bench.add_argument("--rounds", type=int, default=5, help="with --compare: rounds per cell (default 5)")
     bench.set_defaults(run=_bench)
     checking = commands.add_parser(
         "check", help="run every variant of a built library against the oracle and print pass/fail per variant"

@@ -72,6 +72,7 @@ def check_contents(wheel: Path) -> None:
             if path.is_file():
                 assert f"opgen/_bundle/{path.relative_to(ROOT).as_posix()}" in names, path
     assert "opgen/_bundle/prebuilt.json" in names and "opgen/fastcall.c" in names
+    assert "opgen/bench_onednn.c" in names  # `opgen bench --compare onednn` compiles it
     assert not wheel.name.endswith("-none-any.whl"), wheel.name  # compiled code inside
 
 
