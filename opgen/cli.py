@@ -79,7 +79,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from opgen import bench
+    from opgen import bench, bench_lines
 
     def names(text: str, allowed: Any, what: str) -> list[str]:
         chosen = [name for name in text.split(",") if name]
@@ -88,6 +88,10 @@ def _bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"opgen bench: --{what}: unknown {', '.join(unknown)} (choose from {', '.join(allowed)})")
         return chosen
 
+    if args.compare == "torch":  # the along_axes ops: sizes and ops of their own
+        args.sizes_torch = names(args.sizes or "S,M,L,T", bench_lines.SHAPES, "sizes")
+        args.ops_torch = names(args.ops or ",".join(bench_lines.OPS), bench_lines.OPS, "ops")
+        args.sizes, args.ops = "S", None
     sizes = names(args.sizes or ("S,M,L" if args.compare else "S,M,L,HW1,HW7,HW14"), bench.SIZES, "sizes")
     ops = names(args.ops or ",".join(bench.OPS), bench.OPS, "ops")
     dtypes = names(args.dtypes, bench.DTYPES, "dtypes")
@@ -95,6 +99,8 @@ def _bench(args: argparse.Namespace) -> int:
         threads = [int(t) for t in args.threads.split(",")] if args.threads else sorted({1, os.cpu_count() or 1})
     except ValueError:
         raise SystemExit("opgen bench: --threads: a comma-separated list of thread counts") from None
+    if args.compare == "torch":
+        return _compare_torch(args, threads)
     if args.compare:
         return _compare(args, sizes, threads, ops, dtypes)
     total, done = len(bench.cases(ops, dtypes)) * len(sizes) * len(threads), 0
@@ -161,6 +167,22 @@ def _compare(args: argparse.Namespace, sizes: list[str], threads: list[int], ops
         print(f"wrote {args.json}")
     failed = [cell for cell in report["cells"] if cell["status"] in ("failed", "mismatch")]
     return 1 if failed else 0
+
+
+def _compare_torch(args: argparse.Namespace, threads: list[int]) -> int:
+    """`opgen bench --compare torch`: the along_axes ops against PyTorch's, from Python."""
+    from opgen import bench_lines
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print('opgen bench: error: --compare torch needs PyTorch (pip install ".[torch]")', file=sys.stderr)
+        return 1
+    if args.rounds < 1 or any(count < 1 for count in threads):
+        raise SystemExit("opgen bench: --rounds and --threads: 1 or more")
+    cells = bench_lines.run(args.sizes_torch, threads, args.ops_torch, args.rounds, args.min_time)
+    print(bench_lines.table(cells))
+    return 1 if any(cell["status"] != "timed" for cell in cells) else 0
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -248,9 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--plot", help="write a PNG chart here (needs matplotlib)")
     bench.add_argument(
         "--compare",
-        choices=["onednn"],
-        help="time opgen's C op API against an installed oneDNN's primitives, on the same buffers "
-        "(pip install onednn-cpu-gomp onednn-devel-cpu-gomp)",
+        choices=["onednn", "torch"],
+        help="onednn: time opgen's C op API against an installed oneDNN's primitives, on the same buffers "
+        "(pip install onednn-cpu-gomp onednn-devel-cpu-gomp); torch: the along_axes ops (SoftMax, LogSoftmax, "
+        "LayerNorm, LayerNormBackward) against PyTorch's, sizes S, M, L, T of opgen/bench_lines.py",
     )
     bench.add_argument("--rounds", type=int, default=5, help="with --compare: rounds per cell (default 5)")
     bench.set_defaults(run=_bench)

@@ -414,3 +414,22 @@ def test_sums_across_lines_are_the_same_on_any_thread_count(totals, shape, axis)
         two = totals(x, weight, axis=axis)
     for a, b in zip(one, two):
         assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_the_comparison_with_pytorch_checks_and_times_each_op():
+    """`opgen bench --compare torch`: each op agrees with PyTorch's before it is timed, and a
+    wrong op is reported as a mismatch, not timed."""
+    pytest.importorskip("torch")
+    from opgen import bench_lines
+
+    cells = bench_lines.run(["S"], [1], list(bench_lines.OPS), rounds=1, min_time=0.01)
+    assert [c["status"] for c in cells] == ["timed"] * len(bench_lines.OPS), cells
+    assert all(c["opgen_us"] > 0 and c["torch_us"] > 0 for c in cells)
+    assert "opgen ÷ torch" in bench_lines.table(cells)
+    original = opgen.soft_max
+    try:
+        opgen.soft_max = lambda src, axis: original(src, axis=axis) * 1.01  # type: ignore[assignment]
+        (cell,) = bench_lines.run(["S"], [1], ["soft_max"], rounds=1, min_time=0.01)
+    finally:
+        opgen.soft_max = original
+    assert cell["status"] == "mismatch"
