@@ -86,9 +86,45 @@ def call(kernel: dict, dims: tuple[int, ...], sums_given: bool) -> str:
     return "{\n        " + "\n        ".join(lines) + "\n    }"
 
 
+# along_axes: (outer, length, inner): contiguous lines (inner 1) and groups of 16 lines (inner > 1),
+# short, tailed, empty and many lines, enough elements for a thread team
+LINES = [(1, 1, 1), (3, 17, 1), (2, 33, 5), (5, 1, 19), (0, 3, 2), (2, 0, 3), (3, 4, 0), (BIG // 16 + 1, 16, 1)]
+LINES += [(4, 7, 40), (2, BIG // 35 + 1, 35)]
+
+
+def call_lines(kernel: dict, dims: tuple[int, int, int]) -> str:
+    """C statements calling an along_axes kernel on exact-size buffers: tensors outer * length
+    * inner elements, line operands outer * inner, along operands length; its workspace."""
+    outer, length, inner = dims
+    planned = kernel["lines"]
+    counts = {
+        o.name: {"tensor": outer * length * inner, "line": outer * inner, "along": length}[o.kind]
+        for o in (*planned.inputs, *planned.outputs)
+    }
+    lines, arguments, frees = [], [], []
+    for type_, name in kernel["params"]:
+        c_type = type_.replace("const ", "").replace("*", "").strip()
+        if name == "workspace":
+            lines.append(f"int64_t workspace_n = {kernel['name']}_workspace_size({outer}, {length}, {inner});")
+            lines.append("double *workspace = (double *)checked_malloc((size_t)workspace_n * sizeof(double));")
+            frees.append(name)
+        elif "*" in type_:
+            lines.append(f"{c_type} *{name} = ({c_type} *)checked_malloc((size_t){counts[name]} * sizeof({c_type}));")
+            lines.append(f"fill((unsigned char *){name}, (size_t){counts[name]} * sizeof({c_type}));")
+            frees.append(name)
+        arguments.append(name if "*" in type_ else "0.25f" if type_.startswith("float") else None)
+    arguments = [a for a in arguments if a is not None] + [str(outer), str(length), str(inner)]
+    lines.append(f"{kernel['name']}({', '.join(arguments)});")
+    lines += [f"free({name});" for name in frees]
+    return "{\n        " + "\n        ".join(lines) + "\n    }"
+
+
 def driver() -> str:
     body = []
     for kernel in LIBRARY.kernels:
+        if kernel["pattern"] == "along_axes":
+            body += [f"    {call_lines(kernel, dims)}" for dims in LINES]
+            continue
         if kernel["pattern"] == "elementwise" or kernel["form"] == "full":
             shapes = [(count,) for count in ELEMENTWISE]
         elif kernel["form"] == "ncx":
