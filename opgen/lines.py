@@ -27,13 +27,11 @@ Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c)
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 
 from opgen import expr
 from opgen.specs import DType, DTypeTable, OpSpec
-
-# An exp costs about this many elements of plain arithmetic (the thread policy's unit).
-EXP_WORK = 4
 
 
 @dataclass(frozen=True)
@@ -148,6 +146,8 @@ def line_groups(spec: OpSpec) -> tuple[dict[str, int], dict[str, int]]:
 
 def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bool], table: DTypeTable) -> LinesKernel:
     """The plan of variant `name` of along_axes op `spec` for dtype row `row`."""
+    from opgen import plan  # plan imports this module: its tuning constants, read at call time
+
     dtypes = {tensor: table.dtypes[dtype] for tensor, dtype in row.items()}
     reference = dtypes[spec.reference]
     compute = reference.wide_compute if spec.compute == "wide" else reference.compute
@@ -246,15 +246,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     element_trees = [(n, t) for n, t in element_trees if n in live]
     kept = _kept_terms(spec, dtypes, compute, element_trees, reductions.get(pass_count, []), slots)
     if kept:
-        last = passes[-1]
-        passes[-1] = Pass(
-            last.index,
-            last.reductions,
-            last.reads,
-            last.line_reads,
-            last.after,
-            tuple((operands[o], r) for o, r in kept.items()),
-        )
+        passes[-1] = dataclasses.replace(passes[-1], keeps=tuple((operands[o], r) for o, r in kept.items()))
         for index, (entry, tree) in enumerate(element_trees):
             if entry in kept:
                 assert isinstance(tree, ast.BinOp)
@@ -310,7 +302,8 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         line_outputs=tuple((output_operands[t.name], slots[t.name]) for t in spec.outputs if t.kind == "line"),
         across=across,
         across_outputs=tuple(output_operands[r.name] for r in across),
-        work_per_element=(1 + pass_count) * (1 + EXP_WORK * exps),
+        # each pass costs a walk over the line; an exp as plan.EXP_WORK elements of arithmetic
+        work_per_element=(1 + pass_count) * (1 + plan.EXP_WORK * exps),
     )
 
 
@@ -325,7 +318,7 @@ def _kept_terms(
     """The tensor outputs that keep a reduction's term (module docstring): output -> reduction."""
     per_line = set(slots) | {a.name for a in spec.attributes} | {"count"}
     outputs = {t.name for t in spec.outputs if t.kind == "tensor"}
-    kept = {}
+    kept: dict[str, str] = {}
     for entry, tree in element_trees:
         dtype = dtypes.get(entry)
         if entry not in outputs or dtype is None or compute != "float" or dtype.c_type != "float":
