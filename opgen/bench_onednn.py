@@ -290,7 +290,7 @@ def table(report: dict[str, Any]) -> str:
         assert cell.opgen_seconds is not None and cell.onednn_seconds is not None and cell.ratio is not None
         lines.append(
             f"{case} {cell.size:4s} {cell.threads:3d} {cell.opgen_seconds * 1e6:8.1f}us "
-            f"{cell.onednn_seconds * 1e6:8.1f}us {cell.ratio:6.2f} {cell.error or 0.0:8.1e}  {cell.implementation}"
+            f"{cell.onednn_seconds * 1e6:8.1f}us {cell.ratio:6.3g} {cell.error or 0.0:8.1e}  {cell.implementation}"
         )
     if skipped:
         lines.append("not timed (size/threads):")

@@ -16,6 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from opgen import plan
 from opgen.render import BUNDLED_OUTPUT
 
 WARNINGS = ["-Wall", "-Wextra", "-Wpedantic", "-Werror"]
@@ -34,22 +35,31 @@ class ObjectBuilds:
         self._lock = threading.Lock()
         self._done: dict[tuple[str, ...], list[Path] | str] = {}
 
-    def objects(self, command: list[str]) -> list[Path]:
+    def objects(self, command: list[str], host_only: bool = False) -> list[Path]:
         """Every C file of generated/ compiled with `command` (compiler and flags; -c and -o are
-        added), sorted by name; raises AssertionError with the compiler's output on a failure."""
-        key = tuple(command)
+        added), sorted by name; raises AssertionError with the compiler's output on a failure.
+        `host_only`: without the copies of the CPU targets this CPU cannot run (left out as a
+        user's build may, OPGEN_WITHOUT_<TARGET>), for configurations that other tests already
+        compile with every copy."""
+        left_out = [t for t in plan.compiled_targets() if t not in plan.host_targets()] if host_only else []
+        key = (*command, *(f"-DOPGEN_WITHOUT_{t.upper()}" for t in left_out))
         with self._lock:  # tests run one at a time; the lock only keeps a key from building twice
             if key not in self._done:
-                self._done[key] = self._compile(command)
+                sources = [
+                    p
+                    for p in sorted(self.sources.glob("*.c"))
+                    if not p.stem.endswith(tuple(f"__{t}" for t in left_out))
+                ]
+                self._done[key] = self._compile(list(key), sources)
             result = self._done[key]
         if isinstance(result, str):
             raise AssertionError(result)
         return result
 
-    def _compile(self, command: list[str]) -> list[Path] | str:
+    def _compile(self, command: list[str], sources: list[Path]) -> list[Path] | str:
         directory = self.root / hashlib.sha256("\0".join(command).encode()).hexdigest()[:16]
         directory.mkdir()
-        objects, failed = compile_each(command, sorted(self.sources.glob("*.c")), directory)
+        objects, failed = compile_each(command, sources, directory)
         if failed is not None:
             return f"{' '.join(failed.args)}\n{failed.stderr}"
         return objects

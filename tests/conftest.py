@@ -35,6 +35,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     return report
 
 
+# Modules whose tests share builds (the session's object_builds, a module's sanitizer build):
+# each group runs in one pytest-xdist worker, so that a build is made once, not once per worker.
+SHARED_BUILDS = {"test_generated": "c_objects", "test_vendoring": "c_objects", "test_sanitizers": "sanitizers"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = SHARED_BUILDS.get(item.module.__name__.rpartition(".")[2] if item.module else "")
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def object_builds(tmp_path_factory: pytest.TempPathFactory) -> ObjectBuilds:
     """generated/ compiled once per compiler and flags for every test that links it (tests/builds.py)."""

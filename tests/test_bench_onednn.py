@@ -77,7 +77,8 @@ def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     rows = [line.split() for line in out.splitlines() if line.startswith(("relu ", "prelu "))]
     assert len(rows) == 2 + 6, out  # ReLU from dst and from src; PReLU's 3 slopes in 2 layouts
     for row in rows:
-        assert row[5] == "1" and float(row[8]) > 0, row  # threads; the opgen / oneDNN ratio
+        # threads; the opgen / oneDNN ratio, in significant digits (a cell 300 times faster is not 0)
+        assert row[5] == "1" and float(row[8]) > 0, row
 
 
 def test_cli_says_how_to_install_onednn(

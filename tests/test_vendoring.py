@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opgen import oracle
+from opgen import oracle, plan
 from opgen.compile import compiler
 from opgen.render import BUNDLED_OUTPUT
 from tests.builds import WARNINGS
@@ -129,9 +129,10 @@ def test_called_from_cpp(vendored, object_builds, cxx):
 def test_plain_cc_build(vendored, object_builds, cc, openmp):
     source = vendored / "opgen"
     binary = vendored / f"use_kernels_{cc}_{openmp}"
-    # as test_generated.py's "plain" and "openmp" configurations, whose objects these are
+    # as test_generated.py's "plain" and "openmp" configurations, whose objects these are;
+    # clang without OpenMP builds the copies this CPU runs (with OpenMP, every copy)
     flags = ["-std=c99", "-O2", *(["-fopenmp"] if openmp else []), *WARNINGS]
-    objects = object_builds.objects([*c_compiler(cc), *flags])
+    objects = object_builds.objects([*c_compiler(cc), *flags], host_only=cc == "clang" and not openmp)
     link([*c_compiler(cc), *flags], source, [*map(str, objects), str(PROGRAM)], binary)
     result = run([str(binary), str(vendored / "golden")])
     assert CHECKS in result.stdout
@@ -146,6 +147,10 @@ def test_cmake_build_and_install(vendored, cc):
     if shutil.which(cc) is None:
         pytest.skip(f"{cc} is not installed")
     build, prefix = vendored / f"build_{cc}", vendored / f"prefix_{cc}"
+    # cc leaves out the copies this CPU cannot run (OPGEN_WITHOUT_TARGETS): they could not be
+    # checked here, and test_generated.py compiles them warning-free with cc already. clang
+    # builds every copy, each with its instruction-set flags.
+    left_out = [t for t in plan.compiled_targets() if t not in plan.host_targets()] if cc == "cc" else []
     run(
         [
             "cmake",
@@ -157,9 +162,14 @@ def test_cmake_build_and_install(vendored, cc):
             f"-DCMAKE_INSTALL_PREFIX={prefix}",
             "-DCMAKE_BUILD_TYPE=Release",
             "-DCMAKE_C_FLAGS=-Wall -Wextra -Wpedantic -Werror",
+            f"-DOPGEN_WITHOUT_TARGETS={';'.join(left_out)}",
         ]
     )
     run(["cmake", "--build", str(build), "-j", "2"])
+    built = {path.name.split(".")[0] for path in (build / "CMakeFiles" / "opgen_objects.dir").glob("*.o")}
+    assert "opgen_dispatch" in built and not {
+        name for name in built if name.endswith(tuple(f"__{t}" for t in left_out))
+    }
     run(["cmake", "--install", str(build)])
     # `opgen check` runs every variant of the shared library built here against the oracle
     checked = run([sys.executable, "-m", "opgen.cli", "check", "--library", str(build / "libopgen_kernels.so")])
@@ -187,6 +197,15 @@ def test_cmake_build_and_install(vendored, cc):
     run(["cmake", "--build", str(consumer / "build")])
     result = run([str(consumer / "build" / "use_kernels"), str(vendored / "golden")])
     assert CHECKS in result.stdout
+
+
+def test_cmake_refuses_an_unknown_target_to_leave_out(vendored, tmp_path):
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not installed (the test extra installs it)")
+    command = ["cmake", "-S", str(vendored / "opgen"), "-B", str(tmp_path), "-DOPGEN_WITHOUT_TARGETS=avx2;sse9"]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert "OPGEN_WITHOUT_TARGETS: 'sse9' is not one of the targets with copies" in result.stderr
 
 
 def test_cmake_without_build_type_optimizes(vendored):
