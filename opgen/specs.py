@@ -710,7 +710,9 @@ PATTERN_DOCS = {
     "along_axes": 'Lines along the axes an int attribute names (`role = "axis"`: one axis; `"begin_axis"`: '
     "from it to the last): `line` computes each line's values, reductions over the line among them (as few passes "
     "over the line as their order allows), then `elements` writes each element from its inputs and its line's "
-    "values (SoftMax, LayerNorm).",
+    'values (SoftMax, LayerNorm). Or along any set of axes an int list names (`role = "axes"`, with a bool of '
+    '`role = "keep_dims"`): then one reduction and the values computed from it, into line outputs (ReduceSum); '
+    "axes that are not neighbours are reduced block by block and combined in a fixed order.",
     "elementwise": "Every output element computed from the same element of each input: tensor inputs and outputs only.",
     "broadcast_reduce": "One channel input broadcast along the reference (its `broadcast` forms); tensor outputs per "
     "element, and the channel outputs as sums over the elements each channel value met.",
