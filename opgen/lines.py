@@ -2,8 +2,8 @@
 
 An along_axes op computes lines: the elements along the axes an attribute names, at one
 index of the other axes. `math.line` holds the line's values in order, reductions among them
-(`line_sum(term)`, `line_max(term)`, `line_min(term)`, `line_prod(term)`); `math.elements` writes each element
-from its inputs and the line's values. The reductions go in as few passes over a line as
+(`line_sum(term)`, `line_max(term)`, `line_min(term)`, `line_prod(term)`); `math.elements`
+writes each element from its inputs and the line's values. The reductions go in as few passes over a line as
 their order allows: a reduction whose term reads a line value that needs the reductions of
 pass k runs in pass k + 1; the line values then follow the pass that makes them computable.
 
@@ -232,10 +232,11 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
             step = LineStep(entry, slots[entry], c_text(tree, accumulate, line_spelling(accumulate)))
             (before if groups[entry] == 0 else after[groups[entry]]).append(step)
             continue
-        is_sum = reduction in ("line_sum", "line_prod")  # in the accumulation type
-        lane_type = accumulate if is_sum else compute
+        accumulated = reduction in ("line_sum", "line_prod")  # in the accumulation type
+        lane_type = accumulate if accumulated else compute
         infinity = "INFINITY" if reduction == "line_min" else "-INFINITY"
-        start = f"({lane_type}){1 if reduction == 'line_prod' else 0}" if is_sum else f"({lane_type}){infinity}"
+        empty = 1 if reduction == "line_prod" else 0  # the value of no terms
+        start = f"({lane_type}){empty}" if accumulated else f"({lane_type}){infinity}"
         term = c_text(tree, compute, element_spelling)
         reductions[pass_of[entry]].append(
             (Reduction(entry, slots[entry], reduction, lane_type, start, term, compute), tree)
