@@ -388,3 +388,19 @@ def test_opgen_check_passes_every_variant(op):
     results = check.check_op(opgen.bundled, spec, oracle, seed=0)
     assert len(results) == 2 * len(spec.dtypes)
     assert all(r.failure is None and r.cases > 50 for r in results), check.report(results)
+
+
+def test_torch_takes_the_axes_as_an_int_list():
+    """As a PyTorch custom op the axes are `int[] axes=[]`; results and fake shapes as opgen's."""
+    torch = pytest.importorskip("torch")
+    import opgen.torch as ops
+
+    assert "int[] axes=[], bool keep_dims=False" in ops.schema(REDUCTIONS["reduce_sum"])
+    x = torch.from_numpy(rng("torch").standard_normal((3, 4, 5)).astype(np.float32))
+    got = ops.reduce_mean(x, axes=[0, 2], keep_dims=True)
+    assert isinstance(got, torch.Tensor) and got.shape == (1, 4, 1)
+    assert np.array_equal(got.numpy(), opgen.reduce_mean(x.numpy(), axes=[0, 2], keep_dims=True))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        assert torch.ops.opgen.reduce_l2(torch.empty(3, 4, 5), axes=[-1]).shape == (3, 4)
