@@ -17,7 +17,7 @@ static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
     const float *src = (const float *)call->tensors[0] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -56,7 +56,7 @@ static void layer_norm_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -86,7 +86,7 @@ static void layer_norm_f32_after_1(const opgen_lines_call *call, int64_t line, d
 {
     (void)call;
     (void)line;
-    values[1] = (values[0] / ((double)call->length)); /* mean */
+    values[1] = (values[0] / ((double)call->count)); /* mean */
 }
 
 /* pass 2 over a contiguous line: sum_squares */
@@ -96,7 +96,7 @@ static void layer_norm_f32_reduce_2(const opgen_lines_call *call, int64_t line, 
     const float *src = (const float *)call->tensors[0] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
     double sum_squares_lanes[OPGEN_BLOCK];
@@ -136,7 +136,7 @@ static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -171,7 +171,7 @@ static void layer_norm_f32_after_2(const opgen_lines_call *call, int64_t line, d
 {
     (void)call;
     (void)line;
-    values[3] = (values[2] / ((double)call->length)); /* variance */
+    values[3] = (values[2] / ((double)call->count)); /* variance */
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
@@ -186,7 +186,7 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
     float *dst = (float *)call->tensors[3] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
     const double inv_std_line = (double)values[4];
@@ -250,7 +250,7 @@ static void layer_norm_f32_apply_columns(const opgen_lines_call *call, int64_t o
     float *dst = (float *)call->tensors[3] + start;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -322,6 +322,7 @@ void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -336,7 +337,7 @@ static void layer_norm_bf16_f32_reduce_1(const opgen_lines_call *call, int64_t l
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -375,7 +376,7 @@ static void layer_norm_bf16_f32_reduce_1_columns(const opgen_lines_call *call, i
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -405,7 +406,7 @@ static void layer_norm_bf16_f32_after_1(const opgen_lines_call *call, int64_t li
 {
     (void)call;
     (void)line;
-    values[1] = (values[0] / ((double)call->length)); /* mean */
+    values[1] = (values[0] / ((double)call->count)); /* mean */
 }
 
 /* pass 2 over a contiguous line: sum_squares */
@@ -415,7 +416,7 @@ static void layer_norm_bf16_f32_reduce_2(const opgen_lines_call *call, int64_t l
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
     double sum_squares_lanes[OPGEN_BLOCK];
@@ -455,7 +456,7 @@ static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, i
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -490,7 +491,7 @@ static void layer_norm_bf16_f32_after_2(const opgen_lines_call *call, int64_t li
 {
     (void)call;
     (void)line;
-    values[3] = (values[2] / ((double)call->length)); /* variance */
+    values[3] = (values[2] / ((double)call->count)); /* variance */
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
@@ -505,7 +506,7 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[3] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
     const double inv_std_line = (double)values[4];
@@ -569,7 +570,7 @@ static void layer_norm_bf16_f32_apply_columns(const opgen_lines_call *call, int6
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[3] + start;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -641,6 +642,7 @@ void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, con
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -655,7 +657,7 @@ static void layer_norm_bf16_reduce_1(const opgen_lines_call *call, int64_t line,
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -694,7 +696,7 @@ static void layer_norm_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -724,7 +726,7 @@ static void layer_norm_bf16_after_1(const opgen_lines_call *call, int64_t line, 
 {
     (void)call;
     (void)line;
-    values[1] = (values[0] / ((double)call->length)); /* mean */
+    values[1] = (values[0] / ((double)call->count)); /* mean */
 }
 
 /* pass 2 over a contiguous line: sum_squares */
@@ -734,7 +736,7 @@ static void layer_norm_bf16_reduce_2(const opgen_lines_call *call, int64_t line,
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
     double sum_squares_lanes[OPGEN_BLOCK];
@@ -774,7 +776,7 @@ static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -809,7 +811,7 @@ static void layer_norm_bf16_after_2(const opgen_lines_call *call, int64_t line, 
 {
     (void)call;
     (void)line;
-    values[3] = (values[2] / ((double)call->length)); /* variance */
+    values[3] = (values[2] / ((double)call->count)); /* variance */
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
@@ -824,7 +826,7 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[3] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double mean_line = (double)values[1];
     const double inv_std_line = (double)values[4];
@@ -888,7 +890,7 @@ static void layer_norm_bf16_apply_columns(const opgen_lines_call *call, int64_t 
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[3] + start;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -960,6 +962,7 @@ void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const o
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -974,7 +977,7 @@ static void layer_norm_f16_f32_reduce_1(const opgen_lines_call *call, int64_t li
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1013,7 +1016,7 @@ static void layer_norm_f16_f32_reduce_1_columns(const opgen_lines_call *call, in
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1043,7 +1046,7 @@ static void layer_norm_f16_f32_after_1(const opgen_lines_call *call, int64_t lin
 {
     (void)call;
     (void)line;
-    values[1] = (values[0] / ((double)call->length)); /* mean */
+    values[1] = (values[0] / ((double)call->count)); /* mean */
 }
 
 /* pass 2 over a contiguous line: sum_squares */
@@ -1053,7 +1056,7 @@ static void layer_norm_f16_f32_reduce_2(const opgen_lines_call *call, int64_t li
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float mean_line = (float)values[1];
     double sum_squares_lanes[OPGEN_BLOCK];
@@ -1093,7 +1096,7 @@ static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, in
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1128,7 +1131,7 @@ static void layer_norm_f16_f32_after_2(const opgen_lines_call *call, int64_t lin
 {
     (void)call;
     (void)line;
-    values[3] = (values[2] / ((double)call->length)); /* variance */
+    values[3] = (values[2] / ((double)call->count)); /* variance */
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
@@ -1143,7 +1146,7 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
     opgen_f16 *dst = (opgen_f16 *)call->tensors[3] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float mean_line = (float)values[1];
     const float inv_std_line = (float)values[4];
@@ -1207,7 +1210,7 @@ static void layer_norm_f16_f32_apply_columns(const opgen_lines_call *call, int64
     opgen_f16 *dst = (opgen_f16 *)call->tensors[3] + start;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1279,6 +1282,7 @@ void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }

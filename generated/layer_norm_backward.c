@@ -29,7 +29,7 @@ static void layer_norm_backward_f32_reduce_1(const opgen_lines_call *call, int64
     const float *gamma = (const float *)call->tensors[4];
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float mean_line = (float)values[0];
     double sum_g_lanes[OPGEN_BLOCK];
@@ -97,7 +97,7 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
     const float *gamma = (const float *)call->tensors[4];
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -145,8 +145,8 @@ static void layer_norm_backward_f32_after_1(const opgen_lines_call *call, int64_
 {
     (void)call;
     (void)line;
-    values[5] = (values[3] / ((double)call->length)); /* mean_g */
-    values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->length)); /* centered_coefficient */
+    values[5] = (values[3] / ((double)call->count)); /* mean_g */
+    values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines */
@@ -160,7 +160,7 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
     float *diff_src = (float *)call->tensors[5] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float mean_line = (float)values[0];
     const float inv_std_line = (float)values[2];
@@ -231,7 +231,7 @@ static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, 
     float *diff_src = (float *)call->tensors[5] + start;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -336,7 +336,8 @@ void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, cons
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
-                                    workspace };
+                                    workspace, length,
+                                    NULL };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -362,7 +363,7 @@ static void layer_norm_backward_bf16_f32_reduce_1(const opgen_lines_call *call, 
     const float *gamma = (const float *)call->tensors[4];
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float mean_line = (float)values[0];
     double sum_g_lanes[OPGEN_BLOCK];
@@ -430,7 +431,7 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
     const float *gamma = (const float *)call->tensors[4];
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -478,8 +479,8 @@ static void layer_norm_backward_bf16_f32_after_1(const opgen_lines_call *call, i
 {
     (void)call;
     (void)line;
-    values[5] = (values[3] / ((double)call->length)); /* mean_g */
-    values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->length)); /* centered_coefficient */
+    values[5] = (values[3] / ((double)call->count)); /* mean_g */
+    values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines */
@@ -493,7 +494,7 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[5] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float mean_line = (float)values[0];
     const float inv_std_line = (float)values[2];
@@ -564,7 +565,7 @@ static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *c
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[5] + start;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -669,7 +670,8 @@ void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
-                                    workspace };
+                                    workspace, length,
+                                    NULL };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -695,7 +697,7 @@ static void layer_norm_backward_f16_f32_reduce_1(const opgen_lines_call *call, i
     const float *gamma = (const float *)call->tensors[4];
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float mean_line = (float)values[0];
     double sum_g_lanes[OPGEN_BLOCK];
@@ -763,7 +765,7 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
     const float *gamma = (const float *)call->tensors[4];
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -811,8 +813,8 @@ static void layer_norm_backward_f16_f32_after_1(const opgen_lines_call *call, in
 {
     (void)call;
     (void)line;
-    values[5] = (values[3] / ((double)call->length)); /* mean_g */
-    values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->length)); /* centered_coefficient */
+    values[5] = (values[3] / ((double)call->count)); /* mean_g */
+    values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines */
@@ -826,7 +828,7 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[5] + line * length;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float mean_line = (float)values[0];
     const float inv_std_line = (float)values[2];
@@ -897,7 +899,7 @@ static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *ca
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[5] + start;
     const float epsilon = call->numbers[0];
     (void)epsilon;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float mean_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1002,6 +1004,7 @@ void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT s
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
-                                    workspace };
+                                    workspace, length,
+                                    NULL };
     opgen_lines_run(&kernel, &call);
 }

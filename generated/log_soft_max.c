@@ -15,7 +15,7 @@ static void log_soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line
 {
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -52,7 +52,7 @@ static void log_soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int6
 {
     const int64_t length = call->length, inner = call->inner;
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -82,7 +82,7 @@ static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line
 {
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
@@ -120,7 +120,7 @@ static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int6
 {
     const int64_t length = call->length, inner = call->inner;
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -165,7 +165,7 @@ static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, d
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     const float log_sum_line = (float)values[2];
@@ -201,7 +201,7 @@ static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t
     const int64_t start = outer_index * length * inner + position;
     const float *src = (const float *)call->tensors[0] + start;
     float *dst = (float *)call->tensors[1] + start;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -260,6 +260,7 @@ void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGE
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -272,7 +273,7 @@ static void log_soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t lin
 {
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -309,7 +310,7 @@ static void log_soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -339,7 +340,7 @@ static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t lin
 {
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
@@ -377,7 +378,7 @@ static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -422,7 +423,7 @@ static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, 
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     const float log_sum_line = (float)values[2];
@@ -458,7 +459,7 @@ static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -517,6 +518,7 @@ void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -529,7 +531,7 @@ static void log_soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line
 {
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -566,7 +568,7 @@ static void log_soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int6
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -596,7 +598,7 @@ static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line
 {
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
@@ -634,7 +636,7 @@ static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int6
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -679,7 +681,7 @@ static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, d
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     const float log_sum_line = (float)values[2];
@@ -715,7 +717,7 @@ static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -774,6 +776,7 @@ void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }

@@ -15,7 +15,7 @@ static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int
 {
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -52,7 +52,7 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
 {
     const int64_t length = call->length, inner = call->inner;
     const float *diff_dst = (const float *)call->tensors[0] + outer_index * length * inner + position;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -85,7 +85,7 @@ static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
     float *diff_src = (float *)call->tensors[2] + line * length;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double sum_diff_dst_line = (double)values[0];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
@@ -128,7 +128,7 @@ static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call
     const float *diff_dst = (const float *)call->tensors[0] + start;
     const float *dst = (const float *)call->tensors[1] + start;
     float *diff_src = (float *)call->tensors[2] + start;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_diff_dst_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -188,6 +188,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_ds
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -200,7 +201,7 @@ static void log_soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, in
 {
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -237,7 +238,7 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -270,7 +271,7 @@ static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + line * length;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double sum_diff_dst_line = (double)values[0];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
@@ -313,7 +314,7 @@ static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *cal
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + start;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + start;
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double sum_diff_dst_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -373,6 +374,7 @@ void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT d
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -385,7 +387,7 @@ static void log_soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int
 {
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -422,7 +424,7 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -455,7 +457,7 @@ static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float sum_diff_dst_line = (float)values[0];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
@@ -498,7 +500,7 @@ static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + start;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + start;
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float sum_diff_dst_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -558,6 +560,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT dif
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }

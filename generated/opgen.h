@@ -17,7 +17,8 @@
  *      opgen_<op>_with_arrays(operands, data, attributes, workspace, bytes) is _with_data for
  *        language bindings: the data pointers in one array (inputs, then outputs; NULL when
  *        absent) and the attributes as doubles, in order (enum values, 0 or 1, numbers;
- *        a double the attribute's C type cannot hold is refused).
+ *        an int list as 1 + OPGEN_MAX_RANK of them: its count, then its values, the rest
+ *        unused; a double the attribute's C type cannot hold is refused).
  *    Optional inputs and outputs are NULL when absent. Numeric attributes are finite. Outputs
  *    and a caller's workspace must not share memory with any tensor.
  * 2. The kernel API (below the op API): the specialized variants, one per dtype combination
@@ -84,6 +85,12 @@ typedef struct opgen_tensor {
     int rank;
     int64_t dims[OPGEN_MAX_RANK];
 } opgen_tensor;
+
+/* An int list attribute (ReduceSum's axes): its first `count` values (0..OPGEN_MAX_RANK). */
+typedef struct opgen_int_list {
+    int count;
+    int64_t values[OPGEN_MAX_RANK];
+} opgen_int_list;
 
 typedef enum opgen_data_format {
     OPGEN_DATA_FORMAT_NCX = 0, /* "NCX" */
@@ -276,6 +283,121 @@ opgen_status opgen_prelu_backward_workspace_size(const opgen_tensor *src, const 
 opgen_status opgen_prelu_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, void *workspace, size_t workspace_size);
 opgen_status opgen_prelu_backward_with_data(const opgen_tensor *operands, void *src_data, void *slope_data, void *diff_dst_data, void *diff_src_data, void *diff_slope_data, opgen_data_format data_format, void *workspace, size_t workspace_size);
 opgen_status opgen_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_reduce_l1: The L1 norm of src over the axes `axes` names: the sum of the absolute values of its
+ * elements there.
+ * (oneDNN Graph API, ReduceL1)
+ *   src (input): Input tensor.
+ *   dst (output): The L1 norms: src's shape without the reduced axes (keep_dims: with 1 in their
+ *       place).
+ *   axes (opgen_int_list, default { 0 }): The axes reduced over, each once; negative values count from the last (-1: the
+ *       last). Empty (the default): none, each element its own reduction.
+ *   keep_dims (int, default 0): True: dst keeps the reduced axes, as dims of 1; false: it drops them.
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_reduce_l1(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims);
+opgen_status opgen_reduce_l1_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size);
+opgen_status opgen_reduce_l1_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_l1_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_l1_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_reduce_l2: The L2 norm of src over the axes `axes` names: the square root of the sum of the squares of
+ * its elements there.
+ * (oneDNN Graph API, ReduceL2)
+ *   src (input): Input tensor.
+ *   dst (output): The L2 norms: src's shape without the reduced axes (keep_dims: with 1 in their
+ *       place).
+ *   axes (opgen_int_list, default { 0 }): The axes reduced over, each once; negative values count from the last (-1: the
+ *       last). Empty (the default): none, each element its own reduction.
+ *   keep_dims (int, default 0): True: dst keeps the reduced axes, as dims of 1; false: it drops them.
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_reduce_l2(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims);
+opgen_status opgen_reduce_l2_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size);
+opgen_status opgen_reduce_l2_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_l2_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_l2_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_reduce_max: The largest of src's elements over the axes `axes` names (NaN where one is NaN).
+ * (oneDNN Graph API, ReduceMax)
+ *   src (input): Input tensor.
+ *   dst (output): The maxima: src's shape without the reduced axes (keep_dims: with 1 in their
+ *       place).
+ *   axes (opgen_int_list, default { 0 }): The axes reduced over, each once; negative values count from the last (-1: the
+ *       last). Empty (the default): none, each element its own reduction.
+ *   keep_dims (int, default 0): True: dst keeps the reduced axes, as dims of 1; false: it drops them.
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_reduce_max(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims);
+opgen_status opgen_reduce_max_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size);
+opgen_status opgen_reduce_max_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_max_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_max_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_reduce_mean: The arithmetic mean of src's elements over the axes `axes` names: their sum over their
+ * count.
+ * (oneDNN Graph API, ReduceMean)
+ *   src (input): Input tensor.
+ *   dst (output): The means: src's shape without the reduced axes (keep_dims: with 1 in their
+ *       place).
+ *   axes (opgen_int_list, default { 0 }): The axes reduced over, each once; negative values count from the last (-1: the
+ *       last). Empty (the default): none, each element its own reduction.
+ *   keep_dims (int, default 0): True: dst keeps the reduced axes, as dims of 1; false: it drops them.
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_reduce_mean(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims);
+opgen_status opgen_reduce_mean_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size);
+opgen_status opgen_reduce_mean_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_mean_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_mean_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_reduce_min: The smallest of src's elements over the axes `axes` names (NaN where one is NaN).
+ * (oneDNN Graph API, ReduceMin)
+ *   src (input): Input tensor.
+ *   dst (output): The minima: src's shape without the reduced axes (keep_dims: with 1 in their
+ *       place).
+ *   axes (opgen_int_list, default { 0 }): The axes reduced over, each once; negative values count from the last (-1: the
+ *       last). Empty (the default): none, each element its own reduction.
+ *   keep_dims (int, default 0): True: dst keeps the reduced axes, as dims of 1; false: it drops them.
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_reduce_min(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims);
+opgen_status opgen_reduce_min_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size);
+opgen_status opgen_reduce_min_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_min_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_min_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_reduce_prod: The product of src's elements over the axes `axes` names.
+ * (oneDNN Graph API, ReduceProd)
+ *   src (input): Input tensor.
+ *   dst (output): The products: src's shape without the reduced axes (keep_dims: with 1 in their
+ *       place).
+ *   axes (opgen_int_list, default { 0 }): The axes reduced over, each once; negative values count from the last (-1: the
+ *       last). Empty (the default): none, each element its own reduction.
+ *   keep_dims (int, default 0): True: dst keeps the reduced axes, as dims of 1; false: it drops them.
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_reduce_prod(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims);
+opgen_status opgen_reduce_prod_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size);
+opgen_status opgen_reduce_prod_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_prod_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_prod_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_reduce_sum: The sum of src's elements over the axes `axes` names.
+ * (oneDNN Graph API, ReduceSum)
+ *   src (input): Input tensor.
+ *   dst (output): The sums: src's shape without the reduced axes (keep_dims: with 1 in their
+ *       place).
+ *   axes (opgen_int_list, default { 0 }): The axes reduced over, each once; negative values count from the last (-1: the
+ *       last). Empty (the default): none, each element its own reduction.
+ *   keep_dims (int, default 0): True: dst keeps the reduced axes, as dims of 1; false: it drops them.
+ *   dtype combinations: src f32, dst f32; src bf16, dst bf16; src f16, dst f16
+ */
+opgen_status opgen_reduce_sum(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims);
+opgen_status opgen_reduce_sum_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size);
+opgen_status opgen_reduce_sum_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_sum_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, opgen_int_list axes, int keep_dims, void *workspace, size_t workspace_size);
+opgen_status opgen_reduce_sum_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_relu: ReLU: dst = src where src is positive, else 0 (NaN stays NaN).
  * (oneDNN Graph API, ReLU)
@@ -677,6 +799,90 @@ int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, i
 void prelu_backward_f16_full(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);
 /* doubles of `workspace` prelu_backward_f16_full needs: none */
 int64_t prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
+
+/* reduce_l1_f32: The L1 norm of src over the axes `axes` names: the sum of the absolute values of its elements there.
+ * (src f32, dst f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_l1_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_l1_bf16: The L1 norm of src over the axes `axes` names: the sum of the absolute values of its elements there.
+ * (src bf16, dst bf16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_l1_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_l1_f16: The L1 norm of src over the axes `axes` names: the sum of the absolute values of its elements there.
+ * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_l1_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_l2_f32: The L2 norm of src over the axes `axes` names: the square root of the sum of the squares of its elements there.
+ * (src f32, dst f32; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_l2_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_l2_bf16: The L2 norm of src over the axes `axes` names: the square root of the sum of the squares of its elements there.
+ * (src bf16, dst bf16; computed in double, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_l2_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_l2_f16: The L2 norm of src over the axes `axes` names: the square root of the sum of the squares of its elements there.
+ * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_l2_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_max_f32: The largest of src's elements over the axes `axes` names (NaN where one is NaN).
+ * (src f32, dst f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_max_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_max_bf16: The largest of src's elements over the axes `axes` names (NaN where one is NaN).
+ * (src bf16, dst bf16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_max_f16: The largest of src's elements over the axes `axes` names (NaN where one is NaN).
+ * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_mean_f32: The arithmetic mean of src's elements over the axes `axes` names: their sum over their count.
+ * (src f32, dst f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_mean_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_mean_bf16: The arithmetic mean of src's elements over the axes `axes` names: their sum over their count.
+ * (src bf16, dst bf16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_mean_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_mean_f16: The arithmetic mean of src's elements over the axes `axes` names: their sum over their count.
+ * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_mean_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_min_f32: The smallest of src's elements over the axes `axes` names (NaN where one is NaN).
+ * (src f32, dst f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_min_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_min_bf16: The smallest of src's elements over the axes `axes` names (NaN where one is NaN).
+ * (src bf16, dst bf16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_min_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_min_f16: The smallest of src's elements over the axes `axes` names (NaN where one is NaN).
+ * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_min_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_prod_f32: The product of src's elements over the axes `axes` names.
+ * (src f32, dst f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_prod_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_prod_bf16: The product of src's elements over the axes `axes` names.
+ * (src bf16, dst bf16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_prod_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_prod_f16: The product of src's elements over the axes `axes` names.
+ * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_prod_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_sum_f32: The sum of src's elements over the axes `axes` names.
+ * (src f32, dst f32; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_sum_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_sum_bf16: The sum of src's elements over the axes `axes` names.
+ * (src bf16, dst bf16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_sum_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+
+/* reduce_sum_f16: The sum of src's elements over the axes `axes` names.
+ * (src f16, dst f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
+void reduce_sum_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
 
 /* relu_f32: ReLU: dst = src where src is positive, else 0 (NaN stays NaN).
  * (src f32, dst f32; computed in float) */

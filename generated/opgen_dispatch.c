@@ -1988,6 +1988,762 @@ int64_t prelu_backward_f16_full_workspace_size(int64_t outer, int64_t channels, 
     return 0;
 }
 
+void reduce_l1_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_l1_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_l1_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_l1_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_l1_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_l1_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_l1_f32__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_l1_f32__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_l1_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_l1_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_l1_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_l1_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_l1_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_l1_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_l1_bf16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_l1_bf16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_l1_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_l1_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_l1_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_l1_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_l1_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_l1_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_l1_f16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_l1_f16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_l2_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_l2_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_l2_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_l2_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_l2_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_l2_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_l2_f32__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_l2_f32__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_l2_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_l2_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_l2_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_l2_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_l2_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_l2_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_l2_bf16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_l2_bf16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_l2_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_l2_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_l2_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_l2_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_l2_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_l2_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_l2_f16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_l2_f16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_max_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_max_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_max_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_max_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_max_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_max_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_max_f32__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_max_f32__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_max_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_max_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_max_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_max_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_max_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_max_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_max_bf16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_max_bf16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_max_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_max_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_max_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_max_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_max_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_max_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_max_f16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_max_f16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_mean_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_mean_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_mean_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_mean_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_mean_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_mean_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_mean_f32__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_mean_f32__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_mean_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_mean_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_mean_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_mean_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_mean_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_mean_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_mean_bf16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_mean_bf16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_mean_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_mean_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_mean_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_mean_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_mean_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_mean_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_mean_f16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_mean_f16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_min_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_min_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_min_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_min_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_min_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_min_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_min_f32__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_min_f32__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_min_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_min_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_min_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_min_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_min_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_min_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_min_bf16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_min_bf16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_min_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_min_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_min_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_min_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_min_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_min_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_min_f16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_min_f16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_prod_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_prod_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_prod_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_prod_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_prod_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_prod_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_prod_f32__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_prod_f32__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_prod_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_prod_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_prod_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_prod_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_prod_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_prod_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_prod_bf16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_prod_bf16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_prod_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_prod_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_prod_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_prod_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_prod_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_prod_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_prod_f16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_prod_f16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_sum_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_sum_f32__avx2(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_sum_f32__avx512(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_sum_f32(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_sum_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_sum_f32__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_sum_f32__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_sum_f32__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_sum_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_sum_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_sum_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_sum_bf16(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_sum_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_sum_bf16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_sum_bf16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_sum_bf16__baseline(src, dst, outer, length, inner, blocks);
+}
+
+void reduce_sum_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void reduce_sum_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void reduce_sum_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks);
+#endif
+#endif
+
+void reduce_sum_f16(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t outer, int64_t length, int64_t inner, const int64_t *OPGEN_RESTRICT blocks)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        reduce_sum_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        reduce_sum_f16__avx512(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        reduce_sum_f16__avx2(src, dst, outer, length, inner, blocks);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    reduce_sum_f16__baseline(src, dst, outer, length, inner, blocks);
+}
+
 void relu_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);
 #if OPGEN_X86_DISPATCH
 #if !defined(OPGEN_WITHOUT_AVX2)

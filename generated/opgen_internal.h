@@ -1455,7 +1455,8 @@ enum opgen_pattern {
 /* The axes an along_axes op runs its lines along, from its axis attribute. */
 enum opgen_axes_mode {
     OPGEN_AXES_ONE,      /* the one axis the attribute names */
-    OPGEN_AXES_FROM      /* that axis and every one after it */
+    OPGEN_AXES_FROM,     /* that axis and every one after it */
+    OPGEN_AXES_LIST      /* every axis an int list attribute names (role axes) */
 };
 
 /* An along_axes operand's shape: the reference's, one value per line, or one per position
@@ -1528,9 +1529,13 @@ typedef struct opgen_call {
     int64_t axis;            /* along_axes: the axis attribute as given */
     int first_axis;          /* along_axes: the lines run along first_axis..last_axis */
     int last_axis;
+    opgen_int_list axes;     /* along_axes, OPGEN_AXES_LIST: the list as given */
+    int keep_dims;           /* ... and whether line outputs keep the reduced axes as 1 */
+    unsigned char reduced[OPGEN_MAX_RANK]; /* ... the axes it names */
     int row;
     int kernel;
-    int64_t dims[3];         /* count; or outer, channels, inner */
+    int64_t dims[4 + 2 * OPGEN_MAX_RANK]; /* count; or outer, channels, inner; along_axes over a set of
+                                           * axes then the blocks before the line (opgen_lines.h) */
     int64_t reference_count;
     int64_t expanded[OPGEN_MAX_RANK]; /* broadcast_reduce: the operand broadcast to the reference's rank */
     int operand;             /* broadcast_reduce: its channel input */
@@ -1551,7 +1556,8 @@ typedef struct opgen_call {
 
 opgen_status opgen_error(opgen_status status, const char *function, const char *argument, const char *format, ...);
 opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
-                              int channel_axis, int64_t axis, int flags, int with_data);
+                              int channel_axis, int64_t axis, const opgen_int_list *axes, int keep_dims, int flags,
+                              int with_data);
 opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *workspace, size_t workspace_size);
 opgen_status opgen_call_once(const opgen_call *call, const float *numbers);
 size_t opgen_dtype_size(opgen_dtype dtype);
@@ -1559,6 +1565,10 @@ size_t opgen_dtype_size(opgen_dtype dtype);
  * bools and enums; a finite number that rounds into f32's range for the f32 ones. */
 opgen_status opgen_attribute_int(const char *function, const char *name, double value, int *out);
 opgen_status opgen_attribute_f32(const char *function, const char *name, double value, float *out);
+/* An int list passed as doubles: its count (0..OPGEN_MAX_RANK), then OPGEN_MAX_RANK values
+ * (whole numbers; those past the count unused). */
+opgen_status opgen_attribute_int_list(const char *function, const char *name, const double *values,
+                                      opgen_int_list *out);
 /* Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (an empty range shares none). */
 static inline int opgen_memory_overlaps(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
 {

@@ -103,6 +103,28 @@ opgen_status opgen_attribute_f32(const char *function, const char *name, double 
     return OPGEN_SUCCESS;
 }
 
+opgen_status opgen_attribute_int_list(const char *function, const char *name, const double *values,
+                                      opgen_int_list *out)
+{
+    /* 2^53: every whole double below it is exact */
+    const double whole = 9007199254740992.0;
+    if (!(values[0] >= 0 && values[0] <= OPGEN_MAX_RANK && values[0] == floor(values[0]))) {
+        return opgen_error(OPGEN_INVALID_ATTRIBUTE, function, name, "its count must be a whole number in 0..%d, not %g",
+                           OPGEN_MAX_RANK, values[0]);
+    }
+    memset(out, 0, sizeof *out);
+    out->count = (int)values[0];
+    for (int i = 0; i < out->count; ++i) {
+        const double value = values[1 + i];
+        if (!(fabs(value) < whole && value == floor(value))) {
+            return opgen_error(OPGEN_INVALID_ATTRIBUTE, function, name, "value %d must be a whole number, not %g", i,
+                               value);
+        }
+        out->values[i] = (int64_t)value;
+    }
+    return OPGEN_SUCCESS;
+}
+
 static const char *opgen_dtype_name(opgen_dtype dtype)
 {
     switch (dtype) {
@@ -418,6 +440,30 @@ static opgen_status opgen_check_axes(opgen_call *call)
 {
     const opgen_op_info *op = call->op;
     const int rank = call->tensors[op->reference]->rank;
+    if (op->axes_mode == OPGEN_AXES_LIST) {
+        const opgen_int_list *axes = &call->axes;
+        if (axes->count < 0 || axes->count > OPGEN_MAX_RANK) {
+            return opgen_error(OPGEN_INVALID_ATTRIBUTE, op->function, op->axis_name,
+                               "its count %d must be in 0..%d (the axes of %s, rank %d)", axes->count, OPGEN_MAX_RANK,
+                               op->operands[op->reference].name, rank);
+        }
+        for (int i = 0; i < axes->count; ++i) {
+            const int64_t value = axes->values[i];
+            if (value < -rank || value >= rank) {
+                return opgen_error(OPGEN_INVALID_ATTRIBUTE, op->function, op->axis_name,
+                                   "%" PRId64 " is not an axis of %s (rank %d): each must be in %d..%d", value,
+                                   op->operands[op->reference].name, rank, -rank, rank - 1);
+            }
+            const int axis = (int)(value < 0 ? value + rank : value);
+            if (call->reduced[axis]) {
+                return opgen_error(OPGEN_INVALID_ATTRIBUTE, op->function, op->axis_name,
+                                   "names axis %d of %s (rank %d) twice (%" PRId64 " is axis %d): each at most once",
+                                   axis, op->operands[op->reference].name, rank, value, axis);
+            }
+            call->reduced[axis] = 1;
+        }
+        return OPGEN_SUCCESS;
+    }
     if (call->axis < -rank || call->axis >= rank) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, op->function, op->axis_name,
                            "%" PRId64 " is not an axis of %s (rank %d): it must be in %d..%d", call->axis,
@@ -434,6 +480,14 @@ static void opgen_axes_shape(const opgen_call *call, int kind, opgen_tensor *sha
 {
     const opgen_tensor *reference = call->tensors[call->op->reference];
     memset(shape, 0, sizeof *shape);
+    if (call->op->axes_mode == OPGEN_AXES_LIST) { /* line operands: without the axes, or 1 there */
+        for (int d = 0; d < reference->rank; ++d) {
+            if (!call->reduced[d] || call->keep_dims) {
+                shape->dims[shape->rank++] = call->reduced[d] ? 1 : reference->dims[d];
+            }
+        }
+        return;
+    }
     for (int d = 0; d < reference->rank; ++d) {
         const int along = d >= call->first_axis && d <= call->last_axis;
         if (along == (kind == OPGEN_AXES_ALONG)) {
@@ -463,6 +517,12 @@ static opgen_status opgen_check_shapes(opgen_call *call, int channel_axis)
             opgen_tensor expected;
             char whole[160];
             opgen_axes_shape(call, info->axes_kind, &expected);
+            if (!opgen_same_shape(tensor, &expected) && op->axes_mode == OPGEN_AXES_LIST) {
+                return opgen_error(OPGEN_INVALID_SHAPE, op->function, info->name,
+                                   "shape %s must be %s: %s's shape %s reduced along %s (keep_dims %d)",
+                                   OPGEN_SHAPE(shape, tensor), OPGEN_SHAPE(wanted, &expected), reference_name,
+                                   OPGEN_SHAPE(whole, reference), op->axis_name, call->keep_dims);
+            }
             if (!opgen_same_shape(tensor, &expected)) {
                 return opgen_error(OPGEN_INVALID_SHAPE, op->function, info->name,
                                    "shape %s must be %s: %s's shape %s %s axes %d..%d (%s = %" PRId64 ")",
@@ -630,6 +690,60 @@ static void opgen_plan_pieces(opgen_call *call)
     call->dims[2] = inner;
 }
 
+/* along_axes over a set of axes: dims of 1 dropped, neighbours of the same kind (reduced or
+ * kept) merged; the last reduced block is the line ([outer][length][inner]), and the blocks
+ * before it, when one of them is reduced too, go to the driver (dims[3] on: opgen_lines.h). No
+ * elements: lines of no elements (outputs of empty reductions), or no lines. */
+static void opgen_plan_blocks(opgen_call *call)
+{
+    const opgen_tensor *reference = call->tensors[call->op->reference];
+    int64_t sizes[OPGEN_MAX_RANK], kept = 1, reduced = 1;
+    int flags[OPGEN_MAX_RANK], n = 0, last = -1;
+    for (int d = 0; d < reference->rank; ++d) {
+        if (call->reduced[d]) {
+            reduced *= reference->dims[d];
+        } else {
+            kept *= reference->dims[d];
+        }
+    }
+    call->dims[3] = 0;
+    if (kept == 0 || reduced == 0) {
+        call->dims[0] = kept;
+        call->dims[1] = reduced;
+        call->dims[2] = 1;
+        return;
+    }
+    for (int d = 0; d < reference->rank; ++d) {
+        if (reference->dims[d] == 1) {
+            continue;
+        }
+        if (n > 0 && flags[n - 1] == call->reduced[d]) {
+            sizes[n - 1] *= reference->dims[d];
+        } else {
+            sizes[n] = reference->dims[d];
+            flags[n++] = call->reduced[d];
+        }
+        last = call->reduced[d] ? n - 1 : last;
+    }
+    if (last < 0) { /* nothing reduced: lines of one element */
+        call->dims[0] = kept;
+        call->dims[1] = call->dims[2] = 1;
+        return;
+    }
+    call->dims[0] = call->dims[2] = 1;
+    call->dims[1] = sizes[last];
+    for (int b = 0; b < n; ++b) {
+        call->dims[b < last ? 0 : 2] *= b == last ? 1 : sizes[b];
+    }
+    if (last >= 2) { /* a reduced block before the line's: kept, reduced, kept, line at least */
+        call->dims[3] = last;
+        for (int b = 0; b < last; ++b) {
+            call->dims[4 + 2 * b] = sizes[b];
+            call->dims[5 + 2 * b] = flags[b];
+        }
+    }
+}
+
 static opgen_status opgen_workspace_overflow(const opgen_op_info *op)
 {
     return opgen_error(OPGEN_SIZE_OVERFLOW, op->function, "workspace", "its size overflows size_t");
@@ -693,6 +807,8 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
                 }
             }
         }
+    } else if (op->pattern == OPGEN_PATTERN_ALONG_AXES && op->axes_mode == OPGEN_AXES_LIST) {
+        opgen_plan_blocks(call);
     } else if (op->pattern == OPGEN_PATTERN_ALONG_AXES) {
         /* [outer][length][inner]: the line's axes merged into the middle dim */
         call->dims[0] = call->dims[1] = call->dims[2] = 1;
@@ -758,7 +874,8 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
 }
 
 opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
-                              int channel_axis, int64_t axis, int flags, int with_data)
+                              int channel_axis, int64_t axis, const opgen_int_list *axes, int keep_dims, int flags,
+                              int with_data)
 {
     const int operands = op->input_count + op->output_count;
     int requested = 0, requestable = 0;
@@ -768,6 +885,10 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
     call->op = op;
     call->channel_axis = channel_axis;
     call->axis = axis;
+    if (axes != NULL) {
+        call->axes = *axes;
+    }
+    call->keep_dims = keep_dims;
     for (int i = 0; i < operands; ++i) {
         const opgen_operand_info *info = &op->operands[i];
         if (tensors[i] == NULL && !info->optional) {

@@ -87,9 +87,12 @@ static opgen_status relu_check(const opgen_tensor *src, const opgen_tensor *dst,
     const opgen_tensor *tensors[] = { src, dst };
     int channel_axis = 0;
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
+    const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
+    int opgen_keep_dims = 0;
     int flags = 0;
     (void)numbers;
-    return opgen_check_call(call, &relu_info, tensors, channel_axis, opgen_axis, flags, with_data);
+    return opgen_check_call(call, &relu_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
+                            with_data);
 }
 
 opgen_status opgen_relu_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, size_t *workspace_size)

@@ -15,7 +15,7 @@ static void soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line, do
 {
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -52,7 +52,7 @@ static void soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_t 
 {
     const int64_t length = call->length, inner = call->inner;
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -83,7 +83,7 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
@@ -129,7 +129,7 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
     const int64_t length = call->length, inner = call->inner;
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     float *dst = (float *)call->tensors[1] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -181,7 +181,7 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
     const int64_t length = call->length;
     const float *dst_kept = (const float *)call->tensors[1] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float inv_sum_line = (float)values[2];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
@@ -216,7 +216,7 @@ static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t out
     const int64_t start = outer_index * length * inner + position;
     const float *dst_kept = (const float *)call->tensors[1] + start;
     float *dst = (float *)call->tensors[1] + start;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float inv_sum_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -270,6 +270,7 @@ void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RE
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -282,7 +283,7 @@ static void soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t line, d
 {
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -319,7 +320,7 @@ static void soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -349,7 +350,7 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
 {
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
@@ -387,7 +388,7 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -432,7 +433,7 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     const float inv_sum_line = (float)values[2];
@@ -468,7 +469,7 @@ static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t ou
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -527,6 +528,7 @@ void OPGEN_KERNEL(soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf1
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -539,7 +541,7 @@ static void soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line, do
 {
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -576,7 +578,7 @@ static void soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int64_t 
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -606,7 +608,7 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
 {
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
@@ -644,7 +646,7 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
 {
     const int64_t length = call->length, inner = call->inner;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -689,7 +691,7 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
     const float inv_sum_line = (float)values[2];
@@ -725,7 +727,7 @@ static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t out
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -784,6 +786,7 @@ void OPGEN_KERNEL(soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }

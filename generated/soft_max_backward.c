@@ -16,7 +16,7 @@ static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -61,7 +61,7 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
     const int64_t length = call->length, inner = call->inner;
     const float *diff_dst = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const float *dst = (const float *)call->tensors[1] + outer_index * length * inner + position;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -101,7 +101,7 @@ static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t li
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
     float *diff_src = (float *)call->tensors[2] + line * length;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double dot_line = (double)values[0];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
@@ -144,7 +144,7 @@ static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, in
     const float *diff_dst = (const float *)call->tensors[0] + start;
     const float *dst = (const float *)call->tensors[1] + start;
     float *diff_src = (float *)call->tensors[2] + start;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double dot_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -204,6 +204,7 @@ void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, c
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -217,7 +218,7 @@ static void soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, int64_
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -262,7 +263,7 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
     const int64_t length = call->length, inner = call->inner;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + outer_index * length * inner + position;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -302,7 +303,7 @@ static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t l
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + line * length;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     const double dot_line = (double)values[0];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
@@ -345,7 +346,7 @@ static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, i
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + start;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + start;
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
-    const double count = (double)call->length;
+    const double count = (double)call->count;
     (void)count;
     double dot_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -405,6 +406,7 @@ void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }
@@ -418,7 +420,7 @@ static void soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int64_t
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -463,7 +465,7 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
     const int64_t length = call->length, inner = call->inner;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + outer_index * length * inner + position;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -503,7 +505,7 @@ static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t li
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + line * length;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     const float dot_line = (float)values[0];
     for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
@@ -546,7 +548,7 @@ static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, in
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + start;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + start;
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
-    const float count = (float)call->length;
+    const float count = (float)call->count;
     (void)count;
     float dot_line_lanes[OPGEN_BLOCK] = { 0 };
     for (int lane = 0; lane < lanes; ++lane) {
@@ -606,6 +608,7 @@ void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_ds
     /* outputs bigger than the caches go straight to memory */
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
+                                    NULL, length,
                                     NULL };
     opgen_lines_run(&kernel, &call);
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from opgen import plan, shapes
-from opgen.specs import MAX_RANK, DTypeTable, OpSpec
+from opgen.specs import KEEP_DIMS_ROLE, MAX_RANK, DTypeTable, OpSpec
 
 MAX_OPERANDS = 16  # inputs + outputs of one op
 PATTERN_CODES = {
@@ -20,7 +20,7 @@ PATTERN_CODES = {
     "along_axes": "OPGEN_PATTERN_ALONG_AXES",
 }
 AXES_KINDS = {"line": "OPGEN_AXES_LINE", "along": "OPGEN_AXES_ALONG"}  # else OPGEN_AXES_TENSOR
-AXES_MODES = {"axis": "OPGEN_AXES_ONE", "begin_axis": "OPGEN_AXES_FROM"}
+AXES_MODES = {"axis": "OPGEN_AXES_ONE", "begin_axis": "OPGEN_AXES_FROM", "axes": "OPGEN_AXES_LIST"}
 FORM_CODES = {form: f"OPGEN_FORM_{form.upper()}" for form in ("to_reference", *shapes.FORM_RULES)}
 DIMS = {"count": 0, "outer": 0, "channels": 1, "length": 1, "inner": 2, "repeat": 2}
 # opgen_status: (name, opgen_status_string, when), in the order of their values
@@ -63,7 +63,9 @@ def enums(specs: list[OpSpec]) -> list[dict[str, Any]]:
 
 
 def _c_type(attribute_type: str, name: str) -> str:
-    return {"f32": "float", "bool": "int", "int": "int64_t"}.get(attribute_type, f"opgen_{name}")
+    return {"f32": "float", "bool": "int", "int": "int64_t", "int list": "opgen_int_list"}.get(
+        attribute_type, f"opgen_{name}"
+    )
 
 
 def _camel(name: str) -> str:
@@ -81,6 +83,8 @@ def _default_text(name: str, attribute_type: str, default: Any) -> str:
         return "1" if default else "0"
     if attribute_type == "int":
         return str(int(default))
+    if attribute_type == "int list":
+        return "{ " + ", ".join([str(len(default)), *(str(int(v)) for v in default)]) + " }"
     return repr(float(default))
 
 
@@ -115,8 +119,9 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
             }
         )
     layout = spec.layout_attribute
-    axis = next((a for a in spec.attributes if a.type == "int"), None)
+    axis = next((a for a in spec.attributes if a.type in ("int", "int list")), None)
     attributes = []
+    slot = 0  # in _with_arrays' doubles: one per attribute, 1 + MAX_RANK for an int list
     for attribute in spec.attributes:
         entry = {
             "name": attribute.name,
@@ -127,8 +132,11 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
             "minimum_exclusive": attribute.minimum_exclusive,
             "members": [(enum_value(attribute.name, v), v) for v in attribute.allowed],
             "layout": attribute is layout,
+            "keep_dims": attribute.role == KEEP_DIMS_ROLE,
             "default_text": _default_text(attribute.name, attribute.type, attribute.default),
+            "slot": slot,
         }
+        slot += 1 + MAX_RANK if attribute.type == "int list" else 1
         attributes.append(entry)
     rows = [[dtype_code(row[t.name]) for t in tensors] for row in spec.dtypes]
     rows_text = "; ".join(", ".join(f"{t.name} {row[t.name]}" for t in tensors) for row in spec.dtypes)
@@ -140,6 +148,8 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
                 arguments.append("workspace")
             elif name in DIMS:
                 arguments.append(f"dims[{DIMS[name]}]")
+            elif name == "blocks":  # along_axes over a set of axes: after outer, length, inner
+                arguments.append("dims + 3")
             elif "*" not in c_type:
                 arguments.append(f"numbers[{numbers.index(name)}]")
             else:

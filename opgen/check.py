@@ -113,7 +113,28 @@ def _cases(spec: OpSpec, layout: str):
         yield label, input_shapes, {}
 
 
+def axes_sets(rank: int) -> list[tuple[int, ...]]:
+    """Sets of axes an op over an int list of axes is checked on, for a reference of `rank`
+    dims: none, each one (counted from the last), neighbours, every axis, and sets that are not
+    neighbours (BatchNorm's (0, 2) of N, C, HW), the last given from the end."""
+    sets: list[tuple[int, ...]] = [(), tuple(range(rank))]
+    sets += [(axis - rank,) for axis in range(rank)]
+    sets += [(axis, axis + 1) for axis in range(rank - 1)]
+    sets += [(0, axis - rank) for axis in range(2, rank)]
+    if rank >= 4:
+        sets.append((1, 3))
+    return list(dict.fromkeys(sets))
+
+
 def _axes_cases(spec: OpSpec):
+    listed = next((a for a in spec.attributes if a.role == specs.AXES_ROLE), None)
+    if listed is not None:
+        for shape in SHAPES[spec.pattern]:
+            if len(shape) < spec.min_rank or (spec.max_rank is not None and len(shape) > spec.max_rank):
+                continue
+            for axes in axes_sets(len(shape)):
+                yield f"{shape} {listed.name}={list(axes)}", {t.name: shape for t in spec.inputs}, {listed.name: axes}
+        return
     axis = next(a for a in spec.attributes if a.role in specs.AXIS_ROLES)
     for shape in SHAPES[spec.pattern]:
         if len(shape) < spec.min_rank or (spec.max_rank is not None and len(shape) > spec.max_rank):

@@ -39,12 +39,13 @@ FUNCTIONS: dict[str, Function] = {
 }
 
 # Reductions along a line (pattern along_axes): each is a whole entry of `math.line`, its
-# argument the term computed per element; the value: the term's sum, largest or smallest
-# (a NaN term makes the largest and the smallest NaN).
+# argument the term computed per element; the value: the term's sum, largest, smallest or
+# product (a NaN term makes the largest and the smallest NaN).
 REDUCTIONS: dict[str, str] = {
     "line_sum": "The sum of the term over the line's elements (0 for an empty line).",
     "line_max": "The largest term along the line (NaN if a term is NaN; -inf for an empty line).",
     "line_min": "The smallest term along the line (NaN if a term is NaN; +inf for an empty line).",
+    "line_prod": "The product of the term over the line's elements (1 for an empty line).",
     "across_sum": "(math.across) The sum of the term over the lines, per position along a line (0 with no lines).",
 }
 

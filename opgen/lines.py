@@ -2,8 +2,8 @@
 
 An along_axes op computes lines: the elements along the axes an attribute names, at one
 index of the other axes. `math.line` holds the line's values in order, reductions among them
-(`line_sum(term)`, `line_max(term)`, `line_min(term)`); `math.elements` writes each element
-from its inputs and the line's values. The reductions go in as few passes over a line as
+(`line_sum(term)`, `line_max(term)`, `line_min(term)`, `line_prod(term)`); `math.elements`
+writes each element from its inputs and the line's values. The reductions go in as few passes over a line as
 their order allows: a reduction whose term reads a line value that needs the reductions of
 pass k runs in pass k + 1; the line values then follow the pass that makes them computable.
 
@@ -19,6 +19,11 @@ Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c)
   pass stores each term into the output, and the element pass reads it back instead of
   computing it again (SoftMax's exp once per element, not twice). The bits are the same: T is
   the same float either way;
+- an op over a set of axes (an int list attribute, role axes) has line outputs and one
+  reduction only (specs.py): where its axes are not neighbours, the driver runs that reduction
+  over the last block of them and combines the partial values of the other blocks, in a fixed
+  order, before the line values that follow it (`count`: every element reduced, not the
+  line's length);
 - sums across lines (`math.across`, outputs of kind along) are added during the element pass,
   in double, into one row of partial sums per chunk of lines; the chunks are fixed by the
   shape alone and added up in order, so results never depend on the thread count.
@@ -31,7 +36,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from opgen import expr
-from opgen.specs import DType, DTypeTable, OpSpec
+from opgen.specs import AXES_ROLE, DType, DTypeTable, OpSpec
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class LineStep:
 class Reduction:
     name: str
     slot: int
-    kind: str  # line_sum, line_max or line_min
+    kind: str  # line_sum, line_max, line_min or line_prod
     lane_type: str  # the type its lanes accumulate in
     start: str  # C: the lanes' starting value
     term: str  # C, in the compute type, of `{name}_value` locals
@@ -112,6 +117,9 @@ class LinesKernel:
     across: tuple[Reduction, ...]  # sums across lines: slot = its row in a chunk's partial sums
     across_outputs: tuple[Operand, ...]  # the same order
     work_per_element: int
+    # an op over a set of axes (an int list, role axes): its one reduction, which the driver
+    # combines across blocks of axes that are not neighbours (module docstring); else None
+    combined: Reduction | None = None
 
 
 def _load(dtype: DType, compute: str) -> str:
@@ -189,7 +197,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         """Names in scalar line code: line values, numbers and count, in type `kind`."""
         spelled = {n: f"values[{s}]" for n, s in slots.items()}
         spelled |= {n: f"(({kind})call->numbers[{numbers.index(n)}])" for n in numbers}
-        spelled["count"] = f"(({kind})call->length)"
+        spelled["count"] = f"(({kind})call->count)"
         return spelled
 
     element_spelling = {t.name: f"{t.name}_value" for t in spec.inputs if t.kind != "line"}
@@ -224,10 +232,11 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
             step = LineStep(entry, slots[entry], c_text(tree, accumulate, line_spelling(accumulate)))
             (before if groups[entry] == 0 else after[groups[entry]]).append(step)
             continue
-        is_sum = reduction == "line_sum"
-        lane_type = accumulate if is_sum else compute
+        accumulated = reduction in ("line_sum", "line_prod")  # in the accumulation type
+        lane_type = accumulate if accumulated else compute
         infinity = "INFINITY" if reduction == "line_min" else "-INFINITY"
-        start = f"({lane_type})0" if is_sum else f"({lane_type}){infinity}"
+        empty = 1 if reduction == "line_prod" else 0  # the value of no terms
+        start = f"({lane_type}){empty}" if accumulated else f"({lane_type}){infinity}"
         term = c_text(tree, compute, element_spelling)
         reductions[pass_of[entry]].append(
             (Reduction(entry, slots[entry], reduction, lane_type, start, term, compute), tree)
@@ -269,6 +278,9 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     if across:  # the chunks' partial sums across lines
         params.append(("double *", "workspace"))
     params += [("int64_t ", "outer"), ("int64_t ", "length"), ("int64_t ", "inner")]
+    over_axes = any(a.role == AXES_ROLE for a in spec.attributes)
+    if over_axes:  # the blocks of axes before the line's (opgen_lines.h)
+        params.append(("const int64_t *", "blocks"))
     all_trees = [t for _, t in element_trees] + [
         parse(expr.split_reduction(text)[1]) for _, text in spec.math.get("line", ())
     ]
@@ -304,6 +316,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         across_outputs=tuple(output_operands[r.name] for r in across),
         # each pass costs a walk over the line; an exp as plan.EXP_WORK elements of arithmetic
         work_per_element=(1 + pass_count) * (1 + plan.EXP_WORK * exps),
+        combined=passes[0].reductions[0] if over_axes else None,
     )
 
 

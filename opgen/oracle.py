@@ -553,3 +553,150 @@ def layer_norm_bounds(src, gamma=None, beta=None, *, begin_norm_axis=-1, epsilon
         mean_bound = mean_error * 1.01 + _accuracy.U32 * np.abs(mean) + _accuracy.ETA
         variance_bound = variance_error + _accuracy.U32 * variance + _accuracy.ETA
     return dst, mean_bound.reshape(line), variance_bound.reshape(line)
+
+
+# ---- ReduceX over a set of axes (an int list; empty: each element its own reduction) ----
+
+
+def _reduced(src, axes, keep_dims):
+    """(src in float64, its axes as a sorted tuple, the count of elements each result reduces,
+    and a function giving a reduction's result its output shape)."""
+    x = _f64(src)
+    normalized = tuple(sorted({int(a) + x.ndim if int(a) < 0 else int(a) for a in axes}))
+    count = int(np.prod([x.shape[a] for a in normalized]))
+
+    def shaped(result: np.ndarray) -> np.ndarray:
+        return result if keep_dims else np.squeeze(result, axis=normalized)
+
+    return x, normalized, count, shaped
+
+
+def reduce_sum(src, *, axes=(), keep_dims=False):
+    x, axes, _, shaped = _reduced(src, axes, keep_dims)
+    with np.errstate(all="ignore"):
+        return shaped(np.sum(x, axis=axes, keepdims=True))
+
+
+def reduce_mean(src, *, axes=(), keep_dims=False):
+    """sum / count; 0 / 0 (NaN) where nothing is reduced."""
+    x, axes, count, shaped = _reduced(src, axes, keep_dims)
+    with np.errstate(all="ignore"):
+        return shaped(np.sum(x, axis=axes, keepdims=True) / np.float64(count))
+
+
+def reduce_max(src, *, axes=(), keep_dims=False):
+    """NaN where an element is NaN (NumPy's max); -inf where nothing is reduced."""
+    x, axes, _, shaped = _reduced(src, axes, keep_dims)
+    return shaped(np.max(x, axis=axes, keepdims=True, initial=-np.inf))
+
+
+def reduce_min(src, *, axes=(), keep_dims=False):
+    """NaN where an element is NaN (NumPy's min); +inf where nothing is reduced."""
+    x, axes, _, shaped = _reduced(src, axes, keep_dims)
+    return shaped(np.min(x, axis=axes, keepdims=True, initial=np.inf))
+
+
+def reduce_prod(src, *, axes=(), keep_dims=False):
+    x, axes, _, shaped = _reduced(src, axes, keep_dims)
+    with np.errstate(all="ignore"):
+        return shaped(np.prod(x, axis=axes, keepdims=True))
+
+
+def reduce_l1(src, *, axes=(), keep_dims=False):
+    x, axes, _, shaped = _reduced(src, axes, keep_dims)
+    with np.errstate(all="ignore"):
+        return shaped(np.sum(np.abs(x), axis=axes, keepdims=True))
+
+
+def reduce_l2(src, *, axes=(), keep_dims=False):
+    x, axes, _, shaped = _reduced(src, axes, keep_dims)
+    with np.errstate(all="ignore"):
+        return shaped(np.sqrt(np.sum(x * x, axis=axes, keepdims=True)))
+
+
+def _store_step(src) -> tuple[float, float]:
+    """(relative, absolute) error of the step from the kernel's double result through f32 to a
+    narrower output dtype (beyond the 1 ulp of that dtype allowed): 2^-24 and half f32's
+    smallest subnormal; none for f32 outputs."""
+    narrow = np.dtype(np.asarray(src).dtype).itemsize < 4
+    return (_accuracy.U32, _accuracy.ETA) if narrow else (0.0, 0.0)
+
+
+def _sum_bound(magnitudes: np.ndarray, count: int) -> np.ndarray:
+    """A sum of `count` terms exact in double, added in double in any order: within
+    (count - 1) 2^-53 of the sum of their magnitudes, in the kernel and in the oracle each."""
+    return 2 * max(count - 1, 0) * _accuracy.U64 * magnitudes
+
+
+def reduce_sum_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+    """reduce_sum's bound beyond 1 ulp of dst's dtype. Each term (an element, exact in double)
+    is added in double in the kernel (lanes, then their fold, then the blocks' partial sums: n - 1
+    additions in all for n terms) and in the oracle (NumPy's pairwise sum): each within
+    (n - 1) 2^-53 sum |x| of the exact sum; the double result goes to f32 once (the 1 ulp allowed;
+    before a bf16 or f16 dst, that f32 step too: 2^-24 |sum| and 2^-150). So
+    |dst - exact| <= 2 (n - 1) 2^-53 sum |x| (1 + 1 %) + store."""
+    x, normalized, count, shaped = _reduced(src, axes, keep_dims)
+    relative, absolute = _store_step(src)
+    with np.errstate(all="ignore"):
+        magnitudes = np.sum(np.abs(x), axis=normalized, keepdims=True)
+        exact = np.abs(np.sum(x, axis=normalized, keepdims=True))
+        bound = _sum_bound(magnitudes, count) * 1.01 + relative * exact + absolute
+    return (shaped(bound),)
+
+
+def reduce_l1_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+    """reduce_l1's bound beyond 1 ulp of dst's dtype: |x| is exact, so as reduce_sum's with the
+    terms' magnitudes their sum: 2 (n - 1) 2^-53 sum |x| (1 + 1 %) + store."""
+    return reduce_sum_bounds(np.abs(_f64(src)).astype(np.asarray(src).dtype), axes=axes, keep_dims=keep_dims)
+
+
+def reduce_mean_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+    """reduce_mean's bound beyond 1 ulp of dst's dtype: the sum as in reduce_sum_bounds, over n
+    (exact in double) with one more rounding in double in each of kernel and oracle (2^-53 of
+    the mean): (2 (n - 1) 2^-53 sum |x| / n + 2 2^-53 |mean|) (1 + 1 %) + store."""
+    x, normalized, count, shaped = _reduced(src, axes, keep_dims)
+    if count == 0:  # 0 / 0: NaN in both
+        return (shaped(np.zeros(np.sum(x, axis=normalized, keepdims=True).shape)),)
+    relative, absolute = _store_step(src)
+    with np.errstate(all="ignore"):
+        magnitudes = np.sum(np.abs(x), axis=normalized, keepdims=True)
+        mean = np.abs(np.sum(x, axis=normalized, keepdims=True) / count)
+        bound = (_sum_bound(magnitudes, count) / count + 2 * _accuracy.U64 * mean) * 1.01
+        bound = bound + relative * mean + absolute
+    return (shaped(bound),)
+
+
+def reduce_prod_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+    """reduce_prod's bound beyond 1 ulp of dst's dtype. The n factors are exact in double; the
+    kernel's n - 1 products in double (lanes, their fold, the blocks' partial products), each
+    rounded by 2^-53 relatively, and the oracle's as many: within 2 gamma(n - 1) |prod| (in
+    units of 2^-53) while every partial product stays in double's normal range. Where it may
+    not (the factors below 1 in magnitude could take a partial product under 2^-1000, or those
+    above 1 over 2^1000; the order of the products decides) the bound is infinite (any result).
+    So |dst - exact| <= 2 gamma(n - 1) |prod| (1 + 1 %) + store."""
+    x, normalized, count, shaped = _reduced(src, axes, keep_dims)
+    relative, absolute = _store_step(src)
+    with np.errstate(all="ignore"):
+        magnitude = np.abs(x)
+        logs = np.log2(np.where(magnitude > 0, magnitude, 1.0))
+        low = np.sum(np.minimum(logs, 0.0), axis=normalized, keepdims=True)
+        high = np.sum(np.maximum(logs, 0.0), axis=normalized, keepdims=True)
+        exact = np.abs(np.prod(x, axis=normalized, keepdims=True))
+        rounding = 2 * _accuracy.gamma(max(count - 1, 0), _accuracy.U64)
+        bound = rounding * exact * 1.01 + relative * exact + absolute
+        bound = np.where((low < -1000) | (high > 1000), np.inf, bound)
+    return (shaped(bound),)
+
+
+def reduce_l2_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+    """reduce_l2's bound beyond 1 ulp of dst's dtype. Each square is exact in the compute type
+    (double for f32 and bf16 data, float for f16: twice the mantissa bits fit, and the range);
+    the sum of n squares in double is within (n - 1) 2^-53 of the exact sum S in the kernel
+    and in the oracle each; the square root halves a relative error and adds 2^-53 in each.
+    So |dst - exact| <= sqrt(S) ((n - 1) 2^-53 + 2 2^-53) (1 + 1 %) + store."""
+    x, normalized, count, shaped = _reduced(src, axes, keep_dims)
+    relative, absolute = _store_step(src)
+    with np.errstate(all="ignore"):
+        norm = np.sqrt(np.sum(x * x, axis=normalized, keepdims=True))
+        bound = norm * (max(count - 1, 0) + 2) * _accuracy.U64 * 1.01 + relative * norm + absolute
+    return (shaped(bound),)

@@ -25,7 +25,7 @@ import ml_dtypes
 import numpy as np
 
 from opgen import c_api, plan
-from opgen.specs import OpSpec, load_specs
+from opgen.specs import MAX_RANK, OpSpec, load_specs
 from opgen.validate import Checked
 
 PLAN_CACHE_SIZE = 512  # plans kept per op
@@ -143,8 +143,15 @@ def make_function(library: OpLibrary, spec: OpSpec) -> Any:
     settings = [a.name for a in spec.attributes] + [f.name for f in spec.flags]
     key = pack([f"{n}, {n}.__class__" for n in settings])
     inputs = pack([t.name for t in spec.inputs])
+    # an int list given as a list is taken as a tuple: hashable, so its plans are kept
+    lists = [
+        f"    if {a.name}.__class__ is list:\n        {a.name} = tuple({a.name})"
+        for a in spec.attributes
+        if a.type == "int list"
+    ]
     body = [
         f"def {spec.name}({', '.join(params)}):",
+        *lists,
         "    try:",
         f"        opgen_plans = _fast[{key}]",
         "    except (KeyError, TypeError):  # a first call, or an unhashable value the checks report",
@@ -158,7 +165,13 @@ def make_function(library: OpLibrary, spec: OpSpec) -> Any:
     ]
     op = _Op(library, spec)
     namespace: dict[str, Any] = {"_call": _call, "_op": op, "_fast": op.fast, "_fast_call": _fast_call}
-    namespace.update({f"_default_{a.name}": a.default for a in spec.attributes if not a.required})
+    namespace.update(
+        {
+            f"_default_{a.name}": tuple(a.default) if isinstance(a.default, list) else a.default
+            for a in spec.attributes
+            if not a.required
+        }
+    )
     exec(compile("\n".join(body) + "\n", f"<opgen {spec.name}>", "exec"), namespace)  # names: checked identifiers
     function = namespace[spec.name]
     function.__doc__ = _docstring(spec)
@@ -395,7 +408,13 @@ class Plan:
                 operand.rank = len(shape)
                 operand.dims[0 : len(shape)] = shape
         self.attributes = tuple(_c_attribute(library, a, checked.attributes[a.name]) for a in spec.attributes)
-        self.numbers = ffi.new("double[]", [float(value) for value in self.attributes] or [0.0])
+        doubles = [
+            d
+            for a, c_value in zip(spec.attributes, self.attributes)
+            for d in _attribute_doubles(a, checked.attributes[a.name], c_value)
+        ]
+        self.doubles = tuple(doubles)
+        self.numbers = ffi.new("double[]", doubles or [0.0])
         self.allocate = [
             functools.partial(
                 aligned_empty if math.prod(shape) * dtype.itemsize >= STREAM_ALIGN_BYTES else np.empty, shape, dtype
@@ -449,7 +468,7 @@ class Plan:
             self.operands,
             described,
             outputs,
-            tuple(float(value) for value in self.attributes),
+            self.doubles,
             self.workspace_bytes,
             op.result,
         )
@@ -569,4 +588,16 @@ def _c_attribute(library: OpLibrary, attribute: Any, value: Any) -> Any:
         return library.enum_values[f"opgen_{attribute.name}"][value]
     if attribute.type in ("bool", "int"):
         return int(value)
+    if attribute.type == "int list":
+        values = [int(v) for v in value]
+        return library.module.ffi.new("opgen_int_list *", {"count": len(values), "values": values})[0]
     return float(value)
+
+
+def _attribute_doubles(attribute: Any, value: Any, c_value: Any) -> list[float]:
+    """An attribute as opgen_<op>_with_arrays takes it: its C value as a double, or for an int
+    list its count and then MAX_RANK values (the unused ones 0)."""
+    if attribute.type == "int list":
+        values = [float(int(v)) for v in value]
+        return [float(len(values)), *values, *[0.0] * (MAX_RANK - len(values))]
+    return [float(c_value)]

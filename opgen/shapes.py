@@ -87,3 +87,41 @@ def axes_shape(reference: tuple[int, ...], first: int, last: int, kind: str) -> 
     if kind == "along":
         return reference[first : last + 1]
     return reference
+
+
+def reduced_axes(rank: int, axes: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """The axes an int list of role 'axes' names for a tensor of `rank` dims (negative: from the
+    last), sorted. ValueError when one is not an axis of it, or two name the same axis."""
+    seen: dict[int, int] = {}
+    for value in axes:
+        value = int(value)
+        if not -rank <= value < rank:
+            raise ValueError(f"{value} is not an axis of a tensor of rank {rank}: each must be in {-rank}..{rank - 1}")
+        axis = value + rank if value < 0 else value
+        if axis in seen:
+            raise ValueError(
+                f"names axis {axis} of a tensor of rank {rank} twice ({seen[axis]} and {value}): each at most once"
+            )
+        seen[axis] = value
+    return tuple(sorted(seen))
+
+
+def axes_reduced_shape(reference: tuple[int, ...], axes: tuple[int, ...], keep_dims: bool) -> tuple[int, ...]:
+    """The shape of a line output of an op over the set `axes` (normalized): the reference's
+    without them, or with 1 in their place when `keep_dims`."""
+    return tuple(1 if d in axes else n for d, n in enumerate(reference) if keep_dims or d not in axes)
+
+
+def axes_blocks(reference: tuple[int, ...], axes: tuple[int, ...]) -> list[tuple[int, bool]]:
+    """The reference's dims as the driver sees them: dims of 1 dropped, neighbours of the same
+    kind (reduced or kept) merged: (size, reduced) per block. The axes are one contiguous block
+    (a line: outer, length, inner) when at most one block is reduced."""
+    blocks: list[tuple[int, bool]] = []
+    for d, size in enumerate(reference):
+        if size == 1:
+            continue
+        if blocks and blocks[-1][1] == (d in axes):
+            blocks[-1] = (blocks[-1][0] * size, d in axes)
+        else:
+            blocks.append((size, d in axes))
+    return blocks

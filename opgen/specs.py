@@ -25,12 +25,16 @@ PATTERNS = ("elementwise", "broadcast_reduce", "reduce_then_apply", "along_axes"
 LAYOUTS = {"NCX": 1, "NXC": -1}  # layout -> channel axis of the reference tensor
 CHANNEL_FORMS = ("per_channel", "per_tensor", "trailing", "numpy", "single", "channel_count")
 TENSOR_FORMS = ("to_reference",)
-ATTRIBUTE_TYPES = ("bool", "f32", "string", "int")
+ATTRIBUTE_TYPES = ("bool", "f32", "string", "int", "int list")
 # Roles of an int attribute: the axes an along_axes op reduces along (negative: from the last).
 AXIS_ROLES = {
     "axis": "the one axis the attribute names",
     "begin_axis": "every axis from the one the attribute names to the last",
 }
+# The role of an int list attribute: every axis it names (any set of them), and of the bool
+# attribute that keeps those axes in the line outputs' shape (as 1) rather than dropping them.
+AXES_ROLE = "axes"
+KEEP_DIMS_ROLE = "keep_dims"
 # Tensor kinds each pattern takes (inputs and outputs).
 TENSOR_KINDS = {
     "elementwise": ("tensor",),
@@ -44,6 +48,9 @@ ATTRIBUTE_TYPE_DOCS = {
     "string": 'One of the attribute\'s `allowed` strings (a C enum); with `role = "layout"` it picks the layout.',
     "int": 'An axis of the reference (negative: counted from the last); with `role = "axis"` or `"begin_axis"` it '
     "names the axes of an along_axes op's lines. Checked against the reference's rank.",
+    "int list": 'A list of axes of the reference (negative: counted from the last), with `role = "axes"`: an '
+    "along_axes op's lines run along every axis it names, in any set (an empty list: lines of one element). Each "
+    "value in -rank..rank-1, none named twice; in C an `opgen_int_list` (count, values).",
 }
 MAX_RANK = 12  # dims of the C API's tensor descriptor (opgen_tensor)
 # Input domains (inputs.<name>.domain): the values an op is defined for; `opgen check` and the
@@ -463,9 +470,9 @@ _ATTRIBUTE_KEYS = {
     "name": Key(True, "The attribute's name: a C identifier, not reserved.", 'name = "alpha"'),
     "type": Key(
         True,
-        "`bool`, `f32`, `string` or `int`. A bool the math reads is fixed when the kernels are generated (one variant "
-        "per value); a string is one of `allowed`; an int names axes (with `role`), negative values counting from "
-        "the last.",
+        "`bool`, `f32`, `string`, `int` or `int list`. A bool the math reads is fixed when the kernels are generated "
+        "(one variant per value); a string is one of `allowed`; an int names axes (with `role`), negative values "
+        'counting from the last; an int list names a set of axes (with `role = "axes"`).',
         'type = "f32"',
     ),
     "doc": Key(
@@ -491,7 +498,10 @@ _ATTRIBUTE_KEYS = {
         False,
         "`layout`: this string attribute picks the layout; its `allowed` values are among NCX and NXC. For an int "
         "attribute of an along_axes op: `axis` (the lines run along the one axis it names) or `begin_axis` (along "
-        "every axis from it to the last). At most one of each per op.",
+        "every axis from it to the last). For an int list attribute: `axes` (along every axis it names; the op's "
+        "outputs are then line outputs, its `math.line` one reduction and values computed from it). For a bool "
+        "attribute of an op with `axes`: `keep_dims` (true: the line outputs keep the reduced axes as 1; false: "
+        "they drop them). At most one of each per op.",
         'role = "layout"',
     ),
     "example": Key(
@@ -664,9 +674,10 @@ _SECTION_KEYS = {
     "line": Key(
         False,
         "along_axes: the values of one line, in order, in the accumulation type: a reduction over the line's "
-        "elements (`line_sum(term)`, `line_max(term)`, `line_min(term)`, a whole entry; the term reads tensor and "
-        "along inputs, attributes, `count` and earlier line values) or an expression of line inputs, earlier line "
-        "values, attributes and `count` (the elements per line). Line outputs are defined here.",
+        "elements (`line_sum(term)`, `line_max(term)`, `line_min(term)`, `line_prod(term)`, a whole entry; the term "
+        "reads tensor and along inputs, attributes, `count` and earlier line values) or an expression of line inputs, "
+        "earlier line values, attributes and `count` (the elements per line; over a set of axes, every element "
+        "reduced). Line outputs are defined here.",
         '[math.line]\nmax_src = "line_max(src)"\nsum_exp = "line_sum(exp(src - max_src))"',
     ),
     "channel": Key(
@@ -699,7 +710,9 @@ PATTERN_DOCS = {
     "along_axes": 'Lines along the axes an int attribute names (`role = "axis"`: one axis; `"begin_axis"`: '
     "from it to the last): `line` computes each line's values, reductions over the line among them (as few passes "
     "over the line as their order allows), then `elements` writes each element from its inputs and its line's "
-    "values (SoftMax, LayerNorm).",
+    'values (SoftMax, LayerNorm). Or along any set of axes an int list names (`role = "axes"`, with a bool of '
+    '`role = "keep_dims"`): then one reduction and the values computed from it, into line outputs (ReduceSum); '
+    "axes that are not neighbours are reduced block by block and combined in a fixed order.",
     "elementwise": "Every output element computed from the same element of each input: tensor inputs and outputs only.",
     "broadcast_reduce": "One channel input broadcast along the reference (its `broadcast` forms); tensor outputs per "
     "element, and the channel outputs as sums over the elements each channel value met.",
@@ -1113,14 +1126,20 @@ class _SpecReader:
                 self.fail(f"{key}.minimum_exclusive", "only f32 attributes take a numeric minimum")
             role = table.get("role")
             if role is not None and not (
-                (role == "layout" and kind == "string") or (role in AXIS_ROLES and kind == "int")
+                (role == "layout" and kind == "string")
+                or (role in AXIS_ROLES and kind == "int")
+                or (role == AXES_ROLE and kind == "int list")
+                or (role == KEEP_DIMS_ROLE and kind == "bool")
             ):
                 self.fail(
                     f"{key}.role",
-                    "roles are 'layout' (a string attribute) and 'axis' or 'begin_axis' (an int attribute)",
+                    "roles are 'layout' (a string attribute), 'axis' or 'begin_axis' (an int attribute), 'axes' (an "
+                    "int list attribute) and 'keep_dims' (a bool attribute)",
                 )
             if kind == "int" and role not in AXIS_ROLES:
                 self.fail(f"{key}.role", "an int attribute names axes: its role is 'axis' or 'begin_axis'")
+            if kind == "int list" and role != AXES_ROLE:
+                self.fail(f"{key}.role", "an int list attribute names a set of axes: its role is 'axes'")
             if role == "layout" and not set(allowed) <= set(LAYOUTS):
                 self.fail(f"{key}.allowed", f"layouts must be among {', '.join(LAYOUTS)}")
             attribute = Attribute(
@@ -1327,13 +1346,49 @@ class _SpecReader:
         for tensor in spec.inputs:
             if tensor.kind in ("tensor", "line") and tensor.optional:
                 self.fail(f"inputs.{tensor.name}.optional", f"a {tensor.kind} input cannot be optional")
-        axes = [a for a in spec.attributes if a.role in AXIS_ROLES]
+        axes = [a for a in spec.attributes if a.role in AXIS_ROLES or a.role == AXES_ROLE]
         if spec.pattern == "along_axes" and len(axes) != 1:
-            self.fail("attributes", "pattern along_axes needs one int attribute with role 'axis' or 'begin_axis'")
+            self.fail(
+                "attributes",
+                "pattern along_axes needs one attribute naming its axes: an int with role 'axis' or 'begin_axis', "
+                "or an int list with role 'axes'",
+            )
         if spec.pattern != "along_axes" and axes:
             self.fail(f"attributes.{axes[0].name}.role", "only along_axes ops take an axis attribute")
+        keep = [a for a in spec.attributes if a.role == KEEP_DIMS_ROLE]
+        if len(keep) > 1:
+            self.fail(f"attributes.{keep[1].name}.role", "at most one attribute has role 'keep_dims'")
+        if keep and not (axes and axes[0].role == AXES_ROLE):
+            self.fail(f"attributes.{keep[0].name}.role", "'keep_dims' goes with an int list attribute of role 'axes'")
+        if axes and axes[0].role == AXES_ROLE:
+            self._check_axes_op(spec)
         if spec.pattern == "along_axes" and spec.min_rank < 1:
             self.fail("op.min_rank", "an along_axes op needs at least 1 dim (an axis to run along)")
+
+    def _check_axes_op(self, spec: OpSpec) -> None:
+        """An op over any set of axes (an int list of role 'axes') is a reduction: the driver
+        combines the partial reductions of axes that are not neighbours, so its outputs are line
+        outputs and its math.line is one reduction (first), then values computed from it."""
+        for tensor in spec.inputs:
+            if tensor.kind != "tensor":
+                self.fail(f"inputs.{tensor.name}.kind", "an op whose axes are an int list takes tensor inputs only")
+        for tensor in spec.outputs:
+            if tensor.kind != "line":
+                self.fail(f"outputs.{tensor.name}.kind", "an op whose axes are an int list has line outputs only")
+        entries = spec.math.get("line", ())
+        kinds = []
+        for name, text in entries:
+            try:
+                kinds.append((name, expr.split_reduction(text)[0]))
+            except expr.ExprError as error:
+                self.fail(f"math.line.{name}", str(error))
+        reductions = [name for name, kind in kinds if kind is not None]
+        if len(reductions) != 1 or kinds[0][1] is None:
+            self.fail(
+                "math.line",
+                "an op whose axes are an int list has one reduction, its first entry (the driver combines the "
+                f"reductions of blocks of axes); found {len(reductions)}",
+            )
 
     def _check_math(self, spec: OpSpec) -> tuple[str, ...]:
         """Check every expression against the names its section may read; return specialized attributes."""
@@ -1411,7 +1466,8 @@ class _SpecReader:
                         hint = ""
                         if used in per_element:
                             hint = (
-                                " (an element is read inside a reduction: line_sum(...), line_max(...), line_min(...))"
+                                " (an element is read inside a reduction: line_sum(...), line_max(...), "
+                                "line_min(...), line_prod(...))"
                             )
                         self.fail(
                             key, f"unknown name '{used}'{hint} (this entry may read: {', '.join(sorted(allowed))})"
@@ -1591,6 +1647,8 @@ def check_attribute_value(attribute: Attribute, value: Any) -> str | None:
         if not isinstance(value, str) or value not in attribute.allowed:
             return f"must be one of {', '.join(repr(v) for v in attribute.allowed)}, not {value!r}"
         return None
+    if attribute.type == "int list":
+        return int_list_problem(value)
     if attribute.type == "int":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
             return f"must be an integer (an axis), not {type(value).__name__}"
@@ -1613,4 +1671,21 @@ def check_attribute_value(attribute: Attribute, value: Any) -> str | None:
         if not as_f32 > attribute.minimum_exclusive:
             rounded = f" ({as_f32!r} in f32)" if as_f32 != number else ""
             return f"must be greater than {attribute.minimum_exclusive} as an f32, not {value!r}{rounded}"
+    return None
+
+
+def int_list_problem(value: Any) -> str | None:
+    """Why `value` is not a list of axes (a list or tuple of distinct ints, each in
+    -MAX_RANK..MAX_RANK-1), or None; a reference's rank narrows the range (shapes.reduced_axes)."""
+    if not isinstance(value, (list, tuple)):
+        return f"must be a list of integers (axes), not {type(value).__name__}"
+    if len(value) > MAX_RANK:
+        return f"must name at most {MAX_RANK} axes, not {len(value)}"
+    for item in value:
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Integral):
+            return f"must be a list of integers (axes), not one holding {type(item).__name__} {item!r}"
+        if not -MAX_RANK <= int(item) < MAX_RANK:
+            return f"{int(item)} is not an axis: each must be in -{MAX_RANK}..{MAX_RANK - 1} (negative: from the last)"
+    if len({int(item) for item in value}) != len(value):
+        return f"names an axis twice: {[int(item) for item in value]}"
     return None

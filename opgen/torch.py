@@ -1,7 +1,7 @@
 """opgen's ops as PyTorch custom ops: torch.ops.opgen.<op>, also opgen.torch.<op>.
 
 Each op's schema comes from its spec: tensor inputs (optional ones as `Tensor?`), then,
-keyword-only, attributes as float, bool or str and flags as `bool?`; an op of several outputs
+keyword-only, attributes as float, bool, str, int or int[] and flags as `bool?`; an op of several outputs
 returns a tuple, where an output not requested is an empty tensor. The CPU kernel is the op's
 Python function on the tensors themselves (read over their memory, no copy); the fake kernel
 runs the same checks on stand-in arrays of the tensors' shapes and dtypes, so torch.compile
@@ -28,7 +28,7 @@ from opgen.specs import OpSpec
 from opgen.validate import Checked
 
 NAMESPACE = "opgen"
-_SCHEMA_TYPES = {"f32": "float", "bool": "bool", "string": "str", "int": "int"}
+_SCHEMA_TYPES = {"f32": "float", "bool": "bool", "string": "str", "int": "int", "int list": "int[]"}
 _TORCH_DTYPES = {
     np.dtype(np.float32): torch.float32,
     np.dtype(np.float16): torch.float16,
@@ -62,6 +62,8 @@ def _default(value: Any) -> str:
         return f'"{value}"'
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(str(int(v)) for v in value) + "]"
     return repr(float(value))
 
 

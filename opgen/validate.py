@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from opgen import shapes
-from opgen.specs import AXIS_ROLES, MAX_RANK, OpSpec, check_attribute_value
+from opgen.specs import AXES_ROLE, AXIS_ROLES, KEEP_DIMS_ROLE, MAX_RANK, OpSpec, check_attribute_value
 
 
 class Checked:
@@ -29,6 +29,7 @@ class Checked:
         self.reference = self.inputs[spec.reference]
         self._check_ranks()
         self.line_axes = self._line_axes()
+        self.reduced_axes = self._reduced_axes()
         self.forms = self._shapes()
 
     def fail(self, kind: type[Exception], argument: str, message: str) -> None:
@@ -42,7 +43,9 @@ class Checked:
             if problem:
                 is_bool = isinstance(value, (bool, np.bool_))
                 wrong_type = (
-                    not isinstance(value, (numbers.Real, np.bool_, str))
+                    (attribute.type == "int list") != isinstance(value, (list, tuple))
+                    or (attribute.type == "int list" and "must be a list of integers" in problem)
+                    or not isinstance(value, (numbers.Real, np.bool_, str, list, tuple))
                     or (attribute.type == "bool") != is_bool
                     or (attribute.type == "string") != isinstance(value, str)
                     or (attribute.type == "int" and not isinstance(value, numbers.Integral))
@@ -144,6 +147,21 @@ class Checked:
             self.fail(ValueError, axis.name, message.replace(": it must", "): it must"))
             raise AssertionError from None  # unreachable: fail raises
 
+    def _reduced_axes(self) -> tuple[int, ...] | None:
+        """along_axes over a set of axes (an int list of role 'axes'): those axes, normalized and
+        sorted; None for other ops."""
+        attribute = next((a for a in self.spec.attributes if a.role == AXES_ROLE), None)
+        if attribute is None:
+            return None
+        assert self.reference is not None  # the reference is a required input
+        try:
+            return shapes.reduced_axes(self.reference.ndim, self.attributes[attribute.name])
+        except ValueError as error:
+            message = str(error).replace("a tensor of rank", f"{self.spec.reference} (rank")
+            message = message.replace(": each must", "): each must").replace(" twice", ") twice")
+            self.fail(ValueError, attribute.name, message)
+            raise AssertionError from None  # unreachable: fail raises
+
     def _shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Check every input's shape; return (form, expanded shape) of each channel input."""
         spec, reference = self.spec, self.reference.shape
@@ -201,6 +219,11 @@ class Checked:
         tensor = self.spec.tensor(name)
         if tensor.kind == "tensor":
             return self.reference.shape
+        if self.reduced_axes is not None:
+            keep = next((a.name for a in self.spec.attributes if a.role == KEEP_DIMS_ROLE), None)
+            keep_dims = bool(self.attributes[keep]) if keep else False
+            assert self.reference is not None  # the reference is a required input
+            return shapes.axes_reduced_shape(self.reference.shape, self.reduced_axes, keep_dims)
         if self.line_axes is not None:
             return shapes.axes_shape(self.reference.shape, *self.line_axes, tensor.kind)
         if self.spec.pattern == "reduce_then_apply":

@@ -160,9 +160,9 @@ def _value_for(key: str, rng: random.Random, names: list[str]) -> Any:
         "min_rank": [0, 1, 2, 3, 13, -1],
         "max_rank": [0, 1, 2, 3, 5, 12],
         "compute": ["normal", "wide", "exact"],
-        "type": ["bool", "f32", "string", "int"],
+        "type": ["bool", "f32", "string", "int", "int list"],
         "allowed": [["NCX", "NXC"], ["NXC"], ["A", "B"], ["-1"], []],
-        "role": ["layout", "axis"],
+        "role": ["layout", "axis", "axes", "keep_dims"],
         "minimum_exclusive": [0.0, -1.0, "0"],
         "default_if_given": names,
         "doc": ["a */ b", "", "x" * 300, "line\nbreak"],
@@ -281,16 +281,20 @@ def interpret_lines(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarr
     """along_axes: each line's values (reductions along the line's axes: sums in float64, max
     and min in `dtype`; the other line values in float64), then the elements in `dtype`."""
     rank = len(call.shape)
-    axis = next(a for a in spec.attributes if a.type == "int")
-    first, last = opgen_shapes.line_axes(rank, int(call.attributes[axis.name]), axis.role or "axis")
-    axes = tuple(range(first, last + 1))
+    axis = next(a for a in spec.attributes if a.type in ("int", "int list"))
+    if axis.type == "int list":  # any set of axes (the ReduceX ops)
+        axes = opgen_shapes.reduced_axes(rank, call.attributes[axis.name])
+        first, last = 0, -1  # no line or along inputs
+    else:
+        first, last = opgen_shapes.line_axes(rank, int(call.attributes[axis.name]), axis.role or "axis")
+        axes = tuple(range(first, last + 1))
     env: dict[str, Any] = {
         a.name: bool(v) if isinstance(v, (bool, np.bool_)) else np.float32(v)
         for a in spec.attributes
         if a.type in ("bool", "f32")
         for v in [call.attributes[a.name]]
     }
-    env["count"] = math.prod(call.shape[first : last + 1])
+    env["count"] = math.prod(call.shape[d] for d in axes)
     for tensor in spec.inputs:
         value = call.arrays.get(tensor.name)
         value = np.asarray(tensor.default if value is None else value).astype(np.float64)
@@ -309,6 +313,8 @@ def interpret_lines(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarr
         with np.errstate(all="ignore"):
             if reduction == "line_sum":
                 env[name] = terms.sum(axis=axes, keepdims=True)
+            elif reduction == "line_prod":
+                env[name] = terms.prod(axis=axes, keepdims=True)
             else:
                 pick, start = (np.max, -np.inf) if reduction == "line_max" else (np.min, np.inf)
                 env[name] = pick(terms, axis=axes, keepdims=True, initial=start)
@@ -331,7 +337,9 @@ def interpret_lines(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarr
         elif tensor.kind == "along":
             outputs[tensor.name] = value
         elif tensor.kind == "line":
-            outputs[tensor.name] = np.squeeze(np.broadcast_to(value, _kept(call.shape, axes)), axis=axes)
+            kept = np.broadcast_to(value, _kept(call.shape, axes))
+            keep = next((bool(call.attributes[a.name]) for a in spec.attributes if a.role == "keep_dims"), False)
+            outputs[tensor.name] = kept if keep else np.squeeze(kept, axis=axes)
         else:
             outputs[tensor.name] = np.broadcast_to(value, call.shape)
     return outputs
@@ -399,6 +407,10 @@ def make_call(spec: OpSpec, row: dict[str, str], layout: str, rng: np.random.Gen
     axis = channel_axis(len(shape), layout)
     axis_attribute = next((a for a in spec.attributes if a.type == "int"), None)
     attributes: dict[str, Any] = {}
+    listed = next((a for a in spec.attributes if a.type == "int list"), None)
+    if listed is not None:  # a random set of axes, some counted from the last
+        chosen = [d for d in range(len(shape)) if rng.integers(2)]
+        attributes[listed.name] = [d - len(shape) if rng.integers(2) else d for d in chosen]
     if axis_attribute is not None:
         attributes[axis_attribute.name] = int(rng.integers(-len(shape), len(shape)))
         first, last = opgen_shapes.line_axes(len(shape), attributes[axis_attribute.name], axis_attribute.role or "")
@@ -422,7 +434,7 @@ def make_call(spec: OpSpec, row: dict[str, str], layout: str, rng: np.random.Gen
         values[rng.random(value_shape) < 0.1] = 0.0
         arrays[tensor.name] = values.astype(_numpy_dtype(row[tensor.name]))
     for attribute in spec.attributes:
-        if attribute.type == "int":
+        if attribute.type in ("int", "int list"):
             continue  # drawn above
         if attribute.role == "layout":
             attributes[attribute.name] = layout

@@ -10,6 +10,7 @@ A second driver (tests/c/threads_race.c) runs under ThreadSanitizer.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -92,18 +93,35 @@ LINES = [(1, 1, 1), (3, 17, 1), (2, 33, 5), (5, 1, 19), (0, 3, 2), (2, 0, 3), (3
 LINES += [(4, 7, 40), (2, BIG // 35 + 1, 35)]
 
 
-def call_lines(kernel: dict, dims: tuple[int, int, int]) -> str:
+# ops over a set of axes (ReduceSum's axes list): (outer, length, inner) and the blocks before
+# the line, (size, reduced), whose sizes multiply to outer: reduced blocks apart from the line's,
+# combined by the driver, contiguous and in groups of 16 lines, tailed, enough for a thread team
+BLOCK_LINES = [
+    ((12, 5, 1), ((3, True), (4, False))),
+    ((6, 7, 19), ((2, True), (3, False))),
+    ((60, 3, 17), ((2, False), (3, True), (2, False), (5, True))),
+    ((4 * (BIG // 256 + 1), 64, 1), ((4, True), (BIG // 256 + 1, False))),
+]
+
+
+def call_lines(kernel: dict, dims: tuple[int, int, int], blocks: tuple[tuple[int, bool], ...] = ()) -> str:
     """C statements calling an along_axes kernel on exact-size buffers: tensors outer * length
-    * inner elements, line operands outer * inner, along operands length; its workspace."""
+    * inner elements, line operands outer * inner (outer without its reduced blocks, with
+    `blocks`), along operands length; its workspace."""
     outer, length, inner = dims
     planned = kernel["lines"]
+    kept = outer // math.prod(size for size, reduced in blocks if reduced)
     counts = {
-        o.name: {"tensor": outer * length * inner, "line": outer * inner, "along": length}[o.kind]
+        o.name: {"tensor": outer * length * inner, "line": kept * inner, "along": length}[o.kind]
         for o in (*planned.inputs, *planned.outputs)
     }
     lines, arguments, frees = [], [], []
     for type_, name in kernel["params"]:
         c_type = type_.replace("const ", "").replace("*", "").strip()
+        if name == "blocks":
+            values = [len(blocks), *(value for size, reduced in blocks for value in (size, int(reduced)))]
+            lines.append(f"const int64_t blocks[] = {{ {', '.join(str(v) for v in values)} }};")
+            continue
         if name == "workspace":
             lines.append(f"int64_t workspace_n = {kernel['name']}_workspace_size({outer}, {length}, {inner});")
             lines.append("double *workspace = (double *)checked_malloc((size_t)workspace_n * sizeof(double));")
@@ -114,6 +132,7 @@ def call_lines(kernel: dict, dims: tuple[int, int, int]) -> str:
             frees.append(name)
         arguments.append(name if "*" in type_ else "0.25f" if type_.startswith("float") else None)
     arguments = [a for a in arguments if a is not None] + [str(outer), str(length), str(inner)]
+    arguments += ["blocks"] if any(name == "blocks" for _, name in kernel["params"]) else []
     lines.append(f"{kernel['name']}({', '.join(arguments)});")
     lines += [f"free({name});" for name in frees]
     return "{\n        " + "\n        ".join(lines) + "\n    }"
@@ -124,6 +143,8 @@ def driver() -> str:
     for kernel in LIBRARY.kernels:
         if kernel["pattern"] == "along_axes":
             body += [f"    {call_lines(kernel, dims)}" for dims in LINES]
+            if any(name == "blocks" for _, name in kernel["params"]):
+                body += [f"    {call_lines(kernel, dims, blocks)}" for dims, blocks in BLOCK_LINES]
             continue
         if kernel["pattern"] == "elementwise" or kernel["form"] == "full":
             shapes = [(count,) for count in ELEMENTWISE]

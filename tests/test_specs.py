@@ -73,6 +73,12 @@ def test_duplicate_key(tmp_path):
         ('name = "diff_dst"', 'name = "src_or_dst"', ["used twice"]),
         ('pattern = "elementwise"', 'pattern = "scan"', ["op.pattern", "not one of"]),
         ('type = "bool"', 'type = "int"', ["attributes.use_dst.role", "an int attribute names axes"]),
+        (
+            'type = "bool"',
+            'type = "int list"',
+            ["attributes.use_dst.role", "an int list attribute names a set of axes"],
+        ),
+        ("default = true", 'default = true\nrole = "keep_dims"', ["attributes.use_dst.role", "'keep_dims' goes with"]),
         ("default = true", 'default = "yes"', ["attributes.use_dst.default", "True or False"]),
         (
             'diff_src = "f32"\n\n[[dtypes]]\nsrc_or_dst = "f16"',

@@ -99,8 +99,132 @@ static void opgen_lines_range(const opgen_lines_kernel *kernel, const opgen_line
     }
 }
 
+int64_t opgen_lines_count(int64_t length, const int64_t *blocks)
+{
+    int64_t count = length;
+    for (int64_t b = 0; blocks != NULL && b < blocks[0]; ++b) {
+        count *= blocks[2 + 2 * b] ? blocks[1 + 2 * b] : 1;
+    }
+    return count;
+}
+
+static double opgen_lines_combined_value(int how, double running, double part)
+{
+    switch (how) {
+    case OPGEN_LINES_SUM:
+        return running + part;
+    case OPGEN_LINES_PROD:
+        return running * part;
+    case OPGEN_LINES_MAX:
+        return opgen_lines_max_double(running, part);
+    default:
+        return opgen_lines_min_double(running, part);
+    }
+}
+
+/* Output values kept_index * inner + position, `lanes` of them (a tile along inner, or one when
+ * inner is 1): the reduction over the line at each index of the reduced blocks, combined in the
+ * row-major order of those indices; then the line values after it, and the line outputs. */
+static void opgen_lines_combined(const opgen_lines_kernel *kernel, const opgen_lines_call *call, int64_t kept_index,
+                                 int64_t position, int lanes)
+{
+    double values[OPGEN_LINES_LANES * OPGEN_LINES_MAX_VALUES + 1];
+    double part[OPGEN_LINES_LANES * OPGEN_LINES_MAX_VALUES + 1];
+    int64_t kept[OPGEN_MAX_RANK] = { 0 };
+    const int64_t n = call->blocks[0];
+    const int count = kernel->value_count, slot = kernel->combine_slot;
+    const int64_t first = kept_index * call->inner + position;
+    int64_t rest = kept_index, reduced = 1;
+    for (int64_t b = n - 1; b >= 0; --b) { /* the kept blocks' indices, from the last */
+        const int64_t size = call->blocks[1 + 2 * b];
+        if (call->blocks[2 + 2 * b]) {
+            reduced *= size;
+        } else {
+            kept[b] = rest % size;
+            rest /= size;
+        }
+    }
+    if (kernel->values_before != NULL) {
+        for (int lane = 0; lane < lanes; ++lane) {
+            kernel->values_before(call, first + lane, values + lane * count);
+        }
+    }
+    for (int64_t r = 0; r < reduced; ++r) {
+        int64_t left = r, outer_index = 0, stride = 1;
+        for (int64_t b = n - 1; b >= 0; --b) {
+            const int64_t size = call->blocks[1 + 2 * b];
+            int64_t at = kept[b];
+            if (call->blocks[2 + 2 * b]) {
+                at = left % size;
+                left /= size;
+            }
+            outer_index += at * stride;
+            stride *= size;
+        }
+        if (call->inner == 1) {
+            kernel->passes[0].reduce(call, outer_index, part);
+        } else {
+            kernel->passes[0].reduce_columns(call, outer_index, position, lanes, part);
+        }
+        for (int lane = 0; lane < lanes; ++lane) {
+            double *to = values + lane * count + slot;
+            const double from = part[lane * count + slot];
+            *to = r == 0 ? from : opgen_lines_combined_value(kernel->combine, *to, from);
+        }
+    }
+    for (int lane = 0; lane < lanes; ++lane) {
+        if (kernel->passes[0].after != NULL) {
+            kernel->passes[0].after(call, first + lane, values + lane * count);
+        }
+        kernel->store(call, first + lane, values + lane * count);
+    }
+}
+
+/* An op over a set of axes that are not neighbours: one unit per output value (inner 1) or per
+ * tile of OPGEN_LINES_LANES of them along inner. */
+static void opgen_lines_run_blocks(const opgen_lines_kernel *kernel, const opgen_lines_call *call)
+{
+    const int64_t elements = call->outer * call->length * call->inner;
+    const int64_t tiles = (call->inner + OPGEN_LINES_LANES - 1) / OPGEN_LINES_LANES;
+    int64_t kept = 1;
+    for (int64_t b = 0; b < call->blocks[0]; ++b) {
+        kept *= call->blocks[2 + 2 * b] ? 1 : call->blocks[1 + 2 * b];
+    }
+    const int64_t units = kept * tiles;
+    int threads = opgen_threads_for(elements * kernel->work_per_element);
+    if (threads > units) {
+        threads = (int)(units > 0 ? units : 1);
+    }
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t unit = 0; unit < units; ++unit) {
+                const int64_t position = unit % tiles * OPGEN_LINES_LANES, left = call->inner - position;
+                opgen_lines_combined(kernel, call, unit / tiles, position,
+                                     (int)(left < OPGEN_LINES_LANES ? left : OPGEN_LINES_LANES));
+            }
+            opgen_fence();
+        }
+    } else
+#endif
+    {
+        for (int64_t unit = 0; unit < units; ++unit) {
+            const int64_t position = unit % tiles * OPGEN_LINES_LANES, left = call->inner - position;
+            opgen_lines_combined(kernel, call, unit / tiles, position,
+                                 (int)(left < OPGEN_LINES_LANES ? left : OPGEN_LINES_LANES));
+        }
+        opgen_fence();
+    }
+}
+
 void opgen_lines_run(const opgen_lines_kernel *kernel, const opgen_lines_call *call)
 {
+    if (call->blocks != NULL && call->blocks[0] > 0 && kernel->combine != OPGEN_LINES_NONE) {
+        opgen_lines_run_blocks(kernel, call);
+        return;
+    }
     const int64_t elements = call->outer * call->length * call->inner;
     const int64_t units = opgen_lines_units(call->outer, call->inner);
     const int across = kernel->across_count > 0;

@@ -20,7 +20,14 @@
  * Where inner is 1 a line is contiguous and the microkernels take one line, vectorized along
  * it. Else they take OPGEN_LINES_LANES neighbouring lines at once, one per lane, walking the
  * length (their elements are contiguous across the lines): the *_columns microkernels.
- * Any microkernel but apply may be NULL (nothing to do). */
+ * Any microkernel but apply may be NULL (nothing to do).
+ *
+ * An op over a set of axes (ReduceSum's axes list) has one reduction and line outputs. Where its
+ * axes are neighbours (after dims of 1 are dropped and neighbours merged), they are the line.
+ * Else the line is the last block of them, and each output value combines the line's partial
+ * values at every index of the other reduced blocks (`blocks`), one after the other in the
+ * order of those indices (combine), then computes the line values that follow: one thread per
+ * output value (or tile of them), so the results never depend on the thread count either. */
 #ifndef OPGEN_LINES_H
 #define OPGEN_LINES_H
 
@@ -41,6 +48,12 @@ typedef struct opgen_lines_call {
     int64_t inner;
     int stream;            /* outputs bigger than the caches: stored past them */
     double *workspace;     /* opgen_lines_workspace() doubles for sums across lines, else NULL */
+    int64_t count;         /* elements each line value reduces: `count` in the math (length, or
+                            * more with blocks) */
+    const int64_t *blocks; /* an op over a set of axes: NULL or blocks[0] == 0 when they are
+                            * neighbours; else blocks[0] = n dims before the line's axes, merged
+                            * (product: outer), outermost first, dim b of size blocks[1 + 2 b],
+                            * reduced too when blocks[2 + 2 b] is 1 */
 } opgen_lines_call;
 
 /* One contiguous line (inner == 1): `values` holds the line's values. */
@@ -74,9 +87,18 @@ typedef struct opgen_lines_kernel {
     int across_count;                         /* sums across lines (outputs of kind along) */
     opgen_lines_store_across_function store_across;
     int work_per_element;                     /* in plain-arithmetic units (an exp costs more) */
+    int combine;                              /* an op over a set of axes: how its one reduction's
+                                               * partial values combine (opgen_lines_combine) */
+    int combine_slot;                         /* that reduction's line value */
 } opgen_lines_kernel;
 
+/* How the partial values of a reduction over blocks of axes combine (each in double, in the
+ * order of the blocks' indices). */
+enum opgen_lines_combine { OPGEN_LINES_NONE, OPGEN_LINES_SUM, OPGEN_LINES_MAX, OPGEN_LINES_MIN, OPGEN_LINES_PROD };
+
 void opgen_lines_run(const opgen_lines_kernel *kernel, const opgen_lines_call *call);
+/* Elements each line value reduces: `length`, times the reduced dims of `blocks` (may be NULL). */
+int64_t opgen_lines_count(int64_t length, const int64_t *blocks);
 /* Doubles of workspace a call with `across_count` sums across lines needs; -1 when their bytes
  * would not fit in 64 bits. */
 int64_t opgen_lines_workspace(int64_t outer, int64_t length, int64_t inner, int across_count);
