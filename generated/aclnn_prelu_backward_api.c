@@ -168,9 +168,10 @@ static opgen_status aclnn_prelu_backward_check(const opgen_tensor *grad_output, 
     const opgen_tensor *tensors[] = { grad_output, self, weight, grad_input, grad_weight };
     int channel_axis = 1;
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     (void)numbers;
-    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, channel_axis, opgen_axis, flags, with_data);
+    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, channel_axis, opgen_axis, broadcast, flags, with_data);
 }
 
 opgen_status opgen_aclnn_prelu_backward_workspace_size(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, size_t *workspace_size)

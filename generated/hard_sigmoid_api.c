@@ -87,6 +87,7 @@ static opgen_status hard_sigmoid_check(const opgen_tensor *src, const opgen_tens
     const opgen_tensor *tensors[] = { src, dst };
     int channel_axis = 0;
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     if (!isfinite(alpha)) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_hard_sigmoid", "alpha", "must be a finite number, not %g", (double)alpha);
@@ -97,7 +98,7 @@ static opgen_status hard_sigmoid_check(const opgen_tensor *src, const opgen_tens
     }
     numbers[1] = beta;
     (void)numbers;
-    return opgen_check_call(call, &hard_sigmoid_info, tensors, channel_axis, opgen_axis, flags, with_data);
+    return opgen_check_call(call, &hard_sigmoid_info, tensors, channel_axis, opgen_axis, broadcast, flags, with_data);
 }
 
 opgen_status opgen_hard_sigmoid_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, float alpha, float beta, size_t *workspace_size)

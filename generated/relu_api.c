@@ -87,9 +87,10 @@ static opgen_status relu_check(const opgen_tensor *src, const opgen_tensor *dst,
     const opgen_tensor *tensors[] = { src, dst };
     int channel_axis = 0;
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     (void)numbers;
-    return opgen_check_call(call, &relu_info, tensors, channel_axis, opgen_axis, flags, with_data);
+    return opgen_check_call(call, &relu_info, tensors, channel_axis, opgen_axis, broadcast, flags, with_data);
 }
 
 opgen_status opgen_relu_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, size_t *workspace_size)
