@@ -170,10 +170,11 @@ static opgen_status aclnn_prelu_backward_check(const opgen_tensor *grad_output, 
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     (void)numbers;
-    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_aclnn_prelu_backward_workspace_size(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, size_t *workspace_size)

@@ -169,6 +169,7 @@ static opgen_status batch_norm_training_backward_check(const opgen_tensor *src, 
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     if (!isfinite(epsilon)) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_batch_norm_training_backward", "epsilon", "must be a finite number, not %g", (double)epsilon);
@@ -190,8 +191,8 @@ static opgen_status batch_norm_training_backward_check(const opgen_tensor *src, 
                            (int)data_format);
     }
     (void)numbers;
-    return opgen_check_call(call, &batch_norm_training_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &batch_norm_training_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_batch_norm_training_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format, size_t *workspace_size)

@@ -92,6 +92,7 @@ static opgen_status hard_sigmoid_backward_check(const opgen_tensor *src, const o
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     if (!isfinite(alpha)) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_hard_sigmoid_backward", "alpha", "must be a finite number, not %g", (double)alpha);
@@ -102,8 +103,8 @@ static opgen_status hard_sigmoid_backward_check(const opgen_tensor *src, const o
     }
     numbers[1] = beta;
     (void)numbers;
-    return opgen_check_call(call, &hard_sigmoid_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &hard_sigmoid_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_hard_sigmoid_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, float alpha, float beta, size_t *workspace_size)

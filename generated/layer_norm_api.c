@@ -112,6 +112,7 @@ static opgen_status layer_norm_check(const opgen_tensor *src, const opgen_tensor
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     opgen_axis = begin_norm_axis; /* checked against the reference's rank with the shapes */
     if (!isfinite(epsilon)) {
@@ -123,8 +124,8 @@ static opgen_status layer_norm_check(const opgen_tensor *src, const opgen_tensor
     }
     numbers[0] = epsilon;
     (void)numbers;
-    return opgen_check_call(call, &layer_norm_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &layer_norm_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_layer_norm_workspace_size(const opgen_tensor *src, const opgen_tensor *gamma, const opgen_tensor *beta, const opgen_tensor *dst, const opgen_tensor *mean, const opgen_tensor *variance, int64_t begin_norm_axis, float epsilon, size_t *workspace_size)

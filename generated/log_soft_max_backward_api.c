@@ -92,11 +92,12 @@ static opgen_status log_soft_max_backward_check(const opgen_tensor *diff_dst, co
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     opgen_axis = axis; /* checked against the reference's rank with the shapes */
     (void)numbers;
-    return opgen_check_call(call, &log_soft_max_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &log_soft_max_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_log_soft_max_backward_workspace_size(const opgen_tensor *diff_dst, const opgen_tensor *dst, const opgen_tensor *diff_src, int64_t axis, size_t *workspace_size)

@@ -92,6 +92,11 @@ typedef struct opgen_int_list {
     int64_t values[OPGEN_MAX_RANK];
 } opgen_int_list;
 
+typedef enum opgen_auto_broadcast {
+    OPGEN_AUTO_BROADCAST_NONE = 0, /* "none" */
+    OPGEN_AUTO_BROADCAST_NUMPY = 1 /* "numpy" */
+} opgen_auto_broadcast;
+
 typedef enum opgen_data_format {
     OPGEN_DATA_FORMAT_NCX = 0, /* "NCX" */
     OPGEN_DATA_FORMAT_NXC = 1 /* "NXC" */
@@ -117,6 +122,22 @@ opgen_status opgen_aclnn_prelu_backward_workspace_size(const opgen_tensor *grad_
 opgen_status opgen_aclnn_prelu_backward_with_workspace(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, void *workspace, size_t workspace_size);
 opgen_status opgen_aclnn_prelu_backward_with_data(const opgen_tensor *operands, void *grad_output_data, void *self_data, void *weight_data, void *grad_input_data, void *grad_weight_data, void *workspace, size_t workspace_size);
 opgen_status opgen_aclnn_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_add: Elementwise sum of two tensors broadcast against each other: dst = src_0 + src_1.
+ * (oneDNN Graph API, Add)
+ *   src_0 (input): The first input.
+ *   src_1 (input): The second input.
+ *   dst (output): The result, of the inputs' broadcast shape.
+ *   auto_broadcast (opgen_auto_broadcast, default OPGEN_AUTO_BROADCAST_NUMPY): numpy: the inputs broadcast against each other by NumPy's rules (dst has the
+ *       broadcast shape); none: their shapes must be equal.
+ *   dtype combinations: src_0 f32, src_1 f32, dst f32; src_0 bf16, src_1 bf16, dst bf16; src_0 f16,
+ *       src_1 f16, dst f16
+ */
+opgen_status opgen_add(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast);
+opgen_status opgen_add_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size);
+opgen_status opgen_add_with_workspace(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_add_with_data(const opgen_tensor *operands, void *src_0_data, void *src_1_data, void *dst_data, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_add_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_batch_norm_training_backward: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial
  * elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma *
@@ -146,6 +167,22 @@ opgen_status opgen_batch_norm_training_backward_workspace_size(const opgen_tenso
 opgen_status opgen_batch_norm_training_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size);
 opgen_status opgen_batch_norm_training_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, float epsilon, opgen_data_format data_format, void *workspace, size_t workspace_size);
 opgen_status opgen_batch_norm_training_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_divide: Elementwise quotient of two tensors broadcast against each other: dst = src_0 / src_1.
+ * (oneDNN Graph API, Divide)
+ *   src_0 (input): The first input.
+ *   src_1 (input): The second input.
+ *   dst (output): The result, of the inputs' broadcast shape.
+ *   auto_broadcast (opgen_auto_broadcast, default OPGEN_AUTO_BROADCAST_NUMPY): numpy: the inputs broadcast against each other by NumPy's rules (dst has the
+ *       broadcast shape); none: their shapes must be equal.
+ *   dtype combinations: src_0 f32, src_1 f32, dst f32; src_0 bf16, src_1 bf16, dst bf16; src_0 f16,
+ *       src_1 f16, dst f16
+ */
+opgen_status opgen_divide(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast);
+opgen_status opgen_divide_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size);
+opgen_status opgen_divide_with_workspace(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_divide_with_data(const opgen_tensor *operands, void *src_0_data, void *src_1_data, void *dst_data, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_divide_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_hard_sigmoid: HardSigmoid: dst = max(0, min(1, alpha*src + beta)) (NaN stays NaN).
  * (oneDNN Graph API, HardSigmoid)
@@ -262,6 +299,54 @@ opgen_status opgen_log_soft_max_backward_workspace_size(const opgen_tensor *diff
 opgen_status opgen_log_soft_max_backward_with_workspace(const opgen_tensor *diff_dst, const opgen_tensor *dst, const opgen_tensor *diff_src, int64_t axis, void *workspace, size_t workspace_size);
 opgen_status opgen_log_soft_max_backward_with_data(const opgen_tensor *operands, void *diff_dst_data, void *dst_data, void *diff_src_data, int64_t axis, void *workspace, size_t workspace_size);
 opgen_status opgen_log_soft_max_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_maximum: Elementwise larger of two tensors broadcast against each other; NaN if either is NaN.
+ * (oneDNN Graph API, Maximum)
+ *   src_0 (input): The first input.
+ *   src_1 (input): The second input.
+ *   dst (output): The result, of the inputs' broadcast shape.
+ *   auto_broadcast (opgen_auto_broadcast, default OPGEN_AUTO_BROADCAST_NUMPY): numpy: the inputs broadcast against each other by NumPy's rules (dst has the
+ *       broadcast shape); none: their shapes must be equal.
+ *   dtype combinations: src_0 f32, src_1 f32, dst f32; src_0 bf16, src_1 bf16, dst bf16; src_0 f16,
+ *       src_1 f16, dst f16
+ */
+opgen_status opgen_maximum(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast);
+opgen_status opgen_maximum_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size);
+opgen_status opgen_maximum_with_workspace(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_maximum_with_data(const opgen_tensor *operands, void *src_0_data, void *src_1_data, void *dst_data, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_maximum_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_minimum: Elementwise smaller of two tensors broadcast against each other; NaN if either is NaN.
+ * (oneDNN Graph API, Minimum)
+ *   src_0 (input): The first input.
+ *   src_1 (input): The second input.
+ *   dst (output): The result, of the inputs' broadcast shape.
+ *   auto_broadcast (opgen_auto_broadcast, default OPGEN_AUTO_BROADCAST_NUMPY): numpy: the inputs broadcast against each other by NumPy's rules (dst has the
+ *       broadcast shape); none: their shapes must be equal.
+ *   dtype combinations: src_0 f32, src_1 f32, dst f32; src_0 bf16, src_1 bf16, dst bf16; src_0 f16,
+ *       src_1 f16, dst f16
+ */
+opgen_status opgen_minimum(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast);
+opgen_status opgen_minimum_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size);
+opgen_status opgen_minimum_with_workspace(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_minimum_with_data(const opgen_tensor *operands, void *src_0_data, void *src_1_data, void *dst_data, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_minimum_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_multiply: Elementwise product of two tensors broadcast against each other: dst = src_0 * src_1.
+ * (oneDNN Graph API, Multiply)
+ *   src_0 (input): The first input.
+ *   src_1 (input): The second input.
+ *   dst (output): The result, of the inputs' broadcast shape.
+ *   auto_broadcast (opgen_auto_broadcast, default OPGEN_AUTO_BROADCAST_NUMPY): numpy: the inputs broadcast against each other by NumPy's rules (dst has the
+ *       broadcast shape); none: their shapes must be equal.
+ *   dtype combinations: src_0 f32, src_1 f32, dst f32; src_0 bf16, src_1 bf16, dst bf16; src_0 f16,
+ *       src_1 f16, dst f16
+ */
+opgen_status opgen_multiply(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast);
+opgen_status opgen_multiply_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size);
+opgen_status opgen_multiply_with_workspace(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_multiply_with_data(const opgen_tensor *operands, void *src_0_data, void *src_1_data, void *dst_data, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_multiply_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
 /* opgen_prelu_backward: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums
  * src * diff_dst over the non-positive elements, reduced to slope's shape.
@@ -487,6 +572,39 @@ opgen_status opgen_soft_max_backward_with_workspace(const opgen_tensor *diff_dst
 opgen_status opgen_soft_max_backward_with_data(const opgen_tensor *operands, void *diff_dst_data, void *dst_data, void *diff_src_data, int64_t axis, void *workspace, size_t workspace_size);
 opgen_status opgen_soft_max_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
 
+/* opgen_squared_difference: Elementwise squared difference of two tensors broadcast against each other: dst = (src_0 -
+ * src_1)^2.
+ * (oneDNN Graph API, SquaredDifference)
+ *   src_0 (input): The first input.
+ *   src_1 (input): The second input.
+ *   dst (output): The result, of the inputs' broadcast shape.
+ *   auto_broadcast (opgen_auto_broadcast, default OPGEN_AUTO_BROADCAST_NUMPY): numpy: the inputs broadcast against each other by NumPy's rules (dst has the
+ *       broadcast shape); none: their shapes must be equal.
+ *   dtype combinations: src_0 f32, src_1 f32, dst f32; src_0 bf16, src_1 bf16, dst bf16; src_0 f16,
+ *       src_1 f16, dst f16
+ */
+opgen_status opgen_squared_difference(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast);
+opgen_status opgen_squared_difference_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size);
+opgen_status opgen_squared_difference_with_workspace(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_squared_difference_with_data(const opgen_tensor *operands, void *src_0_data, void *src_1_data, void *dst_data, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_squared_difference_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
+/* opgen_subtract: Elementwise difference of two tensors broadcast against each other: dst = src_0 - src_1.
+ * (oneDNN Graph API, Subtract)
+ *   src_0 (input): The first input.
+ *   src_1 (input): The second input.
+ *   dst (output): The result, of the inputs' broadcast shape.
+ *   auto_broadcast (opgen_auto_broadcast, default OPGEN_AUTO_BROADCAST_NUMPY): numpy: the inputs broadcast against each other by NumPy's rules (dst has the
+ *       broadcast shape); none: their shapes must be equal.
+ *   dtype combinations: src_0 f32, src_1 f32, dst f32; src_0 bf16, src_1 bf16, dst bf16; src_0 f16,
+ *       src_1 f16, dst f16
+ */
+opgen_status opgen_subtract(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast);
+opgen_status opgen_subtract_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size);
+opgen_status opgen_subtract_with_workspace(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_subtract_with_data(const opgen_tensor *operands, void *src_0_data, void *src_1_data, void *dst_data, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size);
+opgen_status opgen_subtract_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size);
+
 /* opgen_tanh: Hyperbolic tangent: dst = tanh(src).
  * (oneDNN Graph API, Tanh)
  *   src (input): Input tensor.
@@ -596,6 +714,18 @@ void aclnn_prelu_backward_bf16_full(const opgen_bf16 *OPGEN_RESTRICT grad_output
 /* doubles of `workspace` aclnn_prelu_backward_bf16_full needs: none */
 int64_t aclnn_prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
+/* add_f32: Elementwise sum of two tensors broadcast against each other: dst = src_0 + src_1.
+ * (src_0 f32, src_1 f32, dst f32; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void add_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* add_bf16: Elementwise sum of two tensors broadcast against each other: dst = src_0 + src_1.
+ * (src_0 bf16, src_1 bf16, dst bf16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void add_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* add_f16: Elementwise sum of two tensors broadcast against each other: dst = src_0 + src_1.
+ * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void add_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
 /* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
  * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void batch_norm_training_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -651,6 +781,18 @@ void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT sr
  * outputs repeated likewise), whose sums the kernel adds up */
 /* doubles of `workspace` batch_norm_training_backward_f16_f32_nxc needs (pass inner = 1) */
 int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner);
+
+/* divide_f32: Elementwise quotient of two tensors broadcast against each other: dst = src_0 / src_1.
+ * (src_0 f32, src_1 f32, dst f32; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void divide_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* divide_bf16: Elementwise quotient of two tensors broadcast against each other: dst = src_0 / src_1.
+ * (src_0 bf16, src_1 bf16, dst bf16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void divide_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* divide_f16: Elementwise quotient of two tensors broadcast against each other: dst = src_0 / src_1.
+ * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void divide_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
 
 /* hard_sigmoid_f32: HardSigmoid: dst = max(0, min(1, alpha*src + beta)) (NaN stays NaN).
  * (src f32, dst f32; computed in double) */
@@ -733,6 +875,42 @@ void log_soft_max_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const
 /* log_soft_max_backward_f16: LogSoftmax gradient along one axis: diff_src = diff_dst - exp(dst) * sum(diff_dst), the sum taken over the elements along `axis`.
  * (diff_dst f16, dst f16, diff_src f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void log_soft_max_backward_f16(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+
+/* maximum_f32: Elementwise larger of two tensors broadcast against each other; NaN if either is NaN.
+ * (src_0 f32, src_1 f32, dst f32; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void maximum_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* maximum_bf16: Elementwise larger of two tensors broadcast against each other; NaN if either is NaN.
+ * (src_0 bf16, src_1 bf16, dst bf16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void maximum_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* maximum_f16: Elementwise larger of two tensors broadcast against each other; NaN if either is NaN.
+ * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void maximum_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* minimum_f32: Elementwise smaller of two tensors broadcast against each other; NaN if either is NaN.
+ * (src_0 f32, src_1 f32, dst f32; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void minimum_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* minimum_bf16: Elementwise smaller of two tensors broadcast against each other; NaN if either is NaN.
+ * (src_0 bf16, src_1 bf16, dst bf16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void minimum_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* minimum_f16: Elementwise smaller of two tensors broadcast against each other; NaN if either is NaN.
+ * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void minimum_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* multiply_f32: Elementwise product of two tensors broadcast against each other: dst = src_0 * src_1.
+ * (src_0 f32, src_1 f32, dst f32; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void multiply_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* multiply_bf16: Elementwise product of two tensors broadcast against each other: dst = src_0 * src_1.
+ * (src_0 bf16, src_1 bf16, dst bf16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void multiply_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* multiply_f16: Elementwise product of two tensors broadcast against each other: dst = src_0 * src_1.
+ * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void multiply_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */
@@ -967,6 +1145,30 @@ void soft_max_backward_bf16(const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opg
 /* soft_max_backward_f16: SoftMax gradient along one axis: diff_src = dst * (diff_dst - sum(diff_dst * dst)), the sum taken over the elements along `axis`.
  * (diff_dst f16, dst f16, diff_src f16; computed in float, sums in double; 1 reduction pass and an element pass per line) */
 void soft_max_backward_f16(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen_f16 *OPGEN_RESTRICT dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t outer, int64_t length, int64_t inner);
+
+/* squared_difference_f32: Elementwise squared difference of two tensors broadcast against each other: dst = (src_0 - src_1)^2.
+ * (src_0 f32, src_1 f32, dst f32; computed in double; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void squared_difference_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* squared_difference_bf16: Elementwise squared difference of two tensors broadcast against each other: dst = (src_0 - src_1)^2.
+ * (src_0 bf16, src_1 bf16, dst bf16; computed in double; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void squared_difference_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* squared_difference_f16: Elementwise squared difference of two tensors broadcast against each other: dst = (src_0 - src_1)^2.
+ * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void squared_difference_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* subtract_f32: Elementwise difference of two tensors broadcast against each other: dst = src_0 - src_1.
+ * (src_0 f32, src_1 f32, dst f32; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void subtract_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* subtract_bf16: Elementwise difference of two tensors broadcast against each other: dst = src_0 - src_1.
+ * (src_0 bf16, src_1 bf16, dst bf16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void subtract_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+
+/* subtract_f16: Elementwise difference of two tensors broadcast against each other: dst = src_0 - src_1.
+ * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) */
+void subtract_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
 
 /* tanh_f32: Hyperbolic tangent: dst = tanh(src).
  * (src f32, dst f32; computed in double) */

@@ -545,6 +545,114 @@ int64_t aclnn_prelu_backward_bf16_full_workspace_size(int64_t outer, int64_t cha
     return 0;
 }
 
+void add_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void add_f32__avx2(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void add_f32__avx512(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void add_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        add_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        add_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        add_f32__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    add_f32__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void add_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void add_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void add_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void add_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        add_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        add_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        add_bf16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    add_bf16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void add_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void add_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void add_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void add_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        add_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        add_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        add_f16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    add_f16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
 void batch_norm_training_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 #if OPGEN_X86_DISPATCH
 #if !defined(OPGEN_WITHOUT_AVX2)
@@ -891,6 +999,114 @@ int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, i
     (void)inner; /* the nxc loop tiles rows alone */
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     return (5 + tiles * 2) * channels;
+}
+
+void divide_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void divide_f32__avx2(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void divide_f32__avx512(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void divide_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        divide_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        divide_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        divide_f32__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    divide_f32__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void divide_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void divide_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void divide_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void divide_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        divide_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        divide_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        divide_bf16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    divide_bf16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void divide_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void divide_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void divide_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void divide_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        divide_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        divide_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        divide_f16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    divide_f16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
 }
 
 void hard_sigmoid_f32__baseline(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count);
@@ -1590,6 +1806,330 @@ void log_soft_max_backward_f16(const opgen_f16 *OPGEN_RESTRICT diff_dst, const o
     }
 #endif
     log_soft_max_backward_f16__baseline(diff_dst, dst, diff_src, outer, length, inner);
+}
+
+void maximum_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void maximum_f32__avx2(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void maximum_f32__avx512(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void maximum_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        maximum_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        maximum_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        maximum_f32__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    maximum_f32__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void maximum_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void maximum_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void maximum_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void maximum_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        maximum_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        maximum_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        maximum_bf16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    maximum_bf16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void maximum_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void maximum_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void maximum_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void maximum_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        maximum_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        maximum_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        maximum_f16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    maximum_f16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void minimum_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void minimum_f32__avx2(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void minimum_f32__avx512(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void minimum_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        minimum_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        minimum_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        minimum_f32__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    minimum_f32__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void minimum_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void minimum_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void minimum_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void minimum_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        minimum_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        minimum_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        minimum_bf16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    minimum_bf16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void minimum_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void minimum_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void minimum_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void minimum_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        minimum_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        minimum_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        minimum_f16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    minimum_f16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void multiply_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void multiply_f32__avx2(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void multiply_f32__avx512(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void multiply_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        multiply_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        multiply_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        multiply_f32__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    multiply_f32__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void multiply_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void multiply_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void multiply_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void multiply_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        multiply_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        multiply_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        multiply_bf16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    multiply_bf16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void multiply_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void multiply_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void multiply_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void multiply_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        multiply_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        multiply_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        multiply_f16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    multiply_f16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
 }
 
 void prelu_backward_f32_ncx__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -3498,6 +4038,222 @@ void soft_max_backward_f16(const opgen_f16 *OPGEN_RESTRICT diff_dst, const opgen
     }
 #endif
     soft_max_backward_f16__baseline(diff_dst, dst, diff_src, outer, length, inner);
+}
+
+void squared_difference_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void squared_difference_f32__avx2(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void squared_difference_f32__avx512(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void squared_difference_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        squared_difference_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        squared_difference_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        squared_difference_f32__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    squared_difference_f32__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void squared_difference_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void squared_difference_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void squared_difference_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void squared_difference_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        squared_difference_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        squared_difference_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        squared_difference_bf16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    squared_difference_bf16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void squared_difference_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void squared_difference_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void squared_difference_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void squared_difference_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        squared_difference_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        squared_difference_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        squared_difference_f16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    squared_difference_f16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void subtract_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void subtract_f32__avx2(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void subtract_f32__avx512(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void subtract_f32(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        subtract_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        subtract_f32__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        subtract_f32__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    subtract_f32__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void subtract_bf16__baseline(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void subtract_bf16__avx2(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void subtract_bf16__avx512(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void subtract_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPGEN_RESTRICT src_1, opgen_bf16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        subtract_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        subtract_bf16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        subtract_bf16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    subtract_bf16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+}
+
+void subtract_f16__baseline(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#if OPGEN_X86_DISPATCH
+#if !defined(OPGEN_WITHOUT_AVX2)
+void subtract_f16__avx2(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+void subtract_f16__avx512(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
+#endif
+#endif
+
+void subtract_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1)
+{
+#if OPGEN_X86_DISPATCH
+    switch (opgen_target_index()) {
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 3:
+        subtract_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX512)
+    case 2:
+        subtract_f16__avx512(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+#if !defined(OPGEN_WITHOUT_AVX2)
+    case 1:
+        subtract_f16__avx2(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
+        return;
+#endif
+    default:
+        break;
+    }
+#endif
+    subtract_f16__baseline(src_0, src_1, dst, rank_0, dims_0, rank_1, dims_1);
 }
 
 void tanh_f32__baseline(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count);

@@ -1449,7 +1449,8 @@ enum opgen_pattern {
     OPGEN_PATTERN_ELEMENTWISE,
     OPGEN_PATTERN_BROADCAST_REDUCE,
     OPGEN_PATTERN_REDUCE_THEN_APPLY,
-    OPGEN_PATTERN_ALONG_AXES
+    OPGEN_PATTERN_ALONG_AXES,
+    OPGEN_PATTERN_BINARY
 };
 
 /* The axes an along_axes op runs its lines along, from its axis attribute. */
@@ -1516,7 +1517,7 @@ typedef struct opgen_op_info {
     const opgen_adapter *kernels;                 /* by (row, form, flags) */
     const opgen_workspace_function *workspaces;   /* the same order; NULL for elementwise */
     int axes_mode;           /* along_axes: an opgen_axes_mode */
-    const char *axis_name;   /* along_axes: its axis attribute, for messages */
+    const char *axis_name;   /* along_axes: its axis attribute; binary: its broadcast attribute (messages) */
 } opgen_op_info;
 
 /* A checked call and how it runs: kernel, dims and the layout of its workspace. */
@@ -1552,12 +1553,14 @@ typedef struct opgen_call {
     size_t kernel_at;
     size_t repeated_at[OPGEN_MAX_OPERANDS]; /* repeat > 1: channel operands repeated along inner */
     size_t workspace_bytes;  /* 0, or the bytes used + alignment slack */
+    int broadcast;           /* binary: the inputs may broadcast against each other (else equal shapes) */
+    int64_t shapes[2 + 2 * OPGEN_MAX_RANK]; /* binary: the inputs' ranks, then each one's dims */
 } opgen_call;
 
 opgen_status opgen_error(opgen_status status, const char *function, const char *argument, const char *format, ...);
 opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
-                              int channel_axis, int64_t axis, const opgen_int_list *axes, int keep_dims, int flags,
-                              int with_data);
+                              int channel_axis, int64_t axis, const opgen_int_list *axes, int keep_dims, int broadcast,
+                              int flags, int with_data);
 opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *workspace, size_t workspace_size);
 opgen_status opgen_call_once(const opgen_call *call, const float *numbers);
 size_t opgen_dtype_size(opgen_dtype dtype);

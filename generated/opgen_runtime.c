@@ -591,6 +591,60 @@ static opgen_status opgen_check_shapes(opgen_call *call, int channel_axis)
     return OPGEN_SUCCESS;
 }
 
+/* binary: the two inputs broadcast against each other by NumPy's rules (or, where the op's
+ * broadcast attribute says none, have equal shapes); the output has their broadcast shape. The
+ * shapes are packed for the kernel: the two ranks, then each input's OPGEN_MAX_RANK dims. */
+static opgen_status opgen_check_binary(opgen_call *call)
+{
+    const opgen_op_info *op = call->op;
+    const opgen_tensor *first = call->tensors[0], *second = call->tensors[1], *out = call->tensors[2];
+    const char *first_name = op->operands[0].name, *second_name = op->operands[1].name;
+    char shape[160], other[160], wanted[160], second_text[160];
+    opgen_tensor expected;
+    for (int i = 1; i < 3; ++i) {
+        if (call->tensors[i]->rank > op->max_rank) {
+            return opgen_error(OPGEN_INVALID_RANK, op->function, op->operands[i].name,
+                               "must have at most %d dims, got %d", op->max_rank, call->tensors[i]->rank);
+        }
+    }
+    memset(&expected, 0, sizeof expected);
+    if (!call->broadcast) {
+        if (!opgen_same_shape(first, second)) {
+            return opgen_error(OPGEN_INVALID_SHAPE, op->function, second_name,
+                               "shape %s must equal %s's shape %s: with %s none the inputs do not broadcast",
+                               OPGEN_SHAPE(shape, second), first_name, OPGEN_SHAPE(other, first), op->axis_name);
+        }
+        expected = *first;
+    } else {
+        expected.rank = first->rank > second->rank ? first->rank : second->rank;
+        for (int back = 1; back <= expected.rank; ++back) {
+            const int64_t size_0 = back <= first->rank ? first->dims[first->rank - back] : 1;
+            const int64_t size_1 = back <= second->rank ? second->dims[second->rank - back] : 1;
+            if (size_0 != size_1 && size_0 != 1 && size_1 != 1) {
+                return opgen_error(OPGEN_INVALID_SHAPE, op->function, second_name,
+                                   "shape %s does not broadcast with %s's shape %s: aligned at their last dims, "
+                                   "each pair of dims must be equal or one of them 1 (dim -%d: %" PRId64
+                                   " and %" PRId64 ")",
+                                   OPGEN_SHAPE(shape, second), first_name, OPGEN_SHAPE(other, first), back, size_0,
+                                   size_1);
+            }
+            expected.dims[expected.rank - back] = size_0 == 1 ? size_1 : size_0;
+        }
+    }
+    if (!opgen_same_shape(out, &expected)) {
+        return opgen_error(OPGEN_INVALID_SHAPE, op->function, op->operands[2].name,
+                           "shape %s must be %s, the broadcast shape of %s %s and %s %s", OPGEN_SHAPE(shape, out),
+                           OPGEN_SHAPE(wanted, &expected), first_name, OPGEN_SHAPE(other, first), second_name,
+                           OPGEN_SHAPE(second_text, second));
+    }
+    call->shapes[0] = first->rank;
+    call->shapes[1] = second->rank;
+    memcpy(call->shapes + 2, first->dims, sizeof first->dims);
+    memcpy(call->shapes + 2 + OPGEN_MAX_RANK, second->dims, sizeof second->dims);
+    call->reference_count = call->counts[2];
+    return OPGEN_SUCCESS;
+}
+
 static opgen_status opgen_check_overlap(const opgen_call *call)
 {
     const opgen_op_info *op = call->op;
@@ -758,7 +812,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
     for (int i = 0; i < op->input_count; ++i) {
         const opgen_tensor *tensor = call->tensors[i];
         if (tensor != NULL && !op->operands[i].channel && op->operands[i].axes_kind == OPGEN_AXES_TENSOR &&
-            i != op->reference && !opgen_same_shape(tensor, reference)) {
+            op->pattern != OPGEN_PATTERN_BINARY && i != op->reference && !opgen_same_shape(tensor, reference)) {
             /* broadcast to the reference's shape in the workspace */
             call->copied[i] = 1;
             if (!opgen_add_size(&total, (size_t)call->reference_count * opgen_dtype_size(tensor->dtype),
@@ -769,6 +823,8 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
     }
     if (op->pattern == OPGEN_PATTERN_ELEMENTWISE) {
         call->dims[0] = call->reference_count;
+    } else if (op->pattern == OPGEN_PATTERN_BINARY) {
+        /* one kernel, no workspace: the driver walks the shapes (opgen_check_binary packed them) */
     } else if (op->pattern == OPGEN_PATTERN_REDUCE_THEN_APPLY) {
         const int axis = opgen_channel_axis(reference->rank, call->channel_axis);
         int64_t outer = 1, inner = 1;
@@ -853,7 +909,8 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         }
     }
     call->kernel = (call->row * op->forms + form) * (1 << op->flag_count) + flags;
-    if (op->pattern != OPGEN_PATTERN_ELEMENTWISE && op->pattern != OPGEN_PATTERN_ALONG_AXES && !call->full &&
+    if (op->pattern != OPGEN_PATTERN_ELEMENTWISE && op->pattern != OPGEN_PATTERN_ALONG_AXES &&
+        op->pattern != OPGEN_PATTERN_BINARY && !call->full &&
         call->dims[1] > 0 &&
         !(op->pattern == OPGEN_PATTERN_BROADCAST_REDUCE && call->reference_count == 0)) {
         /* per-channel scratch: at most a few dozen doubles per channel */
@@ -874,8 +931,8 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
 }
 
 opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
-                              int channel_axis, int64_t axis, const opgen_int_list *axes, int keep_dims, int flags,
-                              int with_data)
+                              int channel_axis, int64_t axis, const opgen_int_list *axes, int keep_dims, int broadcast,
+                              int flags, int with_data)
 {
     const int operands = op->input_count + op->output_count;
     int requested = 0, requestable = 0;
@@ -889,6 +946,7 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
         call->axes = *axes;
     }
     call->keep_dims = keep_dims;
+    call->broadcast = broadcast;
     for (int i = 0; i < operands; ++i) {
         const opgen_operand_info *info = &op->operands[i];
         if (tensors[i] == NULL && !info->optional) {
@@ -949,7 +1007,7 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
             return status;
         }
     }
-    status = opgen_check_shapes(call, channel_axis);
+    status = op->pattern == OPGEN_PATTERN_BINARY ? opgen_check_binary(call) : opgen_check_shapes(call, channel_axis);
     if (status == OPGEN_SUCCESS && with_data) {
         status = opgen_check_overlap(call);
     }
@@ -1177,6 +1235,11 @@ opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *
     case OPGEN_PATTERN_ELEMENTWISE:
         if (call->reference_count > 0) {
             op->kernels[call->kernel](tensors, numbers, NULL, call->dims);
+        }
+        break;
+    case OPGEN_PATTERN_BINARY:
+        if (call->reference_count > 0) { /* the output's elements */
+            op->kernels[call->kernel](tensors, numbers, NULL, call->shapes);
         }
         break;
     case OPGEN_PATTERN_ALONG_AXES:

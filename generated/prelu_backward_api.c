@@ -170,6 +170,7 @@ static opgen_status prelu_backward_check(const opgen_tensor *src, const opgen_te
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     switch (data_format) {
     case OPGEN_DATA_FORMAT_NCX:
@@ -183,8 +184,8 @@ static opgen_status prelu_backward_check(const opgen_tensor *src, const opgen_te
                            (int)data_format);
     }
     (void)numbers;
-    return opgen_check_call(call, &prelu_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &prelu_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_prelu_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, size_t *workspace_size)

@@ -89,6 +89,7 @@ static opgen_status reduce_sum_check(const opgen_tensor *src, const opgen_tensor
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     opgen_axes = &axes; /* checked against the reference's rank with the shapes */
     if (keep_dims != 0 && keep_dims != 1) {
@@ -96,8 +97,8 @@ static opgen_status reduce_sum_check(const opgen_tensor *src, const opgen_tensor
     }
     opgen_keep_dims = keep_dims;
     (void)numbers;
-    return opgen_check_call(call, &reduce_sum_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &reduce_sum_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_reduce_sum_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size)

@@ -89,10 +89,11 @@ static opgen_status sigmoid_check(const opgen_tensor *src, const opgen_tensor *d
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     (void)numbers;
-    return opgen_check_call(call, &sigmoid_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &sigmoid_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_sigmoid_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, size_t *workspace_size)

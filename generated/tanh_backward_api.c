@@ -122,14 +122,15 @@ static opgen_status tanh_backward_check(const opgen_tensor *src_or_dst, const op
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
+    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
     int flags = 0;
     if (use_dst != 0 && use_dst != 1) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_tanh_backward", "use_dst", "must be 0 or 1, not %d", use_dst);
     }
     flags |= (use_dst ? 0 : 1) << 0;
     (void)numbers;
-    return opgen_check_call(call, &tanh_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, flags,
-                            with_data);
+    return opgen_check_call(call, &tanh_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
+                            flags, with_data);
 }
 
 opgen_status opgen_tanh_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size)

@@ -18,11 +18,20 @@ PATTERN_CODES = {
     "broadcast_reduce": "OPGEN_PATTERN_BROADCAST_REDUCE",
     "reduce_then_apply": "OPGEN_PATTERN_REDUCE_THEN_APPLY",
     "along_axes": "OPGEN_PATTERN_ALONG_AXES",
+    "binary": "OPGEN_PATTERN_BINARY",
 }
 AXES_KINDS = {"line": "OPGEN_AXES_LINE", "along": "OPGEN_AXES_ALONG"}  # else OPGEN_AXES_TENSOR
 AXES_MODES = {"axis": "OPGEN_AXES_ONE", "begin_axis": "OPGEN_AXES_FROM", "axes": "OPGEN_AXES_LIST"}
 FORM_CODES = {form: f"OPGEN_FORM_{form.upper()}" for form in ("to_reference", *shapes.FORM_RULES)}
 DIMS = {"count": 0, "outer": 0, "channels": 1, "length": 1, "inner": 2, "repeat": 2}
+# binary: the inputs' shapes, packed as the runner passes them (opgen_call.shapes: the two
+# ranks, then each input's OPGEN_MAX_RANK dims)
+SHAPES = {
+    "rank_0": "(int)dims[0]",
+    "rank_1": "(int)dims[1]",
+    "dims_0": "dims + 2",
+    "dims_1": "dims + 2 + OPGEN_MAX_RANK",
+}
 # opgen_status: (name, opgen_status_string, when), in the order of their values
 STATUSES = (
     ("OPGEN_SUCCESS", "success", "the call ran"),
@@ -133,6 +142,7 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
             "members": [(enum_value(attribute.name, v), v) for v in attribute.allowed],
             "layout": attribute is layout,
             "keep_dims": attribute.role == KEEP_DIMS_ROLE,
+            "broadcast": attribute.role == "broadcast",
             "default_text": _default_text(attribute.name, attribute.type, attribute.default),
             "slot": slot,
         }
@@ -146,6 +156,8 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         for c_type, name in kernel["params"]:
             if name == "workspace":
                 arguments.append("workspace")
+            elif kernel["pattern"] == "binary" and name in SHAPES:
+                arguments.append(SHAPES[name])
             elif name in DIMS:
                 arguments.append(f"dims[{DIMS[name]}]")
             elif name == "blocks":  # along_axes over a set of axes: after outer, length, inner
@@ -193,5 +205,6 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         "workspaces": len(plan.forms(spec)) > 1 or any(k.get("across_count") for k in kernels),
         "adapters": adapters,
         "axes_mode": AXES_MODES[axis.role] if axis and axis.role else "OPGEN_AXES_ONE",
-        "axis_name": axis.name if axis else "",
+        # the attribute messages name: along_axes' axis, binary's broadcast rule
+        "axis_name": axis.name if axis else next((a.name for a in spec.attributes if a.role == "broadcast"), ""),
     }

@@ -30,6 +30,23 @@ SHAPES = {
     # side by side: a full and a partial group of lanes)
     "along_axes": [(1,), (3,), (37,), (2, 3), (3, 0, 2), (2, 3, 5, 7), (4, 33, 17), (2, 1, 40)],
 }
+# binary: pairs of input shapes, each broadcast against the other: equal shapes, a scalar or one
+# element either side, both sides broadcast, ranks that differ, empty, tails and longer runs
+BINARY_SHAPES = [
+    ((0,), (0,)),
+    ((3,), (3,)),
+    ((1031,), (1031,)),
+    ((), (17,)),
+    ((17,), ()),
+    ((1,), (37,)),
+    ((3, 1), (1, 4)),
+    ((5,), (2, 3, 5)),
+    ((2, 3, 5), (3, 1)),
+    ((4, 0, 3), (1, 3)),
+    ((2, 3, 5, 7), (3, 1, 7)),
+    ((4, 64, 33), (64, 1)),
+    ((1, 19, 1), (3, 1, 23)),
+]
 
 
 @dataclass
@@ -108,6 +125,12 @@ def _cases(spec: OpSpec, layout: str):
     operands; for along_axes, every value of its axis attribute."""
     if spec.pattern == "along_axes":
         yield from _axes_cases(spec)
+        return
+    if spec.pattern == "binary":
+        first, second = (t.name for t in spec.inputs)
+        for a, b in BINARY_SHAPES:
+            if max(len(a), len(b)) <= (specs.MAX_RANK if spec.max_rank is None else spec.max_rank):
+                yield f"{a} with {b}", {first: a, second: b}, {}
         return
     for label, input_shapes in _form_cases(spec, layout):
         yield label, input_shapes, {}

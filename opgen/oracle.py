@@ -79,6 +79,61 @@ def tanh_backward(src_or_dst, diff_dst, *, use_dst=True):
         return dy / np.cosh(x) ** 2  # tanh'(x) = sech^2(x)
 
 
+def _binary_inputs(src_0, src_1, auto_broadcast):
+    """The two inputs in float64; NumPy broadcasts them in the arithmetic ('numpy'), or their
+    shapes must be equal ('none')."""
+    a, b = _f64(src_0), _f64(src_1)
+    if auto_broadcast == "none" and a.shape != b.shape:
+        raise ValueError(f"oracle: shapes {a.shape} and {b.shape} differ and auto_broadcast is 'none'")
+    np.broadcast_shapes(a.shape, b.shape)  # ValueError when they do not broadcast
+    return a, b
+
+
+# The binary ops: one float64 operation on two values of f32, bf16 or f16 (24 bits at most).
+# Rounded to the dtype, its result is the exact one rounded once: 53 bits are at least 2p + 2
+# for p <= 24, so the float64 rounding before never changes it (+ - * /).
+def add(src_0, src_1, *, auto_broadcast="numpy"):
+    a, b = _binary_inputs(src_0, src_1, auto_broadcast)
+    with np.errstate(all="ignore"):
+        return a + b
+
+
+def subtract(src_0, src_1, *, auto_broadcast="numpy"):
+    a, b = _binary_inputs(src_0, src_1, auto_broadcast)
+    with np.errstate(all="ignore"):
+        return a - b
+
+
+def multiply(src_0, src_1, *, auto_broadcast="numpy"):
+    a, b = _binary_inputs(src_0, src_1, auto_broadcast)
+    with np.errstate(all="ignore"):
+        return a * b
+
+
+def divide(src_0, src_1, *, auto_broadcast="numpy"):
+    a, b = _binary_inputs(src_0, src_1, auto_broadcast)
+    with np.errstate(all="ignore"):
+        return a / b
+
+
+def maximum(src_0, src_1, *, auto_broadcast="numpy"):
+    """The larger value; NaN where either is NaN (NumPy's maximum)."""
+    a, b = _binary_inputs(src_0, src_1, auto_broadcast)
+    return np.maximum(a, b)
+
+
+def minimum(src_0, src_1, *, auto_broadcast="numpy"):
+    """The smaller value; NaN where either is NaN (NumPy's minimum)."""
+    a, b = _binary_inputs(src_0, src_1, auto_broadcast)
+    return np.minimum(a, b)
+
+
+def squared_difference(src_0, src_1, *, auto_broadcast="numpy"):
+    a, b = _binary_inputs(src_0, src_1, auto_broadcast)
+    with np.errstate(all="ignore"):
+        return np.square(a - b)
+
+
 def _prelu(src, slope_full, diff_dst):
     """diff_src and the per-element slope gradient (before summing), slope already broadcast."""
     positive = src > 0

@@ -16,7 +16,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from opgen import expr, float_range, lines
+from opgen import binary, expr, float_range, lines
 from opgen.specs import DType, DTypeTable, OpSpec
 
 BLOCK = 16  # elements per unrolled step; also the number of partial sums in a reduction (fixed order)
@@ -192,7 +192,7 @@ def dtype_tag(row: dict[str, str]) -> str:
 
 def forms(spec: OpSpec) -> tuple[str | None, ...]:
     """The loop forms of the op's kernels, in the order the C API indexes them."""
-    if spec.pattern in ("elementwise", "along_axes"):
+    if spec.pattern in ("elementwise", "along_axes", "binary"):
         return (None,)
     if spec.pattern == "broadcast_reduce" and not any(t.optional for t in (*spec.inputs, *spec.outputs)):
         # a sum of one term is that term rounded once: no sums to keep, no reduction
@@ -242,6 +242,20 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
             "workspace_per_channel": 0,
             "across_count": len(planned.across),  # > 0: <name>_workspace_size, the chunks' sums
             "lines": planned,
+        }
+    if spec.pattern == "binary":
+        planned_binary = binary.kernel(spec, variant.name, variant.row, variant.constants, table)
+        return {
+            "name": planned_binary.name,
+            "op": spec.name,
+            "pattern": spec.pattern,
+            "form": None,
+            "summary": planned_binary.summary,
+            "detail": planned_binary.detail,
+            "params": list(planned_binary.params),
+            "workspace_per_channel": 0,
+            "work_per_element": planned_binary.work_per_element,
+            "binary": planned_binary,
         }
     reference_dtype = variant.dtypes[spec.reference]
     compute = reference_dtype.wide_compute if spec.compute == "wide" else reference_dtype.compute
@@ -449,8 +463,8 @@ def float_runs(spec: OpSpec, row: dict[str, str], table: DTypeTable) -> dict[str
     """Per sum of the kernels for dtype row `row`: the most terms one of its float partial sums
     holds before the double sums take it over (0: every term goes to double)."""
     result: dict[str, int] = {}
-    if spec.pattern == "along_axes":
-        return result  # every term goes to its sum in the accumulation type
+    if spec.pattern in ("along_axes", "binary"):
+        return result  # along_axes: every term goes to its sum in the accumulation type; binary: no sums
     for variant in variants(spec, table):
         if variant.row == row:
             for name, kind in kernel(variant, table)["sum_types"].items():

@@ -20,8 +20,12 @@ from opgen.specs import MAX_LINE_VALUES, DTypeTable, OpSpec, load_specs
 BUNDLED_SPECS = bundle.SPECS
 BUNDLED_TEMPLATES = bundle.TEMPLATES
 BUNDLED_OUTPUT = bundle.OUTPUT
-# Hand-written C in templates/drivers/, copied into builds that have along_axes ops.
-DRIVERS = ("opgen_lines.h", "opgen_lines.c")
+# Hand-written C in templates/drivers/, copied into builds that have ops of their pattern.
+PATTERN_DRIVERS = {
+    "along_axes": ("opgen_lines.h", "opgen_lines.c"),
+    "binary": ("opgen_binary.h", "opgen_binary.c"),
+}
+DRIVERS = tuple(name for names in PATTERN_DRIVERS.values() for name in names)
 
 
 class RenderError(RuntimeError):
@@ -183,14 +187,15 @@ def render_library(
         files[f"{name}.c"] = _render(env, template, **settings)
         for target in compiled_targets:
             files[f"{name}__{target['name']}.c"] = _render(env, "target.c.j2", op=name, target=target)
-    if any(spec.pattern == "along_axes" for spec in specs):
-        # the hand-written driver of along_axes ops, copied as it is
-        for name in DRIVERS:
-            files[name] = (Path(template_dir) / "drivers" / name).read_text()
+    for pattern, names in PATTERN_DRIVERS.items():
+        if any(spec.pattern == pattern for spec in specs):
+            # the hand-written driver of the pattern's ops, copied as it is
+            for name in names:
+                files[name] = (Path(template_dir) / "drivers" / name).read_text()
     for spec, api in zip(specs, apis):
         described = kernels_by_op[spec.name]
-        if spec.pattern == "along_axes":
-            described = [k["lines"] for k in described]  # the typed plans
+        if spec.pattern in ("along_axes", "binary"):
+            described = [k["lines" if spec.pattern == "along_axes" else "binary"] for k in described]  # typed plans
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=described)
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
         for target in compiled_targets:

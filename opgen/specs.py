@@ -21,7 +21,7 @@ import numpy as np
 
 from opgen import expr
 
-PATTERNS = ("elementwise", "broadcast_reduce", "reduce_then_apply", "along_axes")
+PATTERNS = ("elementwise", "broadcast_reduce", "reduce_then_apply", "along_axes", "binary")
 LAYOUTS = {"NCX": 1, "NXC": -1}  # layout -> channel axis of the reference tensor
 CHANNEL_FORMS = ("per_channel", "per_tensor", "trailing", "numpy", "single", "channel_count")
 TENSOR_FORMS = ("to_reference",)
@@ -35,17 +35,22 @@ AXIS_ROLES = {
 # attribute that keeps those axes in the line outputs' shape (as 1) rather than dropping them.
 AXES_ROLE = "axes"
 KEEP_DIMS_ROLE = "keep_dims"
+# The broadcast rules a binary op's string attribute with role "broadcast" names (oneDNN Graph's
+# auto_broadcast): "numpy", NumPy broadcasting of the two inputs; "none", equal shapes only.
+BROADCAST_RULES = ("none", "numpy")
 # Tensor kinds each pattern takes (inputs and outputs).
 TENSOR_KINDS = {
     "elementwise": ("tensor",),
     "broadcast_reduce": ("tensor", "channel"),
     "reduce_then_apply": ("tensor", "channel"),
     "along_axes": ("tensor", "line", "along"),
+    "binary": ("tensor",),
 }
 ATTRIBUTE_TYPE_DOCS = {
     "bool": "True or False; in the math a condition. One kernel variant per value when the math reads it.",
     "f32": "A finite number that the kernels receive as an f32 (checked: it must not round to infinity).",
-    "string": 'One of the attribute\'s `allowed` strings (a C enum); with `role = "layout"` it picks the layout.',
+    "string": 'One of the attribute\'s `allowed` strings (a C enum); with `role = "layout"` it picks the layout, '
+    'with `role = "broadcast"` (binary ops) the broadcast rule.',
     "int": 'An axis of the reference (negative: counted from the last); with `role = "axis"` or `"begin_axis"` it '
     "names the axes of an along_axes op's lines. Checked against the reference's rank.",
     "int list": 'A list of axes of the reference (negative: counted from the last), with `role = "axes"`: an '
@@ -141,6 +146,14 @@ _RESERVED = {
     "passes",
     "moved",
     "r",
+    # the binary microkernels' and kernel API's own (templates/binary.c.j2)
+    "stream",
+    "first",
+    "second",
+    "rank_0",
+    "rank_1",
+    "dims_0",
+    "dims_1",
 }
 # Suffixes the generated C adds to a spec's names for its own variables, and the prefix of its own names.
 _RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data", "_line", "_lanes", "_block", "_term", "_all", "_kept")
@@ -348,8 +361,8 @@ _OP_KEYS = {
     ),
     "pattern": Key(
         True,
-        "The loop structure, one of `elementwise`, `broadcast_reduce`, `reduce_then_apply` (see Patterns and math "
-        "sections).",
+        "The loop structure, one of `elementwise`, `broadcast_reduce`, `reduce_then_apply`, `along_axes`, `binary` "
+        "(see Patterns and math sections).",
         'pattern = "broadcast_reduce"',
     ),
     "compute": Key(
@@ -501,7 +514,8 @@ _ATTRIBUTE_KEYS = {
         "every axis from it to the last). For an int list attribute: `axes` (along every axis it names; the op's "
         "outputs are then line outputs, its `math.line` one reduction and values computed from it). For a bool "
         "attribute of an op with `axes`: `keep_dims` (true: the line outputs keep the reduced axes as 1; false: "
-        "they drop them). At most one of each per op.",
+        "they drop them). For a string attribute of a binary op: `broadcast` (its `allowed` values among `none` "
+        "and `numpy`: equal shapes only, or NumPy broadcasting of the two inputs). At most one of each per op.",
         'role = "layout"',
     ),
     "example": Key(
@@ -660,6 +674,7 @@ _COMPUTE_TYPE_KEYS = {
 _SECTIONS = {
     "along_axes": ("line", "elements", "across"),
     "elementwise": ("elements",),
+    "binary": ("elements",),
     "broadcast_reduce": ("elements", "sums"),
     "reduce_then_apply": ("channel", "sums", "after", "elements"),
 }
@@ -714,6 +729,17 @@ PATTERN_DOCS = {
     '`role = "keep_dims"`): then one reduction and the values computed from it, into line outputs (ReduceSum); '
     "axes that are not neighbours are reduced block by block and combined in a fixed order.",
     "elementwise": "Every output element computed from the same element of each input: tensor inputs and outputs only.",
+    "binary": "Two inputs broadcast against each other by NumPy's rules (aligned at their last dims, each pair of "
+    "dims equal or one of them 1: `(3, 1)` with `(1, 4)` gives `(3, 4)`, `(5,)` with `(2, 3, 5)` gives `(2, 3, 5)`), "
+    "one output of the broadcast shape; `elements` computes an output element from the two input elements it meets. "
+    "Exactly two inputs and one output, all of kind `tensor`; no f32 attributes. A string attribute with "
+    '`role = "broadcast"` (`allowed` among `none` and `numpy`, oneDNN Graph\'s `auto_broadcast`) lets a call ask for '
+    "equal shapes instead. Each variant's code is three small microkernels over one contiguous run of the output "
+    "(both inputs contiguous; the first one element, repeated; the second repeated), and a hand-written driver "
+    "(`opgen_binary.c`) coalesces the broadcast shape, picks the microkernel of its innermost dim and walks the other "
+    "dims, split among threads; an element's result never depends on the thread count. The kernel API takes each "
+    "input's rank and dims (`rank_0, dims_0, rank_1, dims_1`). (oneDNN Graph's Add, Subtract, Multiply, Divide, "
+    "Maximum, Minimum, SquaredDifference.)",
     "broadcast_reduce": "One channel input broadcast along the reference (its `broadcast` forms); tensor outputs per "
     "element, and the channel outputs as sums over the elements each channel value met.",
     "reduce_then_apply": "Per-channel sums over the reference, then a per-element pass that reads them (BatchNorm "
@@ -730,6 +756,12 @@ sum_exp = "line_sum(exp(src - max_src))"
 
 [math.elements]
 dst = "exp(src - max_src) / sum_exp"
+""",
+    "binary": """\
+# squared_difference: src_0 and src_1 broadcast against each other
+[math.elements]
+difference = "src_0 - src_1"
+dst = "difference * difference"
 """,
     "elementwise": """\
 # sigmoid_backward: use_dst is a bool attribute, read as a condition
@@ -1126,15 +1158,15 @@ class _SpecReader:
                 self.fail(f"{key}.minimum_exclusive", "only f32 attributes take a numeric minimum")
             role = table.get("role")
             if role is not None and not (
-                (role == "layout" and kind == "string")
+                (role in ("layout", "broadcast") and kind == "string")
                 or (role in AXIS_ROLES and kind == "int")
                 or (role == AXES_ROLE and kind == "int list")
                 or (role == KEEP_DIMS_ROLE and kind == "bool")
             ):
                 self.fail(
                     f"{key}.role",
-                    "roles are 'layout' (a string attribute), 'axis' or 'begin_axis' (an int attribute), 'axes' (an "
-                    "int list attribute) and 'keep_dims' (a bool attribute)",
+                    "roles are 'layout' and 'broadcast' (a string attribute), 'axis' or 'begin_axis' (an int "
+                    "attribute), 'axes' (an int list attribute) and 'keep_dims' (a bool attribute)",
                 )
             if kind == "int" and role not in AXIS_ROLES:
                 self.fail(f"{key}.role", "an int attribute names axes: its role is 'axis' or 'begin_axis'")
@@ -1142,6 +1174,8 @@ class _SpecReader:
                 self.fail(f"{key}.role", "an int list attribute names a set of axes: its role is 'axes'")
             if role == "layout" and not set(allowed) <= set(LAYOUTS):
                 self.fail(f"{key}.allowed", f"layouts must be among {', '.join(LAYOUTS)}")
+            if role == "broadcast" and not set(allowed) <= set(BROADCAST_RULES):
+                self.fail(f"{key}.allowed", f"broadcast rules must be among {', '.join(BROADCAST_RULES)}")
             attribute = Attribute(
                 name=name,
                 type=kind,
@@ -1255,9 +1289,9 @@ class _SpecReader:
             self.fail("op.layout", "give a fixed layout or a layout attribute, not both")
         if len(from_attribute) > 1:
             self.fail("attributes", "at most one attribute has role 'layout'")
-        if pattern in ("elementwise", "along_axes") and (fixed or from_attribute):
+        if pattern in ("elementwise", "along_axes", "binary") and (fixed or from_attribute):
             self.fail("op.layout", f"a {pattern} op does not depend on the layout")
-        if pattern not in ("elementwise", "along_axes") and not (fixed or from_attribute):
+        if pattern not in ("elementwise", "along_axes", "binary") and not (fixed or from_attribute):
             self.fail("op.layout", f"pattern {pattern} needs a layout (op.layout or an attribute with role 'layout')")
         return fixed
 
@@ -1362,6 +1396,13 @@ class _SpecReader:
             self.fail(f"attributes.{keep[0].name}.role", "'keep_dims' goes with an int list attribute of role 'axes'")
         if axes and axes[0].role == AXES_ROLE:
             self._check_axes_op(spec)
+        broadcast = [a for a in spec.attributes if a.role == "broadcast"]
+        if spec.pattern != "binary" and broadcast:
+            self.fail(f"attributes.{broadcast[0].name}.role", "only binary ops take a broadcast attribute")
+        if len(broadcast) > 1:
+            self.fail("attributes", "at most one attribute has role 'broadcast'")
+        if spec.pattern == "binary":
+            self._check_binary(spec)
         if spec.pattern == "along_axes" and spec.min_rank < 1:
             self.fail("op.min_rank", "an along_axes op needs at least 1 dim (an axis to run along)")
 
@@ -1389,6 +1430,17 @@ class _SpecReader:
                 "an op whose axes are an int list has one reduction, its first entry (the driver combines the "
                 f"reductions of blocks of axes); found {len(reductions)}",
             )
+
+    def _check_binary(self, spec: OpSpec) -> None:
+        """binary: two tensor inputs broadcast against each other, one output of their broadcast
+        shape; the microkernels read no numbers (bool attributes are fixed per variant)."""
+        if len(spec.inputs) != 2:
+            self.fail("inputs", "pattern binary takes exactly two inputs (broadcast against each other)")
+        if len(spec.outputs) != 1:
+            self.fail("outputs", "pattern binary has exactly one output (of the inputs' broadcast shape)")
+        for attribute in spec.attributes:
+            if attribute.type == "f32":
+                self.fail(f"attributes.{attribute.name}.type", "a binary op takes no f32 attribute")
 
     def _check_math(self, spec: OpSpec) -> tuple[str, ...]:
         """Check every expression against the names its section may read; return specialized attributes."""
@@ -1523,11 +1575,12 @@ class _SpecReader:
         """A string attribute changes what the op computes only as the layout (role = 'layout'):
         the math cannot read strings, so any other would be taken from callers and ignored."""
         for attribute in spec.attributes:
-            if attribute.type == "string" and attribute.role != "layout":
+            if attribute.type == "string" and attribute.role not in ("layout", "broadcast"):
                 self.fail(
                     f"attributes.{attribute.name}",
                     "the math cannot read a string attribute, so it would change nothing "
-                    "(a string attribute is the layout, with role = 'layout')",
+                    "(a string attribute is the layout, with role = 'layout', or a binary op's broadcast rule, "
+                    "with role = 'broadcast')",
                 )
 
     def _parse(self, key: str, text: str, conditions: list[str] | None = None) -> Any:
@@ -1576,7 +1629,7 @@ def default_accuracy(spec: OpSpec, output: str) -> str | None:
     from its sums: not stated, so `opgen check` asks for it)."""
     if sum_behind(spec, output) is not None:
         return "sum"
-    if spec.pattern in ("elementwise", "broadcast_reduce") and spec.tensor(output).kind == "tensor":
+    if spec.pattern in ("elementwise", "broadcast_reduce", "binary") and spec.tensor(output).kind == "tensor":
         return "ulp"
     return None
 

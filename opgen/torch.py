@@ -126,7 +126,7 @@ def _fake(spec: OpSpec, library: OpLibrary, function: Any) -> Any:
             dtype = _torch_dtype(numpy_dtype(library.table.dtypes[checked.row[tensor.name]].numpy))
             if tensor.requested_by and not checked.flags[tensor.requested_by]:
                 outputs.append(reference.new_empty((0,), dtype=dtype))
-            elif tensor.kind == "tensor":
+            elif tensor.kind == "tensor" and spec.pattern != "binary":
                 outputs.append(reference.new_empty(reference.shape, dtype=dtype))
             else:
                 outputs.append(reference.new_empty(checked.output_shape(tensor.name), dtype=dtype))

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from opgen import shapes
+from opgen import binary, shapes
 from opgen.specs import AXES_ROLE, AXIS_ROLES, KEEP_DIMS_ROLE, MAX_RANK, OpSpec, check_attribute_value
 
 
@@ -165,7 +165,10 @@ class Checked:
     def _shapes(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """Check every input's shape; return (form, expanded shape) of each channel input."""
         spec, reference = self.spec, self.reference.shape
-        forms = {}
+        forms: dict[str, tuple[str, tuple[int, ...]]] = {}
+        if spec.pattern == "binary":
+            self.broadcast_shape = self._binary_shape()
+            return forms
         for tensor in spec.inputs:
             array = self.given[tensor.name]
             if array is None or tensor.name == spec.reference:
@@ -215,8 +218,40 @@ class Checked:
                 )
         return forms
 
+    def _binary_shape(self) -> tuple[int, ...]:
+        """binary: the shape the two inputs broadcast to (NumPy's rules), or their one shape where
+        the op's broadcast attribute is 'none'."""
+        (first, second), spec = self.spec.inputs, self.spec
+        a, b = self.given[first.name], self.given[second.name]
+        assert a is not None and b is not None
+        rule = next((r for r in spec.attributes if r.role == "broadcast"), None)
+        if rule is not None and self.attributes[rule.name] == "none":
+            if a.shape != b.shape:
+                self.fail(
+                    ValueError,
+                    second.name,
+                    f"shape {b.shape} must equal {first.name}'s shape {a.shape}: with {rule.name}='none' the "
+                    "inputs do not broadcast",
+                )
+            return a.shape
+        found = binary.broadcast_shape(a.shape, b.shape)
+        if found is None:
+            dim = binary.mismatch(a.shape, b.shape)
+            assert dim is not None
+            self.fail(
+                ValueError,
+                second.name,
+                f"shape {b.shape} does not broadcast with {first.name}'s shape {a.shape}: aligned at their last "
+                f"dims, each pair of dims must be equal or one of them 1 (dim {dim}: {a.shape[dim]} and "
+                f"{b.shape[dim]})",
+            )
+            raise AssertionError  # unreachable: fail raises
+        return found
+
     def output_shape(self, name: str) -> tuple[int, ...]:
         tensor = self.spec.tensor(name)
+        if self.spec.pattern == "binary":
+            return self.broadcast_shape
         if tensor.kind == "tensor":
             return self.reference.shape
         if self.reduced_axes is not None:

@@ -155,7 +155,7 @@ def _value_for(key: str, rng: random.Random, names: list[str]) -> Any:
         "optional": [True, False, 1],
         "default": [1.0, 0.0, -2.5, 1e39, "x"],
         "broadcast": [[f] for f in FORMS] + [["per_channel", "per_tensor"], [], ["per_channel", "per_channel"]],
-        "pattern": ["elementwise", "broadcast_reduce", "reduce_then_apply", "along_axes", "other"],
+        "pattern": ["elementwise", "broadcast_reduce", "reduce_then_apply", "along_axes", "binary", "other"],
         "layout": ["NCX", "NXC", "NHWC"],
         "min_rank": [0, 1, 2, 3, 13, -1],
         "max_rank": [0, 1, 2, 3, 5, 12],
@@ -414,8 +414,12 @@ def make_call(spec: OpSpec, row: dict[str, str], layout: str, rng: np.random.Gen
     if axis_attribute is not None:
         attributes[axis_attribute.name] = int(rng.integers(-len(shape), len(shape)))
         first, last = opgen_shapes.line_axes(len(shape), attributes[axis_attribute.name], axis_attribute.role or "")
-    for tensor in spec.inputs:
-        if tensor.kind in ("line", "along"):
+    for index, tensor in enumerate(spec.inputs):
+        if spec.pattern == "binary":
+            # broadcast against each other, both sides: the first 1 on odd dims, the second 1 on
+            # even dims and one dim short; the call's shape is theirs broadcast
+            value_shape = tuple(1 if (i + index) % 2 else d for i, d in enumerate(shape))[index:]
+        elif tensor.kind in ("line", "along"):
             value_shape = opgen_shapes.axes_shape(shape, first, last, tensor.kind)
         elif tensor.kind == "channel":
             form = next(f for f in FORM_ORDER if f in tensor.broadcast)

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from opgen.compile import compiler
@@ -138,6 +139,36 @@ def call_lines(kernel: dict, dims: tuple[int, int, int], blocks: tuple[tuple[int
     return "{\n        " + "\n        ".join(lines) + "\n    }"
 
 
+# binary: (src_0 shape, src_1 shape): equal, a scalar either side, both sides broadcast, ranks
+# that differ, tails, empty, a long row in pieces, and enough elements for a thread team
+BINARY = [((), ()), ((B + 1,), (B + 1,)), ((), (2 * B + 3,)), ((3,), ()), ((3, 1), (1, B + 4)), ((5,), (2, 3, 5))]
+BINARY += [((2, 1, 0), (1, 4, 1)), ((1, 31, 1), (7, 1, 29)), ((1,), (BIG,)), ((BIG // 100 + 1, 1), (1, 100))]
+BINARY += [((3, 40000), (3, 1))]
+
+
+def call_binary(kernel: dict, shapes: tuple[tuple[int, ...], tuple[int, ...]]) -> str:
+    """C statements calling a binary kernel on exact-size buffers: each input of its own shape,
+    the output of their broadcast shape, with each input's rank and dims."""
+    planned = kernel["binary"]
+    first, second = shapes
+    counts = {planned.first.name: math.prod(first), planned.second.name: math.prod(second)}
+    counts[planned.output.name] = math.prod(np.broadcast_shapes(first, second))
+    lines, arguments, frees = [], [], []
+    for operand in (planned.first, planned.second, planned.output):
+        c_type, name, count = operand.c_type, operand.name, counts[operand.name]
+        lines.append(f"{c_type} *{name} = ({c_type} *)checked_malloc((size_t){count} * sizeof({c_type}));")
+        lines.append(f"fill((unsigned char *){name}, (size_t){count} * sizeof({c_type}));")
+        frees.append(name)
+        arguments.append(name)
+    for index, shape in enumerate(shapes):
+        dims = ", ".join(str(d) for d in shape) or "0"
+        lines.append(f"const int64_t dims_{index}[] = {{ {dims} }};")
+        arguments += [str(len(shape)), f"dims_{index}"]
+    lines.append(f"{kernel['name']}({', '.join(arguments)});")
+    lines += [f"free({name});" for name in frees]
+    return "{\n        " + "\n        ".join(lines) + "\n    }"
+
+
 def driver() -> str:
     body = []
     for kernel in LIBRARY.kernels:
@@ -145,6 +176,9 @@ def driver() -> str:
             body += [f"    {call_lines(kernel, dims)}" for dims in LINES]
             if any(name == "blocks" for _, name in kernel["params"]):
                 body += [f"    {call_lines(kernel, dims, blocks)}" for dims, blocks in BLOCK_LINES]
+            continue
+        if kernel["pattern"] == "binary":
+            body += [f"    {call_binary(kernel, shapes)}" for shapes in BINARY]
             continue
         if kernel["pattern"] == "elementwise" or kernel["form"] == "full":
             shapes = [(count,) for count in ELEMENTWISE]

@@ -57,6 +57,19 @@ static void prelu_case(opgen_dtype dtype, int rank, const int64_t *dims, int slo
     free(diff_slope.data);
 }
 
+/* Add of inputs of the two shapes into an output of `out_dims` (their broadcast shape, or not) */
+static void add_case(opgen_dtype dtype, int rank_0, const int64_t *dims_0, int rank_1, const int64_t *dims_1,
+                     int out_rank, const int64_t *out_dims, opgen_auto_broadcast rule, int wanted)
+{
+    opgen_tensor src_0 = make(dtype, rank_0, dims_0), src_1 = make(dtype, rank_1, dims_1);
+    opgen_tensor dst = make(dtype, out_rank, out_dims);
+    expect("add", opgen_add(&src_0, &src_1, &dst, rule), wanted);
+    expect("squared_difference", opgen_squared_difference(&src_0, &src_1, &dst, rule), wanted);
+    free(src_0.data);
+    free(src_1.data);
+    free(dst.data);
+}
+
 static void batch_norm_case(opgen_dtype dtype, opgen_dtype stats, int rank, const int64_t *dims,
                             opgen_data_format format, int with_gamma)
 {
@@ -137,8 +150,18 @@ void run_api_cases(void)
     const int64_t trailing[3] = { 3, 4, 5 }, numpy_a[4] = { 1, 3, 1, 5 }, numpy_b[4] = { 2, 1, 4, 1 };
     const int64_t short_inner[3] = { 2, 3, 4 }, empty[3] = { 0, 3, 4 }, long_inner[3] = { 2, 3, 70001 };
     const int64_t vector[1] = { 7 }, bad_slope[1] = { 4 }, rows[2] = { 700, 3 }, no_spatial[3] = { 2, 3, 0 };
+    const int64_t column[2] = { 3, 1 }, row[2] = { 1, 4 }, grid[2] = { 3, 4 }, wide[2] = { 2, 4 };
+    const int64_t planes[3] = { 2, 3, 5 }, empty_grid[3] = { 2, 0, 4 }, empty_column[3] = { 1, 0, 1 };
     for (int i = 0; i < 3; ++i) {
         const opgen_dtype dtype = dtypes[i];
+        add_case(dtype, 2, column, 2, row, 2, grid, OPGEN_AUTO_BROADCAST_NUMPY, OPGEN_SUCCESS);
+        add_case(dtype, 1, channels5, 3, planes, 3, planes, OPGEN_AUTO_BROADCAST_NUMPY, OPGEN_SUCCESS);
+        add_case(dtype, 0, one, 1, long_inner + 2, 1, long_inner + 2, OPGEN_AUTO_BROADCAST_NUMPY, OPGEN_SUCCESS);
+        add_case(dtype, 3, empty_grid, 3, empty_column, 3, empty_grid, OPGEN_AUTO_BROADCAST_NUMPY, OPGEN_SUCCESS);
+        add_case(dtype, 2, grid, 2, grid, 2, grid, OPGEN_AUTO_BROADCAST_NONE, OPGEN_SUCCESS);
+        add_case(dtype, 2, column, 2, row, 2, grid, OPGEN_AUTO_BROADCAST_NONE, OPGEN_INVALID_SHAPE);
+        add_case(dtype, 2, wide, 2, grid, 2, grid, OPGEN_AUTO_BROADCAST_NUMPY, OPGEN_INVALID_SHAPE);
+        add_case(dtype, 2, column, 2, row, 2, wide, OPGEN_AUTO_BROADCAST_NUMPY, OPGEN_INVALID_SHAPE);
         prelu_case(dtype, 4, shape, 1, channels3, OPGEN_DATA_FORMAT_NCX, OPGEN_SUCCESS);
         prelu_case(dtype, 4, shape, 1, channels5, OPGEN_DATA_FORMAT_NXC, OPGEN_SUCCESS);
         prelu_case(dtype, 4, shape, 1, one, OPGEN_DATA_FORMAT_NCX, OPGEN_SUCCESS);
