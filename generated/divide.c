@@ -12,11 +12,11 @@
  * (src_0 f32, src_1 f32, dst f32; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
 /* both inputs contiguous along the run */
-static void divide_f32_both(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_f32_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const float *src_0 = (const float *)first;
-    const float *src_1 = (const float *)second;
-    float *dst = (float *)out;
+    const float *src_0 = (const float *)opgen_first;
+    const float *src_1 = (const float *)opgen_second;
+    float *dst = (float *)opgen_out;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= count; at += OPGEN_BLOCK) {
         float src_0_block[OPGEN_BLOCK];
@@ -31,7 +31,7 @@ static void divide_f32_both(const void *first, const void *second, void *out, in
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, stream);
+        opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -48,16 +48,16 @@ static void divide_f32_both(const void *first, const void *second, void *out, in
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_0 one element, repeated along the run */
-static void divide_f32_first_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_f32_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const float *src_0 = (const float *)first;
-    const float *src_1 = (const float *)second;
-    float *dst = (float *)out;
+    const float *src_0 = (const float *)opgen_first;
+    const float *src_1 = (const float *)opgen_second;
+    float *dst = (float *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_0_one = src_0[0];
@@ -76,7 +76,7 @@ static void divide_f32_first_repeated(const void *first, const void *second, voi
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, stream);
+        opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -91,16 +91,16 @@ static void divide_f32_first_repeated(const void *first, const void *second, voi
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_1 one element, repeated along the run */
-static void divide_f32_second_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_f32_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const float *src_0 = (const float *)first;
-    const float *src_1 = (const float *)second;
-    float *dst = (float *)out;
+    const float *src_0 = (const float *)opgen_first;
+    const float *src_1 = (const float *)opgen_second;
+    float *dst = (float *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_1_one = src_1[0];
@@ -119,7 +119,7 @@ static void divide_f32_second_repeated(const void *first, const void *second, vo
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, stream);
+        opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -134,7 +134,7 @@ static void divide_f32_second_repeated(const void *first, const void *second, vo
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -154,11 +154,11 @@ void OPGEN_KERNEL(divide_f32)(const float *OPGEN_RESTRICT src_0, const float *OP
  * (src_0 bf16, src_1 bf16, dst bf16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
 /* both inputs contiguous along the run */
-static void divide_bf16_both(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_bf16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_bf16 *src_0 = (const opgen_bf16 *)first;
-    const opgen_bf16 *src_1 = (const opgen_bf16 *)second;
-    opgen_bf16 *dst = (opgen_bf16 *)out;
+    const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
+    const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
+    opgen_bf16 *dst = (opgen_bf16 *)opgen_out;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= count; at += OPGEN_BLOCK) {
         float src_0_block[OPGEN_BLOCK];
@@ -173,7 +173,7 @@ static void divide_bf16_both(const void *first, const void *second, void *out, i
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -190,16 +190,16 @@ static void divide_bf16_both(const void *first, const void *second, void *out, i
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_0 one element, repeated along the run */
-static void divide_bf16_first_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_bf16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_bf16 *src_0 = (const opgen_bf16 *)first;
-    const opgen_bf16 *src_1 = (const opgen_bf16 *)second;
-    opgen_bf16 *dst = (opgen_bf16 *)out;
+    const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
+    const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
+    opgen_bf16 *dst = (opgen_bf16 *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_0_one = opgen_bf16_to_f32(src_0[0]);
@@ -218,7 +218,7 @@ static void divide_bf16_first_repeated(const void *first, const void *second, vo
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -233,16 +233,16 @@ static void divide_bf16_first_repeated(const void *first, const void *second, vo
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_1 one element, repeated along the run */
-static void divide_bf16_second_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_bf16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_bf16 *src_0 = (const opgen_bf16 *)first;
-    const opgen_bf16 *src_1 = (const opgen_bf16 *)second;
-    opgen_bf16 *dst = (opgen_bf16 *)out;
+    const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
+    const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
+    opgen_bf16 *dst = (opgen_bf16 *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_1_one = opgen_bf16_to_f32(src_1[0]);
@@ -261,7 +261,7 @@ static void divide_bf16_second_repeated(const void *first, const void *second, v
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -276,7 +276,7 @@ static void divide_bf16_second_repeated(const void *first, const void *second, v
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -296,11 +296,11 @@ void OPGEN_KERNEL(divide_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_0, const opg
  * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
 /* both inputs contiguous along the run */
-static void divide_f16_both(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_f16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_f16 *src_0 = (const opgen_f16 *)first;
-    const opgen_f16 *src_1 = (const opgen_f16 *)second;
-    opgen_f16 *dst = (opgen_f16 *)out;
+    const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
+    const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
+    opgen_f16 *dst = (opgen_f16 *)opgen_out;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= count; at += OPGEN_BLOCK) {
         float src_0_block[OPGEN_BLOCK];
@@ -315,7 +315,7 @@ static void divide_f16_both(const void *first, const void *second, void *out, in
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -332,16 +332,16 @@ static void divide_f16_both(const void *first, const void *second, void *out, in
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_0 one element, repeated along the run */
-static void divide_f16_first_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_f16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_f16 *src_0 = (const opgen_f16 *)first;
-    const opgen_f16 *src_1 = (const opgen_f16 *)second;
-    opgen_f16 *dst = (opgen_f16 *)out;
+    const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
+    const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
+    opgen_f16 *dst = (opgen_f16 *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_0_one = opgen_f16_to_f32(src_0[0]);
@@ -360,7 +360,7 @@ static void divide_f16_first_repeated(const void *first, const void *second, voi
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -375,16 +375,16 @@ static void divide_f16_first_repeated(const void *first, const void *second, voi
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_1 one element, repeated along the run */
-static void divide_f16_second_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void divide_f16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_f16 *src_0 = (const opgen_f16 *)first;
-    const opgen_f16 *src_1 = (const opgen_f16 *)second;
-    opgen_f16 *dst = (opgen_f16 *)out;
+    const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
+    const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
+    opgen_f16 *dst = (opgen_f16 *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_1_one = opgen_f16_to_f32(src_1[0]);
@@ -403,7 +403,7 @@ static void divide_f16_second_repeated(const void *first, const void *second, vo
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -418,7 +418,7 @@ static void divide_f16_second_repeated(const void *first, const void *second, vo
             const float dst_value = (src_0_value / src_1_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 

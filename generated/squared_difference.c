@@ -12,11 +12,11 @@
  * (src_0 f32, src_1 f32, dst f32; computed in double; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
 /* both inputs contiguous along the run */
-static void squared_difference_f32_both(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_f32_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const float *src_0 = (const float *)first;
-    const float *src_1 = (const float *)second;
-    float *dst = (float *)out;
+    const float *src_0 = (const float *)opgen_first;
+    const float *src_1 = (const float *)opgen_second;
+    float *dst = (float *)opgen_out;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= count; at += OPGEN_BLOCK) {
         float src_0_block[OPGEN_BLOCK];
@@ -32,7 +32,7 @@ static void squared_difference_f32_both(const void *first, const void *second, v
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, stream);
+        opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -50,16 +50,16 @@ static void squared_difference_f32_both(const void *first, const void *second, v
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_0 one element, repeated along the run */
-static void squared_difference_f32_first_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_f32_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const float *src_0 = (const float *)first;
-    const float *src_1 = (const float *)second;
-    float *dst = (float *)out;
+    const float *src_0 = (const float *)opgen_first;
+    const float *src_1 = (const float *)opgen_second;
+    float *dst = (float *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_0_one = src_0[0];
@@ -79,7 +79,7 @@ static void squared_difference_f32_first_repeated(const void *first, const void 
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, stream);
+        opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -95,16 +95,16 @@ static void squared_difference_f32_first_repeated(const void *first, const void 
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_1 one element, repeated along the run */
-static void squared_difference_f32_second_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_f32_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const float *src_0 = (const float *)first;
-    const float *src_1 = (const float *)second;
-    float *dst = (float *)out;
+    const float *src_0 = (const float *)opgen_first;
+    const float *src_1 = (const float *)opgen_second;
+    float *dst = (float *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_1_one = src_1[0];
@@ -124,7 +124,7 @@ static void squared_difference_f32_second_repeated(const void *first, const void
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, stream);
+        opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -140,7 +140,7 @@ static void squared_difference_f32_second_repeated(const void *first, const void
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -160,11 +160,11 @@ void OPGEN_KERNEL(squared_difference_f32)(const float *OPGEN_RESTRICT src_0, con
  * (src_0 bf16, src_1 bf16, dst bf16; computed in double; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
 /* both inputs contiguous along the run */
-static void squared_difference_bf16_both(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_bf16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_bf16 *src_0 = (const opgen_bf16 *)first;
-    const opgen_bf16 *src_1 = (const opgen_bf16 *)second;
-    opgen_bf16 *dst = (opgen_bf16 *)out;
+    const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
+    const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
+    opgen_bf16 *dst = (opgen_bf16 *)opgen_out;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= count; at += OPGEN_BLOCK) {
         float src_0_block[OPGEN_BLOCK];
@@ -180,7 +180,7 @@ static void squared_difference_bf16_both(const void *first, const void *second, 
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -198,16 +198,16 @@ static void squared_difference_bf16_both(const void *first, const void *second, 
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_0 one element, repeated along the run */
-static void squared_difference_bf16_first_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_bf16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_bf16 *src_0 = (const opgen_bf16 *)first;
-    const opgen_bf16 *src_1 = (const opgen_bf16 *)second;
-    opgen_bf16 *dst = (opgen_bf16 *)out;
+    const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
+    const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
+    opgen_bf16 *dst = (opgen_bf16 *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_0_one = opgen_bf16_to_f32(src_0[0]);
@@ -227,7 +227,7 @@ static void squared_difference_bf16_first_repeated(const void *first, const void
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -243,16 +243,16 @@ static void squared_difference_bf16_first_repeated(const void *first, const void
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_1 one element, repeated along the run */
-static void squared_difference_bf16_second_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_bf16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_bf16 *src_0 = (const opgen_bf16 *)first;
-    const opgen_bf16 *src_1 = (const opgen_bf16 *)second;
-    opgen_bf16 *dst = (opgen_bf16 *)out;
+    const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
+    const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
+    opgen_bf16 *dst = (opgen_bf16 *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_1_one = opgen_bf16_to_f32(src_1[0]);
@@ -272,7 +272,7 @@ static void squared_difference_bf16_second_repeated(const void *first, const voi
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -288,7 +288,7 @@ static void squared_difference_bf16_second_repeated(const void *first, const voi
             const double dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -308,11 +308,11 @@ void OPGEN_KERNEL(squared_difference_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_
  * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
 /* both inputs contiguous along the run */
-static void squared_difference_f16_both(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_f16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_f16 *src_0 = (const opgen_f16 *)first;
-    const opgen_f16 *src_1 = (const opgen_f16 *)second;
-    opgen_f16 *dst = (opgen_f16 *)out;
+    const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
+    const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
+    opgen_f16 *dst = (opgen_f16 *)opgen_out;
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= count; at += OPGEN_BLOCK) {
         float src_0_block[OPGEN_BLOCK];
@@ -328,7 +328,7 @@ static void squared_difference_f16_both(const void *first, const void *second, v
             const float dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -346,16 +346,16 @@ static void squared_difference_f16_both(const void *first, const void *second, v
             const float dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_0 one element, repeated along the run */
-static void squared_difference_f16_first_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_f16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_f16 *src_0 = (const opgen_f16 *)first;
-    const opgen_f16 *src_1 = (const opgen_f16 *)second;
-    opgen_f16 *dst = (opgen_f16 *)out;
+    const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
+    const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
+    opgen_f16 *dst = (opgen_f16 *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_0_one = opgen_f16_to_f32(src_0[0]);
@@ -375,7 +375,7 @@ static void squared_difference_f16_first_repeated(const void *first, const void 
             const float dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -391,16 +391,16 @@ static void squared_difference_f16_first_repeated(const void *first, const void 
             const float dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
 /* src_1 one element, repeated along the run */
-static void squared_difference_f16_second_repeated(const void *first, const void *second, void *out, int64_t count, int stream)
+static void squared_difference_f16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
 {
-    const opgen_f16 *src_0 = (const opgen_f16 *)first;
-    const opgen_f16 *src_1 = (const opgen_f16 *)second;
-    opgen_f16 *dst = (opgen_f16 *)out;
+    const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
+    const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
+    opgen_f16 *dst = (opgen_f16 *)opgen_out;
     int64_t at = 0;
     /* one element, converted once, in every lane */
     const float src_1_one = opgen_f16_to_f32(src_1[0]);
@@ -420,7 +420,7 @@ static void squared_difference_f16_second_repeated(const void *first, const void
             const float dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
         /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
@@ -436,7 +436,7 @@ static void squared_difference_f16_second_repeated(const void *first, const void
             const float dst_value = (difference_value * difference_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 

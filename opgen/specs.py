@@ -146,23 +146,20 @@ _RESERVED = {
     "passes",
     "moved",
     "r",
-    # the binary microkernels' and kernel API's own (templates/binary.c.j2)
-    "stream",
-    "first",
-    "second",
+    # the binary kernel API's own (templates/binary.c.j2; its microkernels' are opgen_-prefixed)
     "rank_0",
     "rank_1",
     "dims_0",
     "dims_1",
 }
 # Suffixes the generated C adds to a spec's names for its own variables, and the prefix of its own names.
-_RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data", "_line", "_lanes", "_block", "_term", "_all", "_kept")
+_RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data", "_line", "_lanes", "_block", "_term", "_all", "_kept", "_one")
 _RESERVED_PREFIX = "opgen"
 RESERVED_DOC = (
     "Names (of ops, attributes, inputs, outputs, flags, math entries and dtypes) are C identifiers of at most 63 "
     "characters. Refused: C and Python keywords, C type names, the names below (used by the generated C or "
     "Python), any name starting with `opgen`, and any name ending in `_value`, `_acc`, `_sums`, `_data`, `_line`, "
-    "`_lanes`, `_block`, `_term`, `_all` or `_kept` "
+    "`_lanes`, `_block`, `_term`, `_all`, `_kept` or `_one` "
     "(the generated C's own variables for a name)."
 )
 # The smallest magnitude that rounds to infinity in f32: max + half an ulp.

@@ -37,12 +37,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
 
 # Modules whose tests share builds (the session's object_builds, a module's sanitizer build):
 # each group runs in one pytest-xdist worker, so that a build is made once, not once per worker.
+# The CMake builds share none: a group of their own, beside the others.
 SHARED_BUILDS = {"test_generated": "c_objects", "test_vendoring": "c_objects", "test_sanitizers": "sanitizers"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        group = SHARED_BUILDS.get(item.module.__name__.rpartition(".")[2] if item.module else "")
+        module = item.nodeid.partition("::")[0].rpartition("/")[2].removesuffix(".py")
+        group = "cmake" if module == "test_vendoring" and "cmake" in item.name else SHARED_BUILDS.get(module)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 

@@ -130,9 +130,10 @@ def test_plain_cc_build(vendored, object_builds, cc, openmp):
     source = vendored / "opgen"
     binary = vendored / f"use_kernels_{cc}_{openmp}"
     # as test_generated.py's "plain" and "openmp" configurations, whose objects these are;
-    # clang without OpenMP builds the copies this CPU runs (with OpenMP, every copy)
+    # every copy with cc and no OpenMP, and with clang and OpenMP; the others build the copies
+    # this CPU runs
     flags = ["-std=c99", "-O2", *(["-fopenmp"] if openmp else []), *WARNINGS]
-    objects = object_builds.objects([*c_compiler(cc), *flags], host_only=cc == "clang" and not openmp)
+    objects = object_builds.objects([*c_compiler(cc), *flags], host_only=(cc == "clang") != openmp)
     link([*c_compiler(cc), *flags], source, [*map(str, objects), str(PROGRAM)], binary)
     result = run([str(binary), str(vendored / "golden")])
     assert CHECKS in result.stdout
