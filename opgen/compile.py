@@ -38,9 +38,9 @@ if TYPE_CHECKING:  # loading a module needs no templates: render (and jinja2) is
 C_FLAGS = ["-O3", "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-fopenmp"]
 # The baseline copies of a module that also holds a better copy this CPU runs: they run only
 # when OPGEN_CPU_TARGET asks for them (tests, comparisons), so they are optimized for the build
-# (-O2: BatchNorm's baseline copy compiles in a third of the time). The optimization level
+# (-O1 compiles BatchNorm's baseline copy in 40 % of -O3's time). The optimization level
 # changes no result: no flag here lets the compiler reorder or contract arithmetic.
-FALLBACK_FLAGS = ["-O2", *C_FLAGS[1:]]
+FALLBACK_FLAGS = ["-O1", *C_FLAGS[1:]]
 GROUP_BYTES = 256 << 10  # C compiled in one run at most, where sources are grouped (compile_units)
 WARNING_FLAGS = ["-Wall", "-Wextra", "-Wpedantic"]
 
@@ -114,12 +114,14 @@ def compile_units(library: Library, targets: Sequence[str] | None = None) -> dic
     OPGEN_WITHOUT_<TARGET>, never chooses them; the baseline copies take FALLBACK_FLAGS when a
     better copy is compiled.
 
-    Each run parses opgen_internal.h and the compiler's intrinsics headers again, most of the
-    time a small source takes: the sources that are no kernel copies (the C API, the runtime,
-    the dispatcher) are compiled together, GROUP_BYTES of C a run, and so are small baseline
-    copies under FALLBACK_FLAGS. A run compiles the same functions (names are op-prefixed or
-    opgen_-prefixed, and an op's name cannot start with opgen); the kernels that run by default
-    keep a run each, so their code is the same as in the generated sources' builds."""
+    Each run parses opgen_internal.h and the compiler's intrinsics headers again (0.5-0.8 s on
+    x86-64), most of the time a small source takes: the sources that are no kernel copies (the
+    C API, the runtime, the dispatcher) are compiled together, GROUP_BYTES of C a run, and so
+    are small baseline copies under FALLBACK_FLAGS. A run compiles the same functions (names are
+    op-prefixed or opgen_-prefixed, and an op's name cannot start with opgen); the kernels that
+    run by default keep a run each, so their code is the same as in the generated sources'
+    builds: in a larger unit GCC inlines differently (grouped, sigmoid_backward's bf16 kernel
+    took 1.11x its time alone)."""
     compiled = plan.compiled_targets()
     unknown = [name for name in targets or () if name not in compiled]
     if unknown:
@@ -152,11 +154,20 @@ def compile_units(library: Library, targets: Sequence[str] | None = None) -> dic
         chunk: list[str] = []
         for index, source in enumerate(sources):
             chunk.append(source)
-            size = sum(len(library.files[name]) for name in chunk)
+            size = sum(compiled_bytes(library, name) for name in chunk)
             if size >= GROUP_BYTES or index == len(sources) - 1:
                 units[f"opgen_unit_{len(units)}.c" if len(chunk) > 1 else source] = Unit(tuple(chunk), flags)
                 chunk = []
     return units
+
+
+def compiled_bytes(library: Library, source: str) -> int:
+    """Bytes of C a run compiles for `source`: a per-target copy `<op>__<target>.c` compiles
+    the code of `<op>.c`."""
+    for target in plan.compiled_targets()[1:]:
+        if source.endswith(f"__{target}.c"):
+            return len(library.files[source[: -len(f"__{target}.c")] + ".c"])
+    return len(library.files[source])
 
 
 def module_name(key: str) -> str:
@@ -247,42 +258,58 @@ def _build(library: Library, units: dict[str, Unit], work: Path, name: str) -> N
     compiled = {source for unit in units.values() for source in unit.sources}
     write_files(work, {n: text for n, text in library.files.items() if n in compiled or not n.endswith(".c")})
     write_files(work, {n: unit.text() for n, unit in units.items() if n not in library.files})
-    suffixes = [f"__{target}.c" for target in plan.compiled_targets()[1:]]
+    wrapper = _emit_wrapper(library, name, work)
 
-    def cost(run: str) -> int:  # a copy `<op>__<target>.c` compiles the code of `<op>.c`
-        sizes = []
-        for source in units[run].sources:
-            suffix = next((s for s in suffixes if source.endswith(s)), None)
-            sizes.append(len(library.files[source[: -len(suffix)] + ".c" if suffix else source]))
-        return sum(sizes)
+    def cost(run: str) -> int:  # -O3 takes about three times -O1's time on the same code
+        level = {"-O1": 1, "-O2": 2}.get(units[run].flags[0], 3)
+        return level * sum(compiled_bytes(library, source) for source in units[run].sources)
 
-    # the costliest first: a long compile started last would leave the other cores idle at the end
+    # the costliest first: a long compile started last would leave the other cores idle at the
+    # end; the cffi wrappers (a few seconds) compile alongside the kernels, not after them
     runs = sorted(units, key=lambda run: (-cost(run), run))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        objects = list(pool.map(lambda run: _compile_object(work / run, work, list(units[run].flags)), runs))
-    _link_module(library, name, work, objects)
+        jobs = [pool.submit(_compile_object, work / run, work, list(units[run].flags)) for run in runs[:1]]
+        jobs.append(pool.submit(_compile_wrapper, wrapper, work))
+        jobs += [pool.submit(_compile_object, work / run, work, list(units[run].flags)) for run in runs[1:]]
+        objects = [job.result() for job in jobs]
+    _link_module(work / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}", objects)
 
 
-def _link_module(library: Library, name: str, work: Path, objects: list[Path]) -> None:
+def _emit_wrapper(library: Library, name: str, work: Path) -> Path:
+    """The cffi module's C source (the Python wrappers of the C API's declarations) in `work`."""
     import cffi  # imported here: only builds need it
+    from cffi.recompiler import make_c_source
 
     ffi = cffi.FFI()
     ffi.cdef(library.cdef)
-    ffi.set_source(
-        name,
-        "".join(f'#include "{header}"\n' for header in ("opgen.h", "opgen_aclnn.h") if header in library.files),
-        include_dirs=[str(work)],
-        extra_objects=[str(o) for o in objects],
-        libraries=["m"],
-        # the wrappers only convert arguments (the Python functions call the kernels and the C
-        # API by address, through fastcall.c): optimized lightly, as the build's last step
-        extra_compile_args=["-O1", "-g0"],
-        extra_link_args=["-fopenmp"],
-    )
-    try:
-        ffi.compile(tmpdir=str(work), verbose=False)
-    except Exception as error:  # distutils reports compile and link failures in several types
-        raise BuildError(f"building the cffi module failed: {error}") from None
+    headers = [header for header in ("opgen.h", "opgen_aclnn.h") if header in library.files]
+    source = work / f"{name}.c"
+    make_c_source(ffi, name, "".join(f'#include "{header}"\n' for header in headers), str(source))
+    return source
+
+
+def _compile_wrapper(source: Path, work: Path) -> Path:
+    """Compile the cffi wrappers. They only convert arguments, and the Python functions call
+    the kernels and the C API by address (through fastcall.c), not through them: not optimized
+    (-O0 halves the time of this 1 MB of C), no warnings asked for (the code is cffi's)."""
+    target = source.with_suffix(".o")
+    paths = sysconfig.get_paths()
+    include = dict.fromkeys((paths["include"], paths["platinclude"]))
+    command = [*compiler(), "-O0", "-g0", "-fPIC", *(f"-I{d}" for d in include), f"-I{work}"]
+    command += ["-c", str(source), "-o", str(target)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"compiling the cffi module failed:\n{shlex.join(command)}\n{result.stderr.strip()}")
+    return target
+
+
+def _link_module(target: Path, objects: list[Path]) -> None:
+    # an extension module leaves Python's symbols to the interpreter that loads it
+    lookup = ["-undefined", "dynamic_lookup"] if sys.platform == "darwin" else []
+    command = [*compiler(), "-shared", "-fopenmp", *lookup, *(str(o) for o in objects), "-lm", "-o", str(target)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"linking the module failed:\n{shlex.join(command)}\n{result.stderr.strip()}")
 
 
 FASTCALL_SOURCE = Path(__file__).with_name("fastcall.c")

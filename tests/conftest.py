@@ -35,17 +35,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     return report
 
 
-# Modules whose tests share builds (the session's object_builds, a module's sanitizer build):
-# each group runs in one pytest-xdist worker, so that a build is made once, not once per worker.
-# The CMake builds share none: a group of their own, beside the others.
-SHARED_BUILDS = {"test_generated": "c_objects", "test_vendoring": "c_objects", "test_sanitizers": "sanitizers"}
+# Tests that link the same object build (the session's object_builds, tests/builds.py, keyed by
+# compiler and flags) or a module's sanitizer build: each group runs in one pytest-xdist worker,
+# so that a build is made once, not once per worker, while different builds spread over the
+# workers. A test put in the wrong group still passes; its build is only made twice.
+CC_PLAIN = "objects-cc-plain"  # tests/test_vendoring.py's STRICT, test_generated.py's "plain"
+
+
+def shared_build(item: pytest.Item) -> str | None:
+    """The xdist group of a test that shares a build, None for the others."""
+    module = item.nodeid.partition("::")[0].rpartition("/")[2].removesuffix(".py")
+    name = getattr(item, "originalname", item.name)
+    callspec = getattr(item, "callspec", None)
+    if module == "test_sanitizers":
+        return "sanitizers"
+    if name == "test_compiles_without_warnings" and callspec is not None:
+        return CC_PLAIN if callspec.id == "plain" else f"objects-cc-{callspec.id}"
+    if name in ("test_called_from_cpp", "test_readme_example_compiles_and_runs"):
+        return CC_PLAIN
+    if name == "test_plain_cc_build" and callspec is not None:
+        cc, openmp = callspec.params["cc"], callspec.params["openmp"]
+        return f"objects-{cc}-{'openmp' if openmp else 'plain'}"
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        module = item.nodeid.partition("::")[0].rpartition("/")[2].removesuffix(".py")
-        group = "cmake" if module == "test_vendoring" and "cmake" in item.name else SHARED_BUILDS.get(module)
+        group = shared_build(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
 
