@@ -1,13 +1,18 @@
-"""`opgen bench --compare torch`: the along_axes ops (SoftMax, LogSoftmax, LayerNorm and
-LayerNormBackward) against PyTorch's ATen calls, from Python, on the same input buffers.
+"""`opgen bench --compare torch`: the ops with axes (SoftMax, LogSoftmax, LayerNorm,
+LayerNormBackward, the reductions) and the binary ops against PyTorch's ATen calls, from
+Python, on the same input buffers.
 
 Per cell (op, shape, threads) both sides first run once and their outputs must agree (within
 1e-4 relative of the larger magnitudes: a check that the two compute the same thing, not the
 accuracy contract, which `opgen check` holds); then rounds alternate which side goes first,
 each round timing calls for a share of the time budget, and the median of each side's rounds
-is reported. Both sides allocate their outputs (the call shapes users make). f32, rows along
-the last axis: shapes sized in elements, S in L2, M in the last-level cache of most machines,
-L past it.
+is reported. Both sides allocate their outputs (the call shapes users make). f32, 2-D shapes
+sized in elements, S in L2, M in the last-level cache of most machines, L past it.
+
+An op name says what runs: the along_axes ops and `reduce_<kind>` work along the last axis,
+`reduce_<kind>@0` along the first (columns: the kept elements are the inner ones); a binary
+op's second input has the first's shape, `<op>@row` one row of it (C,) and `<op>@column` one
+column (R, 1), broadcast NumPy's way.
 """
 
 from __future__ import annotations
@@ -20,7 +25,43 @@ from typing import Any
 import numpy as np
 
 SHAPES = {"S": (64, 1024), "M": (1024, 1024), "L": (4096, 4096), "T": (8192, 128)}
-OPS = ("soft_max", "log_soft_max", "layer_norm", "layer_norm_backward")
+REDUCTIONS = ("sum", "mean", "max", "min", "prod", "l1", "l2")
+BINARY = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "squared_difference")
+OPS = (
+    "soft_max",
+    "log_soft_max",
+    "layer_norm",
+    "layer_norm_backward",
+    *(f"reduce_{kind}" for kind in REDUCTIONS),
+    "reduce_sum@0",
+    "reduce_max@0",
+    *BINARY,
+    "add@row",
+    "add@column",
+    "multiply@row",
+)
+
+
+def _torch_reduction(kind: str, torch: Any) -> Callable[[Any, int], Any]:
+    norms = {"l1": 1, "l2": 2}
+    if kind in norms:
+        return lambda t, axis: torch.linalg.vector_norm(t, norms[kind], axis)
+    function = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin, "prod": torch.prod}[kind]
+    return lambda t, axis: function(t, axis)
+
+
+def _torch_binary(op: str, torch: Any) -> Callable[[Any, Any], Any]:
+    if op == "squared_difference":  # no fused ATen op: PyTorch users write it so
+        return lambda a, b: torch.square(torch.sub(a, b))
+    function = {
+        "add": torch.add,
+        "subtract": torch.sub,
+        "multiply": torch.mul,
+        "divide": torch.div,
+        "maximum": torch.maximum,
+        "minimum": torch.minimum,
+    }[op]
+    return lambda a, b: function(a, b)
 
 
 def _calls(op: str, shape: tuple[int, int], torch: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
@@ -29,6 +70,23 @@ def _calls(op: str, shape: tuple[int, int], torch: Any) -> tuple[Callable[[], An
     generator = np.random.default_rng(20261126)
     x = generator.standard_normal(shape).astype(np.float32)
     xt = torch.from_numpy(x)
+    name, _, where = op.partition("@")
+    if name.startswith("reduce_"):
+        kind = name.removeprefix("reduce_")
+        if kind == "prod":  # factors near 1, so that a row's product stays a normal float
+            x = (1 + generator.standard_normal(shape) / 64).astype(np.float32)
+            xt = torch.from_numpy(x)
+        axis = 0 if where == "0" else -1
+        ours_reduction, theirs_reduction = getattr(opgen, name), _torch_reduction(kind, torch)
+        return lambda: ours_reduction(x, axes=[axis]), lambda: theirs_reduction(xt, axis)
+    if name in BINARY:
+        second_shape = {"": shape, "row": shape[1:], "column": (shape[0], 1)}[where]
+        y = generator.standard_normal(second_shape).astype(np.float32)
+        if name == "divide":  # divisors away from 0, as a model's would be
+            y = np.copysign(np.abs(y) + 0.5, y).astype(np.float32)
+        yt = torch.from_numpy(y)
+        ours_binary, theirs_binary = getattr(opgen, name), _torch_binary(name, torch)
+        return lambda: ours_binary(x, y), lambda: theirs_binary(xt, yt)
     if op == "soft_max":
         return lambda: opgen.soft_max(x, axis=-1), lambda: torch._softmax(xt, -1, False)
     if op == "log_soft_max":
@@ -106,14 +164,14 @@ def run(sizes: list[str], threads: list[int], ops: list[str], rounds: int, min_t
 
 
 def table(cells: list[dict[str, Any]]) -> str:
-    lines = ["op                   size shape         threads  opgen µs  torch µs  opgen ÷ torch"]
+    lines = ["op                        size shape         threads  opgen µs  torch µs  opgen ÷ torch"]
     for c in cells:
         shape = "x".join(map(str, c["shape"]))
         if c["status"] != "timed":
             lines.append(
-                f"{c['op']:20} {c['size']:4} {shape:13} {c['threads']:7}  outputs differ by {c['difference']:.2e}"
+                f"{c['op']:25} {c['size']:4} {shape:13} {c['threads']:7}  outputs differ by {c['difference']:.2e}"
             )
             continue
         times = f"{c['opgen_us']:9.1f} {c['torch_us']:9.1f}  {c['ratio']:13.2f}"
-        lines.append(f"{c['op']:20} {c['size']:4} {shape:13} {c['threads']:7} {times}")
+        lines.append(f"{c['op']:25} {c['size']:4} {shape:13} {c['threads']:7} {times}")
     return "\n".join(lines)

@@ -88,7 +88,7 @@ def _bench(args: argparse.Namespace) -> int:
             raise SystemExit(f"opgen bench: --{what}: unknown {', '.join(unknown)} (choose from {', '.join(allowed)})")
         return chosen
 
-    if args.compare == "torch":  # the along_axes ops: sizes and ops of their own
+    if args.compare == "torch":  # the ops with axes and the binary ops: sizes and ops of their own
         args.sizes_torch = names(args.sizes or "S,M,L,T", bench_lines.SHAPES, "sizes")
         args.ops_torch = names(args.ops or ",".join(bench_lines.OPS), bench_lines.OPS, "ops")
         args.sizes, args.ops = "S", None
@@ -170,7 +170,7 @@ def _compare(args: argparse.Namespace, sizes: list[str], threads: list[int], ops
 
 
 def _compare_torch(args: argparse.Namespace, threads: list[int]) -> int:
-    """`opgen bench --compare torch`: the along_axes ops against PyTorch's, from Python."""
+    """`opgen bench --compare torch`: the ops with axes and the binary ops against PyTorch's, from Python."""
     from opgen import bench_lines
 
     try:
@@ -272,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         "--compare",
         choices=["onednn", "torch"],
         help="onednn: time opgen's C op API against an installed oneDNN's primitives, on the same buffers "
-        "(pip install onednn-cpu-gomp onednn-devel-cpu-gomp); torch: the along_axes ops (SoftMax, LogSoftmax, "
-        "LayerNorm, LayerNormBackward) against PyTorch's, sizes S, M, L, T of opgen/bench_lines.py",
+        "(pip install onednn-cpu-gomp onednn-devel-cpu-gomp); torch: the ops with axes (SoftMax, LogSoftmax, "
+        "LayerNorm, LayerNormBackward, reductions) and the binary ops against PyTorch's, sizes S, M, L, T "
+        "of opgen/bench_lines.py",
     )
     bench.add_argument("--rounds", type=int, default=5, help="with --compare: rounds per cell (default 5)")
     bench.set_defaults(run=_bench)
