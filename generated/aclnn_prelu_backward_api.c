@@ -163,85 +163,85 @@ static const opgen_op_info aclnn_prelu_backward_info = {
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
-static opgen_status aclnn_prelu_backward_check(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, int with_data, opgen_call *call, float *numbers)
+static opgen_status aclnn_prelu_backward_check(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { grad_output, self, weight, grad_input, grad_weight };
-    int channel_axis = 1;
+    int opgen_channel_axis = 1;
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
-    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int flags = 0;
+    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
+    int opgen_flags = 0;
     (void)numbers;
-    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
-                            flags, with_data);
+    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
+                            opgen_broadcast, opgen_flags, opgen_with_data);
 }
 
 opgen_status opgen_aclnn_prelu_backward_workspace_size(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, size_t *workspace_size)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status;
+    opgen_status opgen_checked;
     if (workspace_size == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_workspace_size", "workspace_size", "is NULL");
     }
-    status = aclnn_prelu_backward_check(grad_output, self, weight, grad_input, grad_weight, 0, &call, numbers);
-    if (status == OPGEN_SUCCESS) {
+    opgen_checked = aclnn_prelu_backward_check(grad_output, self, weight, grad_input, grad_weight, 0, &call, numbers);
+    if (opgen_checked == OPGEN_SUCCESS) {
         *workspace_size = call.workspace_bytes;
     }
-    return status;
+    return opgen_checked;
 }
 
 opgen_status opgen_aclnn_prelu_backward_with_workspace(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, void *workspace, size_t workspace_size)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status = aclnn_prelu_backward_check(grad_output, self, weight, grad_input, grad_weight, 1, &call, numbers);
-    if (status != OPGEN_SUCCESS) {
-        return status;
+    opgen_status opgen_checked = aclnn_prelu_backward_check(grad_output, self, weight, grad_input, grad_weight, 1, &call, numbers);
+    if (opgen_checked != OPGEN_SUCCESS) {
+        return opgen_checked;
     }
     return opgen_run_call(&call, numbers, workspace, workspace_size);
 }
 
 opgen_status opgen_aclnn_prelu_backward_with_data(const opgen_tensor *operands, void *grad_output_data, void *self_data, void *weight_data, void *grad_input_data, void *grad_weight_data, void *workspace, size_t workspace_size)
 {
-    void *const data[] = { grad_output_data, self_data, weight_data, grad_input_data, grad_weight_data };
-    static const char *const names[] = { "grad_output", "self", "weight", "grad_input", "grad_weight" };
-    static const int required[] = { 1, 1, 1, 1, 1 };
-    opgen_tensor described[5];
-    const opgen_tensor *present[5];
+    void *const opgen_data_all[] = { grad_output_data, self_data, weight_data, grad_input_data, grad_weight_data };
+    static const char *const opgen_names[] = { "grad_output", "self", "weight", "grad_input", "grad_weight" };
+    static const int opgen_required[] = { 1, 1, 1, 1, 1 };
+    opgen_tensor opgen_described[5];
+    const opgen_tensor *opgen_present[5];
     int index;
     if (operands == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 5; index++) {
-        if (operands[index].rank < 0 && required[index]) {
-            return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_with_data", names[index],
+        if (operands[index].rank < 0 && opgen_required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_with_data", opgen_names[index],
                                "is required (its rank is %d: absent)", operands[index].rank);
         }
-        described[index] = operands[index];
-        described[index].data = data[index];
-        present[index] = operands[index].rank < 0 ? NULL : &described[index];
+        opgen_described[index] = operands[index];
+        opgen_described[index].data = opgen_data_all[index];
+        opgen_present[index] = operands[index].rank < 0 ? NULL : &opgen_described[index];
     }
-    return opgen_aclnn_prelu_backward_with_workspace(present[0], present[1], present[2], present[3], present[4], workspace, workspace_size);
+    return opgen_aclnn_prelu_backward_with_workspace(opgen_present[0], opgen_present[1], opgen_present[2], opgen_present[3], opgen_present[4], workspace, workspace_size);
 }
 
-opgen_status opgen_aclnn_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+opgen_status opgen_aclnn_prelu_backward_with_arrays(const opgen_tensor *operands, void *const *opgen_data_all, const double *opgen_attributes_all, void *workspace, size_t workspace_size)
 {
-    if (data == NULL) {
+    if (opgen_data_all == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_aclnn_prelu_backward_with_arrays", "data", "is NULL");
     }
-    (void)attributes;
-    return opgen_aclnn_prelu_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], workspace, workspace_size);
+    (void)opgen_attributes_all;
+    return opgen_aclnn_prelu_backward_with_data(operands, opgen_data_all[0], opgen_data_all[1], opgen_data_all[2], opgen_data_all[3], opgen_data_all[4], workspace, workspace_size);
 }
 
 opgen_status opgen_aclnn_prelu_backward(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status = aclnn_prelu_backward_check(grad_output, self, weight, grad_input, grad_weight, 1, &call, numbers);
-    if (status != OPGEN_SUCCESS) {
-        return status;
+    opgen_status opgen_checked = aclnn_prelu_backward_check(grad_output, self, weight, grad_input, grad_weight, 1, &call, numbers);
+    if (opgen_checked != OPGEN_SUCCESS) {
+        return opgen_checked;
     }
     return opgen_call_once(&call, numbers);
 }

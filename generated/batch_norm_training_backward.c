@@ -1432,12 +1432,12 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     }
     /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
     for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
-        double total = sums[first];
+        double opgen_total = sums[first];
         for (int64_t step = 1; step < repeat; ++step) {
-            total += sums[first + step];
+            opgen_total += sums[first + step];
         }
         for (int64_t step = 0; step < repeat; ++step) {
-            sums[first + step] = total;
+            sums[first + step] = opgen_total;
         }
     }
     /* per channel: the outputs and the values the element pass needs */
@@ -3250,12 +3250,12 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     }
     /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
     for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
-        double total = sums[first];
+        double opgen_total = sums[first];
         for (int64_t step = 1; step < repeat; ++step) {
-            total += sums[first + step];
+            opgen_total += sums[first + step];
         }
         for (int64_t step = 0; step < repeat; ++step) {
-            sums[first + step] = total;
+            sums[first + step] = opgen_total;
         }
     }
     /* per channel: the outputs and the values the element pass needs */
@@ -5068,12 +5068,12 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     }
     /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
     for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
-        double total = sums[first];
+        double opgen_total = sums[first];
         for (int64_t step = 1; step < repeat; ++step) {
-            total += sums[first + step];
+            opgen_total += sums[first + step];
         }
         for (int64_t step = 0; step < repeat; ++step) {
-            sums[first + step] = total;
+            sums[first + step] = opgen_total;
         }
     }
     /* per channel: the outputs and the values the element pass needs */
@@ -6886,12 +6886,12 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
     }
     /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
     for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
-        double total = sums[first];
+        double opgen_total = sums[first];
         for (int64_t step = 1; step < repeat; ++step) {
-            total += sums[first + step];
+            opgen_total += sums[first + step];
         }
         for (int64_t step = 0; step < repeat; ++step) {
-            sums[first + step] = total;
+            sums[first + step] = opgen_total;
         }
     }
     /* per channel: the outputs and the values the element pass needs */

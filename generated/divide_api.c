@@ -85,100 +85,100 @@ static const opgen_op_info divide_info = {
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
-static opgen_status divide_check(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, int with_data, opgen_call *call, float *numbers)
+static opgen_status divide_check(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src_0, src_1, dst };
-    int channel_axis = 0;
+    int opgen_channel_axis = 0;
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
-    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int flags = 0;
+    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
+    int opgen_flags = 0;
     switch (auto_broadcast) {
     case OPGEN_AUTO_BROADCAST_NONE:
-        broadcast = 0;
+        opgen_broadcast = 0;
         break;
     case OPGEN_AUTO_BROADCAST_NUMPY:
-        broadcast = 1;
+        opgen_broadcast = 1;
         break;
     default:
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_divide", "auto_broadcast", "must be OPGEN_AUTO_BROADCAST_NONE or OPGEN_AUTO_BROADCAST_NUMPY, not %d",
                            (int)auto_broadcast);
     }
     (void)numbers;
-    return opgen_check_call(call, &divide_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
-                            flags, with_data);
+    return opgen_check_call(call, &divide_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
+                            opgen_broadcast, opgen_flags, opgen_with_data);
 }
 
 opgen_status opgen_divide_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status;
+    opgen_status opgen_checked;
     if (workspace_size == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_divide_workspace_size", "workspace_size", "is NULL");
     }
-    status = divide_check(src_0, src_1, dst, auto_broadcast, 0, &call, numbers);
-    if (status == OPGEN_SUCCESS) {
+    opgen_checked = divide_check(src_0, src_1, dst, auto_broadcast, 0, &call, numbers);
+    if (opgen_checked == OPGEN_SUCCESS) {
         *workspace_size = call.workspace_bytes;
     }
-    return status;
+    return opgen_checked;
 }
 
 opgen_status opgen_divide_with_workspace(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status = divide_check(src_0, src_1, dst, auto_broadcast, 1, &call, numbers);
-    if (status != OPGEN_SUCCESS) {
-        return status;
+    opgen_status opgen_checked = divide_check(src_0, src_1, dst, auto_broadcast, 1, &call, numbers);
+    if (opgen_checked != OPGEN_SUCCESS) {
+        return opgen_checked;
     }
     return opgen_run_call(&call, numbers, workspace, workspace_size);
 }
 
 opgen_status opgen_divide_with_data(const opgen_tensor *operands, void *src_0_data, void *src_1_data, void *dst_data, opgen_auto_broadcast auto_broadcast, void *workspace, size_t workspace_size)
 {
-    void *const data[] = { src_0_data, src_1_data, dst_data };
-    static const char *const names[] = { "src_0", "src_1", "dst" };
-    static const int required[] = { 1, 1, 1 };
-    opgen_tensor described[3];
-    const opgen_tensor *present[3];
+    void *const opgen_data_all[] = { src_0_data, src_1_data, dst_data };
+    static const char *const opgen_names[] = { "src_0", "src_1", "dst" };
+    static const int opgen_required[] = { 1, 1, 1 };
+    opgen_tensor opgen_described[3];
+    const opgen_tensor *opgen_present[3];
     int index;
     if (operands == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_divide_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 3; index++) {
-        if (operands[index].rank < 0 && required[index]) {
-            return opgen_error(OPGEN_NULL_POINTER, "opgen_divide_with_data", names[index],
+        if (operands[index].rank < 0 && opgen_required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_divide_with_data", opgen_names[index],
                                "is required (its rank is %d: absent)", operands[index].rank);
         }
-        described[index] = operands[index];
-        described[index].data = data[index];
-        present[index] = operands[index].rank < 0 ? NULL : &described[index];
+        opgen_described[index] = operands[index];
+        opgen_described[index].data = opgen_data_all[index];
+        opgen_present[index] = operands[index].rank < 0 ? NULL : &opgen_described[index];
     }
-    return opgen_divide_with_workspace(present[0], present[1], present[2], auto_broadcast, workspace, workspace_size);
+    return opgen_divide_with_workspace(opgen_present[0], opgen_present[1], opgen_present[2], auto_broadcast, workspace, workspace_size);
 }
 
-opgen_status opgen_divide_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+opgen_status opgen_divide_with_arrays(const opgen_tensor *operands, void *const *opgen_data_all, const double *opgen_attributes_all, void *workspace, size_t workspace_size)
 {
     int auto_broadcast;
-    if (data == NULL || attributes == NULL) {
+    if (opgen_data_all == NULL || opgen_attributes_all == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_divide_with_arrays", "data or attributes", "is NULL");
     }
-    if (opgen_attribute_int("opgen_divide_with_arrays", "auto_broadcast", attributes[0], &auto_broadcast) != OPGEN_SUCCESS) {
+    if (opgen_attribute_int("opgen_divide_with_arrays", "auto_broadcast", opgen_attributes_all[0], &auto_broadcast) != OPGEN_SUCCESS) {
         return OPGEN_INVALID_ATTRIBUTE;
     }
-    (void)attributes;
-    return opgen_divide_with_data(operands, data[0], data[1], data[2], (opgen_auto_broadcast)auto_broadcast, workspace, workspace_size);
+    (void)opgen_attributes_all;
+    return opgen_divide_with_data(operands, opgen_data_all[0], opgen_data_all[1], opgen_data_all[2], (opgen_auto_broadcast)auto_broadcast, workspace, workspace_size);
 }
 
 opgen_status opgen_divide(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status = divide_check(src_0, src_1, dst, auto_broadcast, 1, &call, numbers);
-    if (status != OPGEN_SUCCESS) {
-        return status;
+    opgen_status opgen_checked = divide_check(src_0, src_1, dst, auto_broadcast, 1, &call, numbers);
+    if (opgen_checked != OPGEN_SUCCESS) {
+        return opgen_checked;
     }
     return opgen_call_once(&call, numbers);
 }

@@ -39,9 +39,9 @@ static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_src_term = sum_src_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
@@ -119,9 +119,9 @@ static void layer_norm_f32_reduce_2(const opgen_lines_call *call, int64_t line, 
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_squares_term = sum_squares_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
     }
@@ -176,9 +176,9 @@ static void layer_norm_f32_after_2(const opgen_lines_call *call, int64_t line, d
 }
 
 /* the elements of a contiguous line */
-static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -239,9 +239,9 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void layer_norm_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *src = (const float *)call->tensors[0] + start;
@@ -359,9 +359,9 @@ static void layer_norm_bf16_f32_reduce_1(const opgen_lines_call *call, int64_t l
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_src_term = sum_src_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
@@ -439,9 +439,9 @@ static void layer_norm_bf16_f32_reduce_2(const opgen_lines_call *call, int64_t l
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_squares_term = sum_squares_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
     }
@@ -496,9 +496,9 @@ static void layer_norm_bf16_f32_after_2(const opgen_lines_call *call, int64_t li
 }
 
 /* the elements of a contiguous line */
-static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -559,9 +559,9 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void layer_norm_bf16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -679,9 +679,9 @@ static void layer_norm_bf16_reduce_1(const opgen_lines_call *call, int64_t line,
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_src_term = sum_src_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
@@ -759,9 +759,9 @@ static void layer_norm_bf16_reduce_2(const opgen_lines_call *call, int64_t line,
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_squares_term = sum_squares_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
     }
@@ -816,9 +816,9 @@ static void layer_norm_bf16_after_2(const opgen_lines_call *call, int64_t line, 
 }
 
 /* the elements of a contiguous line */
-static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *gamma = (const opgen_bf16 *)call->tensors[1];
@@ -879,9 +879,9 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void layer_norm_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -999,9 +999,9 @@ static void layer_norm_f16_f32_reduce_1(const opgen_lines_call *call, int64_t li
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_src_term = sum_src_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
@@ -1079,9 +1079,9 @@ static void layer_norm_f16_f32_reduce_2(const opgen_lines_call *call, int64_t li
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_squares_term = sum_squares_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
     }
@@ -1136,9 +1136,9 @@ static void layer_norm_f16_f32_after_2(const opgen_lines_call *call, int64_t lin
 }
 
 /* the elements of a contiguous line */
-static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -1199,9 +1199,9 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void layer_norm_f16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;

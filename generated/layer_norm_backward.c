@@ -75,11 +75,11 @@ static void layer_norm_backward_f32_reduce_1(const opgen_lines_call *call, int64
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_g_term = sum_g_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_g_term = sum_g_lanes[lane + opgen_width];
             sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-            const double sum_g_centered_term = sum_g_centered_lanes[lane + width];
+            const double sum_g_centered_term = sum_g_centered_lanes[lane + opgen_width];
             sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
     }
@@ -150,9 +150,9 @@ static void layer_norm_backward_f32_after_1(const opgen_lines_call *call, int64_
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines */
-static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     const float *diff_dst = (const float *)call->tensors[1] + line * length;
@@ -205,10 +205,10 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
         for (int lane = 0; lane < filled; ++lane) {
-            across[0 * length + at + lane] += diff_gamma_terms[lane];
+            opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
         for (int lane = 0; lane < filled; ++lane) {
-            across[1 * length + at + lane] += diff_beta_terms[lane];
+            opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
         if (filled == OPGEN_BLOCK) {
             opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
@@ -220,9 +220,9 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
 
 /* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines */
 static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *src = (const float *)call->tensors[0] + start;
@@ -281,11 +281,11 @@ static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, 
         }
         /* this step's terms of diff_gamma, one per line, added in lane order */
         for (int lane = 0; lane < lanes; ++lane) {
-            across[0 * length + r] += diff_gamma_terms[lane];
+            opgen_across[0 * length + r] += diff_gamma_terms[lane];
         }
         /* this step's terms of diff_beta, one per line, added in lane order */
         for (int lane = 0; lane < lanes; ++lane) {
-            across[1 * length + r] += diff_beta_terms[lane];
+            opgen_across[1 * length + r] += diff_beta_terms[lane];
         }
         if (lanes == OPGEN_BLOCK) {
             opgen_store_block_f32(diff_src + r * inner, diff_src_block, call->stream);
@@ -302,13 +302,13 @@ static void layer_norm_backward_f32_store_across(const opgen_lines_call *call, c
     const int64_t length = call->length;
     float *diff_gamma = (float *)call->tensors[6];
     for (int64_t at = 0; diff_gamma != NULL && at < length; ++at) {
-        const double total = sums != NULL ? sums[0 * length + at] : 0.0;
-        diff_gamma[at] = (float)total;
+        const double opgen_total = sums != NULL ? sums[0 * length + at] : 0.0;
+        diff_gamma[at] = (float)opgen_total;
     }
     float *diff_beta = (float *)call->tensors[7];
     for (int64_t at = 0; diff_beta != NULL && at < length; ++at) {
-        const double total = sums != NULL ? sums[1 * length + at] : 0.0;
-        diff_beta[at] = (float)total;
+        const double opgen_total = sums != NULL ? sums[1 * length + at] : 0.0;
+        diff_beta[at] = (float)opgen_total;
     }
 }
 
@@ -409,11 +409,11 @@ static void layer_norm_backward_bf16_f32_reduce_1(const opgen_lines_call *call, 
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_g_term = sum_g_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_g_term = sum_g_lanes[lane + opgen_width];
             sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-            const double sum_g_centered_term = sum_g_centered_lanes[lane + width];
+            const double sum_g_centered_term = sum_g_centered_lanes[lane + opgen_width];
             sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
     }
@@ -484,9 +484,9 @@ static void layer_norm_backward_bf16_f32_after_1(const opgen_lines_call *call, i
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines */
-static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -539,10 +539,10 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
         for (int lane = 0; lane < filled; ++lane) {
-            across[0 * length + at + lane] += diff_gamma_terms[lane];
+            opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
         for (int lane = 0; lane < filled; ++lane) {
-            across[1 * length + at + lane] += diff_beta_terms[lane];
+            opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
         if (filled == OPGEN_BLOCK) {
             opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
@@ -554,9 +554,9 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
 
 /* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines */
 static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -615,11 +615,11 @@ static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *c
         }
         /* this step's terms of diff_gamma, one per line, added in lane order */
         for (int lane = 0; lane < lanes; ++lane) {
-            across[0 * length + r] += diff_gamma_terms[lane];
+            opgen_across[0 * length + r] += diff_gamma_terms[lane];
         }
         /* this step's terms of diff_beta, one per line, added in lane order */
         for (int lane = 0; lane < lanes; ++lane) {
-            across[1 * length + r] += diff_beta_terms[lane];
+            opgen_across[1 * length + r] += diff_beta_terms[lane];
         }
         if (lanes == OPGEN_BLOCK) {
             opgen_store_block_bf16(diff_src + r * inner, diff_src_block, call->stream);
@@ -636,13 +636,13 @@ static void layer_norm_backward_bf16_f32_store_across(const opgen_lines_call *ca
     const int64_t length = call->length;
     float *diff_gamma = (float *)call->tensors[6];
     for (int64_t at = 0; diff_gamma != NULL && at < length; ++at) {
-        const double total = sums != NULL ? sums[0 * length + at] : 0.0;
-        diff_gamma[at] = (float)total;
+        const double opgen_total = sums != NULL ? sums[0 * length + at] : 0.0;
+        diff_gamma[at] = (float)opgen_total;
     }
     float *diff_beta = (float *)call->tensors[7];
     for (int64_t at = 0; diff_beta != NULL && at < length; ++at) {
-        const double total = sums != NULL ? sums[1 * length + at] : 0.0;
-        diff_beta[at] = (float)total;
+        const double opgen_total = sums != NULL ? sums[1 * length + at] : 0.0;
+        diff_beta[at] = (float)opgen_total;
     }
 }
 
@@ -743,11 +743,11 @@ static void layer_norm_backward_f16_f32_reduce_1(const opgen_lines_call *call, i
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_g_term = sum_g_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_g_term = sum_g_lanes[lane + opgen_width];
             sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-            const double sum_g_centered_term = sum_g_centered_lanes[lane + width];
+            const double sum_g_centered_term = sum_g_centered_lanes[lane + opgen_width];
             sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
     }
@@ -818,9 +818,9 @@ static void layer_norm_backward_f16_f32_after_1(const opgen_lines_call *call, in
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines */
-static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -873,10 +873,10 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
         for (int lane = 0; lane < filled; ++lane) {
-            across[0 * length + at + lane] += diff_gamma_terms[lane];
+            opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
         for (int lane = 0; lane < filled; ++lane) {
-            across[1 * length + at + lane] += diff_beta_terms[lane];
+            opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
         if (filled == OPGEN_BLOCK) {
             opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
@@ -888,9 +888,9 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
 
 /* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines */
 static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
@@ -949,11 +949,11 @@ static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *ca
         }
         /* this step's terms of diff_gamma, one per line, added in lane order */
         for (int lane = 0; lane < lanes; ++lane) {
-            across[0 * length + r] += diff_gamma_terms[lane];
+            opgen_across[0 * length + r] += diff_gamma_terms[lane];
         }
         /* this step's terms of diff_beta, one per line, added in lane order */
         for (int lane = 0; lane < lanes; ++lane) {
-            across[1 * length + r] += diff_beta_terms[lane];
+            opgen_across[1 * length + r] += diff_beta_terms[lane];
         }
         if (lanes == OPGEN_BLOCK) {
             opgen_store_block_f16(diff_src + r * inner, diff_src_block, call->stream);
@@ -970,13 +970,13 @@ static void layer_norm_backward_f16_f32_store_across(const opgen_lines_call *cal
     const int64_t length = call->length;
     float *diff_gamma = (float *)call->tensors[6];
     for (int64_t at = 0; diff_gamma != NULL && at < length; ++at) {
-        const double total = sums != NULL ? sums[0 * length + at] : 0.0;
-        diff_gamma[at] = (float)total;
+        const double opgen_total = sums != NULL ? sums[0 * length + at] : 0.0;
+        diff_gamma[at] = (float)opgen_total;
     }
     float *diff_beta = (float *)call->tensors[7];
     for (int64_t at = 0; diff_beta != NULL && at < length; ++at) {
-        const double total = sums != NULL ? sums[1 * length + at] : 0.0;
-        diff_beta[at] = (float)total;
+        const double opgen_total = sums != NULL ? sums[1 * length + at] : 0.0;
+        diff_beta[at] = (float)opgen_total;
     }
 }
 

@@ -106,15 +106,15 @@ static const opgen_op_info layer_norm_backward_info = {
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
-static opgen_status layer_norm_backward_check(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, int with_data, opgen_call *call, float *numbers)
+static opgen_status layer_norm_backward_check(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta };
-    int channel_axis = 0;
+    int opgen_channel_axis = 0;
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
-    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int flags = 0;
+    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
+    int opgen_flags = 0;
     opgen_axis = begin_norm_axis; /* checked against the reference's rank with the shapes */
     if (!isfinite(epsilon)) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_layer_norm_backward", "epsilon", "must be a finite number, not %g", (double)epsilon);
@@ -125,83 +125,83 @@ static opgen_status layer_norm_backward_check(const opgen_tensor *src, const opg
     }
     numbers[0] = epsilon;
     (void)numbers;
-    return opgen_check_call(call, &layer_norm_backward_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
-                            flags, with_data);
+    return opgen_check_call(call, &layer_norm_backward_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
+                            opgen_broadcast, opgen_flags, opgen_with_data);
 }
 
 opgen_status opgen_layer_norm_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, size_t *workspace_size)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status;
+    opgen_status opgen_checked;
     if (workspace_size == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_layer_norm_backward_workspace_size", "workspace_size", "is NULL");
     }
-    status = layer_norm_backward_check(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, begin_norm_axis, epsilon, 0, &call, numbers);
-    if (status == OPGEN_SUCCESS) {
+    opgen_checked = layer_norm_backward_check(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, begin_norm_axis, epsilon, 0, &call, numbers);
+    if (opgen_checked == OPGEN_SUCCESS) {
         *workspace_size = call.workspace_bytes;
     }
-    return status;
+    return opgen_checked;
 }
 
 opgen_status opgen_layer_norm_backward_with_workspace(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, void *workspace, size_t workspace_size)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status = layer_norm_backward_check(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, begin_norm_axis, epsilon, 1, &call, numbers);
-    if (status != OPGEN_SUCCESS) {
-        return status;
+    opgen_status opgen_checked = layer_norm_backward_check(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, begin_norm_axis, epsilon, 1, &call, numbers);
+    if (opgen_checked != OPGEN_SUCCESS) {
+        return opgen_checked;
     }
     return opgen_run_call(&call, numbers, workspace, workspace_size);
 }
 
 opgen_status opgen_layer_norm_backward_with_data(const opgen_tensor *operands, void *src_data, void *diff_dst_data, void *mean_data, void *variance_data, void *gamma_data, void *diff_src_data, void *diff_gamma_data, void *diff_beta_data, int64_t begin_norm_axis, float epsilon, void *workspace, size_t workspace_size)
 {
-    void *const data[] = { src_data, diff_dst_data, mean_data, variance_data, gamma_data, diff_src_data, diff_gamma_data, diff_beta_data };
-    static const char *const names[] = { "src", "diff_dst", "mean", "variance", "gamma", "diff_src", "diff_gamma", "diff_beta" };
-    static const int required[] = { 1, 1, 1, 1, 0, 1, 0, 0 };
-    opgen_tensor described[8];
-    const opgen_tensor *present[8];
+    void *const opgen_data_all[] = { src_data, diff_dst_data, mean_data, variance_data, gamma_data, diff_src_data, diff_gamma_data, diff_beta_data };
+    static const char *const opgen_names[] = { "src", "diff_dst", "mean", "variance", "gamma", "diff_src", "diff_gamma", "diff_beta" };
+    static const int opgen_required[] = { 1, 1, 1, 1, 0, 1, 0, 0 };
+    opgen_tensor opgen_described[8];
+    const opgen_tensor *opgen_present[8];
     int index;
     if (operands == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_layer_norm_backward_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 8; index++) {
-        if (operands[index].rank < 0 && required[index]) {
-            return opgen_error(OPGEN_NULL_POINTER, "opgen_layer_norm_backward_with_data", names[index],
+        if (operands[index].rank < 0 && opgen_required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_layer_norm_backward_with_data", opgen_names[index],
                                "is required (its rank is %d: absent)", operands[index].rank);
         }
-        described[index] = operands[index];
-        described[index].data = data[index];
-        present[index] = operands[index].rank < 0 ? NULL : &described[index];
+        opgen_described[index] = operands[index];
+        opgen_described[index].data = opgen_data_all[index];
+        opgen_present[index] = operands[index].rank < 0 ? NULL : &opgen_described[index];
     }
-    return opgen_layer_norm_backward_with_workspace(present[0], present[1], present[2], present[3], present[4], present[5], present[6], present[7], begin_norm_axis, epsilon, workspace, workspace_size);
+    return opgen_layer_norm_backward_with_workspace(opgen_present[0], opgen_present[1], opgen_present[2], opgen_present[3], opgen_present[4], opgen_present[5], opgen_present[6], opgen_present[7], begin_norm_axis, epsilon, workspace, workspace_size);
 }
 
-opgen_status opgen_layer_norm_backward_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+opgen_status opgen_layer_norm_backward_with_arrays(const opgen_tensor *operands, void *const *opgen_data_all, const double *opgen_attributes_all, void *workspace, size_t workspace_size)
 {
     int begin_norm_axis;
     float epsilon;
-    if (data == NULL || attributes == NULL) {
+    if (opgen_data_all == NULL || opgen_attributes_all == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_layer_norm_backward_with_arrays", "data or attributes", "is NULL");
     }
-    if (opgen_attribute_int("opgen_layer_norm_backward_with_arrays", "begin_norm_axis", attributes[0], &begin_norm_axis) != OPGEN_SUCCESS) {
+    if (opgen_attribute_int("opgen_layer_norm_backward_with_arrays", "begin_norm_axis", opgen_attributes_all[0], &begin_norm_axis) != OPGEN_SUCCESS) {
         return OPGEN_INVALID_ATTRIBUTE;
     }
-    if (opgen_attribute_f32("opgen_layer_norm_backward_with_arrays", "epsilon", attributes[1], &epsilon) != OPGEN_SUCCESS) {
+    if (opgen_attribute_f32("opgen_layer_norm_backward_with_arrays", "epsilon", opgen_attributes_all[1], &epsilon) != OPGEN_SUCCESS) {
         return OPGEN_INVALID_ATTRIBUTE;
     }
-    (void)attributes;
-    return opgen_layer_norm_backward_with_data(operands, data[0], data[1], data[2], data[3], data[4], data[5], data[6], data[7], begin_norm_axis, epsilon, workspace, workspace_size);
+    (void)opgen_attributes_all;
+    return opgen_layer_norm_backward_with_data(operands, opgen_data_all[0], opgen_data_all[1], opgen_data_all[2], opgen_data_all[3], opgen_data_all[4], opgen_data_all[5], opgen_data_all[6], opgen_data_all[7], begin_norm_axis, epsilon, workspace, workspace_size);
 }
 
 opgen_status opgen_layer_norm_backward(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status = layer_norm_backward_check(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, begin_norm_axis, epsilon, 1, &call, numbers);
-    if (status != OPGEN_SUCCESS) {
-        return status;
+    opgen_status opgen_checked = layer_norm_backward_check(src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta, begin_norm_axis, epsilon, 1, &call, numbers);
+    if (opgen_checked != OPGEN_SUCCESS) {
+        return opgen_checked;
     }
     return opgen_call_once(&call, numbers);
 }

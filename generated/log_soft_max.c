@@ -37,9 +37,9 @@ static void log_soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const float max_src_term = max_src_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const float max_src_term = max_src_lanes[lane + opgen_width];
             max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
     }
@@ -105,9 +105,9 @@ static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_exp_term = sum_exp_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -159,9 +159,9 @@ static void log_soft_max_f32_after_2(const opgen_lines_call *call, int64_t line,
 }
 
 /* the elements of a contiguous line */
-static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
@@ -194,9 +194,9 @@ static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, d
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *src = (const float *)call->tensors[0] + start;
@@ -295,9 +295,9 @@ static void log_soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t lin
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const float max_src_term = max_src_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const float max_src_term = max_src_lanes[lane + opgen_width];
             max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
     }
@@ -363,9 +363,9 @@ static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t lin
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_exp_term = sum_exp_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -417,9 +417,9 @@ static void log_soft_max_bf16_after_2(const opgen_lines_call *call, int64_t line
 }
 
 /* the elements of a contiguous line */
-static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
@@ -452,9 +452,9 @@ static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, 
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -553,9 +553,9 @@ static void log_soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const float max_src_term = max_src_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const float max_src_term = max_src_lanes[lane + opgen_width];
             max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
     }
@@ -621,9 +621,9 @@ static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_exp_term = sum_exp_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -675,9 +675,9 @@ static void log_soft_max_f16_after_2(const opgen_lines_call *call, int64_t line,
 }
 
 /* the elements of a contiguous line */
-static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
@@ -710,9 +710,9 @@ static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, d
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;

@@ -37,9 +37,9 @@ static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_diff_dst_term = sum_diff_dst_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
             sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
     }
@@ -78,9 +78,9 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
 }
 
 /* the elements of a contiguous line */
-static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
@@ -120,9 +120,9 @@ static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *diff_dst = (const float *)call->tensors[0] + start;
@@ -223,9 +223,9 @@ static void log_soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, in
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_diff_dst_term = sum_diff_dst_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
             sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
     }
@@ -264,9 +264,9 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
 }
 
 /* the elements of a contiguous line */
-static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -306,9 +306,9 @@ static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + start;
@@ -409,9 +409,9 @@ static void log_soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double sum_diff_dst_term = sum_diff_dst_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
             sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
     }
@@ -450,9 +450,9 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
 }
 
 /* the elements of a contiguous line */
-static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -492,9 +492,9 @@ static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + start;

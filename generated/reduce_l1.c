@@ -37,9 +37,9 @@ static void reduce_l1_f32_reduce_1(const opgen_lines_call *call, int64_t line, d
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double dst_term = dst_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double dst_term = dst_lanes[lane + opgen_width];
             dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
     }
@@ -146,9 +146,9 @@ static void reduce_l1_bf16_reduce_1(const opgen_lines_call *call, int64_t line, 
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double dst_term = dst_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double dst_term = dst_lanes[lane + opgen_width];
             dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
     }
@@ -255,9 +255,9 @@ static void reduce_l1_f16_reduce_1(const opgen_lines_call *call, int64_t line, d
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double dst_term = dst_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double dst_term = dst_lanes[lane + opgen_width];
             dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
     }

@@ -82,90 +82,90 @@ static const opgen_op_info soft_max_info = {
 };
 
 /* Checks the attributes, then every other rule; fills `call` and the f32 attributes. */
-static opgen_status soft_max_check(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, int with_data, opgen_call *call, float *numbers)
+static opgen_status soft_max_check(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src, dst };
-    int channel_axis = 0;
+    int opgen_channel_axis = 0;
     int64_t opgen_axis = 0; /* along_axes: the axis attribute */
     const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
     int opgen_keep_dims = 0;
-    int broadcast = 1;      /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int flags = 0;
+    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
+    int opgen_flags = 0;
     opgen_axis = axis; /* checked against the reference's rank with the shapes */
     (void)numbers;
-    return opgen_check_call(call, &soft_max_info, tensors, channel_axis, opgen_axis, opgen_axes, opgen_keep_dims, broadcast,
-                            flags, with_data);
+    return opgen_check_call(call, &soft_max_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
+                            opgen_broadcast, opgen_flags, opgen_with_data);
 }
 
 opgen_status opgen_soft_max_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, size_t *workspace_size)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status;
+    opgen_status opgen_checked;
     if (workspace_size == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_soft_max_workspace_size", "workspace_size", "is NULL");
     }
-    status = soft_max_check(src, dst, axis, 0, &call, numbers);
-    if (status == OPGEN_SUCCESS) {
+    opgen_checked = soft_max_check(src, dst, axis, 0, &call, numbers);
+    if (opgen_checked == OPGEN_SUCCESS) {
         *workspace_size = call.workspace_bytes;
     }
-    return status;
+    return opgen_checked;
 }
 
 opgen_status opgen_soft_max_with_workspace(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis, void *workspace, size_t workspace_size)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status = soft_max_check(src, dst, axis, 1, &call, numbers);
-    if (status != OPGEN_SUCCESS) {
-        return status;
+    opgen_status opgen_checked = soft_max_check(src, dst, axis, 1, &call, numbers);
+    if (opgen_checked != OPGEN_SUCCESS) {
+        return opgen_checked;
     }
     return opgen_run_call(&call, numbers, workspace, workspace_size);
 }
 
 opgen_status opgen_soft_max_with_data(const opgen_tensor *operands, void *src_data, void *dst_data, int64_t axis, void *workspace, size_t workspace_size)
 {
-    void *const data[] = { src_data, dst_data };
-    static const char *const names[] = { "src", "dst" };
-    static const int required[] = { 1, 1 };
-    opgen_tensor described[2];
-    const opgen_tensor *present[2];
+    void *const opgen_data_all[] = { src_data, dst_data };
+    static const char *const opgen_names[] = { "src", "dst" };
+    static const int opgen_required[] = { 1, 1 };
+    opgen_tensor opgen_described[2];
+    const opgen_tensor *opgen_present[2];
     int index;
     if (operands == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_soft_max_with_data", "operands", "is NULL");
     }
     for (index = 0; index < 2; index++) {
-        if (operands[index].rank < 0 && required[index]) {
-            return opgen_error(OPGEN_NULL_POINTER, "opgen_soft_max_with_data", names[index],
+        if (operands[index].rank < 0 && opgen_required[index]) {
+            return opgen_error(OPGEN_NULL_POINTER, "opgen_soft_max_with_data", opgen_names[index],
                                "is required (its rank is %d: absent)", operands[index].rank);
         }
-        described[index] = operands[index];
-        described[index].data = data[index];
-        present[index] = operands[index].rank < 0 ? NULL : &described[index];
+        opgen_described[index] = operands[index];
+        opgen_described[index].data = opgen_data_all[index];
+        opgen_present[index] = operands[index].rank < 0 ? NULL : &opgen_described[index];
     }
-    return opgen_soft_max_with_workspace(present[0], present[1], axis, workspace, workspace_size);
+    return opgen_soft_max_with_workspace(opgen_present[0], opgen_present[1], axis, workspace, workspace_size);
 }
 
-opgen_status opgen_soft_max_with_arrays(const opgen_tensor *operands, void *const *data, const double *attributes, void *workspace, size_t workspace_size)
+opgen_status opgen_soft_max_with_arrays(const opgen_tensor *operands, void *const *opgen_data_all, const double *opgen_attributes_all, void *workspace, size_t workspace_size)
 {
     int axis;
-    if (data == NULL || attributes == NULL) {
+    if (opgen_data_all == NULL || opgen_attributes_all == NULL) {
         return opgen_error(OPGEN_NULL_POINTER, "opgen_soft_max_with_arrays", "data or attributes", "is NULL");
     }
-    if (opgen_attribute_int("opgen_soft_max_with_arrays", "axis", attributes[0], &axis) != OPGEN_SUCCESS) {
+    if (opgen_attribute_int("opgen_soft_max_with_arrays", "axis", opgen_attributes_all[0], &axis) != OPGEN_SUCCESS) {
         return OPGEN_INVALID_ATTRIBUTE;
     }
-    (void)attributes;
-    return opgen_soft_max_with_data(operands, data[0], data[1], axis, workspace, workspace_size);
+    (void)opgen_attributes_all;
+    return opgen_soft_max_with_data(operands, opgen_data_all[0], opgen_data_all[1], axis, workspace, workspace_size);
 }
 
 opgen_status opgen_soft_max(const opgen_tensor *src, const opgen_tensor *dst, int64_t axis)
 {
     opgen_call call;
     float numbers[1];
-    opgen_status status = soft_max_check(src, dst, axis, 1, &call, numbers);
-    if (status != OPGEN_SUCCESS) {
-        return status;
+    opgen_status opgen_checked = soft_max_check(src, dst, axis, 1, &call, numbers);
+    if (opgen_checked != OPGEN_SUCCESS) {
+        return opgen_checked;
     }
     return opgen_call_once(&call, numbers);
 }

@@ -45,9 +45,9 @@ static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double dot_term = dot_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double dot_term = dot_lanes[lane + opgen_width];
             dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
     }
@@ -94,9 +94,9 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
 }
 
 /* the elements of a contiguous line */
-static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
@@ -136,9 +136,9 @@ static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t li
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *diff_dst = (const float *)call->tensors[0] + start;
@@ -247,9 +247,9 @@ static void soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, int64_
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double dot_term = dot_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double dot_term = dot_lanes[lane + opgen_width];
             dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
     }
@@ -296,9 +296,9 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
 }
 
 /* the elements of a contiguous line */
-static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -338,9 +338,9 @@ static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t l
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + start;
@@ -449,9 +449,9 @@ static void soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int64_t
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
-    for (int width = OPGEN_BLOCK / 2; width > 0; width /= 2) {
-        for (int lane = 0; lane < width; ++lane) {
-            const double dot_term = dot_lanes[lane + width];
+    for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
+        for (int lane = 0; lane < opgen_width; ++lane) {
+            const double dot_term = dot_lanes[lane + opgen_width];
             dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
     }
@@ -498,9 +498,9 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
 }
 
 /* the elements of a contiguous line */
-static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *across)
+static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -540,9 +540,9 @@ static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t li
 
 /* the elements of `lanes` neighbouring lines, one per lane */
 static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *across)
+                                double *values, double *opgen_across)
 {
-    (void)across;
+    (void)opgen_across;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + start;

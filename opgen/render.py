@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 
 from opgen import bundle, c_api, float_range, plan
-from opgen.specs import MAX_LINE_VALUES, DTypeTable, OpSpec, load_specs
+from opgen.specs import MAX_LINE_VALUES, DTypeTable, OpSpec, SpecError, load_specs
 
 BUNDLED_SPECS = bundle.SPECS
 BUNDLED_TEMPLATES = bundle.TEMPLATES
@@ -215,8 +215,57 @@ def render_library(
         targets=compiled_targets,
     )
     files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
+    _check_enum_names(specs, files)
     cdef = _render(env, "cdef.h.j2", kernels=kernels + support_kernels, apis=apis, aclnn_apis=aclnn_apis, **settings)
     return Library(Path(spec_dir), table, specs, kernels, files, cdef)
+
+
+# What C defines at file scope: macros, typedef names, enumerators, functions (a line that
+# starts with a type and ends its declarator with a parenthesis).
+_DEFINED = re.compile(
+    r"#\s*define\s+(\w+)|\}\s*(\w+)\s*;|typedef\s[^;{]*?\b(\w+)\s*;|^\s+(OPGEN_\w+)\s*(?:=|,|$)"
+    r"|^[A-Za-z_][\w \t*]*?\b(\w+)\s*\(",
+    re.M,
+)
+
+
+def _check_enum_names(specs: list[OpSpec], files: dict[str, str]) -> None:
+    """A string attribute becomes a C enum type, opgen_<name>, with members OPGEN_<NAME>_<VALUE>
+    (opgen.h): none may be a name opgen's C defines otherwise (opgen_status, opgen_tensor, an
+    op's function opgen_<op>, a macro such as OPGEN_MAX_RANK), nor a member of another
+    attribute's enum. The loader cannot tell: the names opgen defines are those of the C."""
+    enums = c_api.enums(specs)
+    header = files["opgen.h"]
+    for enum in enums:  # the enums' own definitions are not a collision
+        first = re.escape(enum["members"][0][0])
+        block = rf"typedef enum {enum['type']} \{{\s*{first} = 0[^}}]*\}} {enum['type']};"
+        header = re.sub(block, "", header)
+    defined: set[str] = set()
+    for name, text in {**files, "opgen.h": header}.items():
+        # opgen's own files: an op's files define its kernels (declared in opgen.h) and statics
+        if name.endswith(".h") or (name.startswith("opgen") and name.endswith(".c") and "__" not in name):
+            text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+            defined |= {n for match in _DEFINED.finditer(text) for n in match.groups() if n}
+    members: dict[str, str] = {}
+    for spec in specs:
+        for index, attribute in enumerate(spec.attributes):
+            if attribute.type != "string":
+                continue
+            where = f"{spec.path}: attributes[{index}]"
+            if f"opgen_{attribute.name}" in defined:
+                raise SpecError(
+                    f"{where}.name: '{attribute.name}' would name the C enum type opgen_{attribute.name},"
+                    " a name opgen's C already defines: choose another name"
+                )
+            for value in attribute.allowed:
+                member = c_api.enum_value(attribute.name, value)
+                other = members.setdefault(member, attribute.name)
+                if member in defined or other != attribute.name:
+                    clash = f"attribute {other}'s" if other != attribute.name else "opgen's C"
+                    raise SpecError(
+                        f"{where}.allowed: '{value}' would make the C enumerator {member}, a name {clash}"
+                        " already defines: choose other names"
+                    )
 
 
 def select(specs: list[OpSpec], table: DTypeTable, ops: list[str] | None, dtypes: list[str] | None) -> list[OpSpec]:

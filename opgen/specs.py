@@ -151,6 +151,66 @@ _RESERVED = {
     "rank_1",
     "dims_0",
     "dims_1",
+    # the C op API's parameters, beside the attributes in its prototypes (templates/opgen.h.j2)
+    "operands",
+    "workspace_size",
+    # the kernels' own locals in the templates that do not prefix them yet (elementwise,
+    # broadcast_reduce, reduce_then_apply, along_axes, and the C API's adapters):
+    # tests/test_spec_injection.py finds every name the generated C declares beside a spec's
+    # names, and fails on one that is neither opgen_-prefixed, made from a spec name, nor here
+    "again",
+    "base",
+    "blocks",
+    "blocks_first",
+    "chain",
+    "chain_blocks",
+    "decay_vector",
+    "dims",
+    "first",
+    "group",
+    "group_end",
+    "head",
+    "inner_blocks",
+    "inner_first",
+    "inner_last",
+    "last",
+    "one",
+    "pair",
+    "paired",
+    "part",
+    "part_last",
+    "partial",
+    "partials",
+    "range",
+    "range_by_range",
+    "ranges",
+    "repeat",
+    "row_first",
+    "row_last",
+    "rows",
+    "rows_last",
+    "run_first",
+    "run_last",
+    "run_rows",
+    "segment",
+    "segment_end",
+    "segment_length",
+    "share",
+    "slot",
+    "span",
+    "split_channels",
+    "split_units",
+    "step",
+    "stream",
+    "sum",
+    "tail_first",
+    "threads",
+    "tile",
+    "tiles",
+    "unit",
+    "unit_first",
+    "unit_last",
+    "whole_channels",
 }
 # Suffixes the generated C adds to a spec's names for its own variables, and the prefix of its own names.
 _RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data", "_line", "_lanes", "_block", "_term", "_all", "_kept", "_one")
@@ -983,6 +1043,16 @@ def _string(where: _Where, key: str, value: Any) -> str:
     if not isinstance(value, str):
         where.fail(key, f"must be a string, not {type(value).__name__}")
     return value
+
+
+def reserved(name: str) -> bool:
+    """Whether a spec may not take `name` (RESERVED_DOC): the generated C or Python uses it."""
+    return (
+        name in _RESERVED
+        or keyword.iskeyword(name)
+        or name.startswith(_RESERVED_PREFIX)
+        or name.endswith(_RESERVED_SUFFIXES)
+    )
 
 
 def _identifier(where: _Where, key: str, value: Any) -> str:
