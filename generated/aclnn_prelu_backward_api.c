@@ -37,85 +37,85 @@ static const opgen_dtype aclnn_prelu_backward_rows[] = {
     OPGEN_BF16, OPGEN_BF16, OPGEN_BF16, OPGEN_BF16, OPGEN_BF16,
 };
 
-static void aclnn_prelu_backward_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_f32_ncx((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_f32_ncx((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void aclnn_prelu_backward_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, opgen_dims[0], opgen_dims[1]);
 }
 
-static void aclnn_prelu_backward_f32_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_f32_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_f32_full((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], dims[0]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_f32_full((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (float *)tensors[3], (float *)tensors[4], opgen_dims[0]);
 }
 
-static void aclnn_prelu_backward_f16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_f16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_f16_ncx((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_f16_ncx((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void aclnn_prelu_backward_f16_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_f16_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_f16_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_f16_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, opgen_dims[0], opgen_dims[1]);
 }
 
-static void aclnn_prelu_backward_f16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_f16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_f16_full((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], dims[0]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_f16_full((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const opgen_f16 *)tensors[2], (opgen_f16 *)tensors[3], (opgen_f16 *)tensors[4], opgen_dims[0]);
 }
 
-static void aclnn_prelu_backward_bf16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_bf16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_bf16_ncx((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_bf16_ncx((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void aclnn_prelu_backward_bf16_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_bf16_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, dims[0], dims[1]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], (double *)tensors[OPGEN_MAX_OPERANDS + 4], workspace, opgen_dims[0], opgen_dims[1]);
 }
 
-static void aclnn_prelu_backward_bf16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void aclnn_prelu_backward_bf16_full__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    aclnn_prelu_backward_bf16_full((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], dims[0]);
+    (void)opgen_dims;
+    aclnn_prelu_backward_bf16_full((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (opgen_bf16 *)tensors[3], (opgen_bf16 *)tensors[4], opgen_dims[0]);
 }
 
 static const opgen_adapter aclnn_prelu_backward_kernels[] = {

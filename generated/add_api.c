@@ -31,31 +31,31 @@ static const opgen_dtype add_rows[] = {
     OPGEN_F16, OPGEN_F16, OPGEN_F16,
 };
 
-static void add_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void add_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    add_f32((const float *)tensors[0], (const float *)tensors[1], (float *)tensors[2], (int)dims[0], dims + 2, (int)dims[1], dims + 2 + OPGEN_MAX_RANK);
+    (void)opgen_dims;
+    add_f32((const float *)tensors[0], (const float *)tensors[1], (float *)tensors[2], (int)opgen_dims[0], opgen_dims + 2, (int)opgen_dims[1], opgen_dims + 2 + OPGEN_MAX_RANK);
 }
 
-static void add_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void add_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    add_bf16((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (opgen_bf16 *)tensors[2], (int)dims[0], dims + 2, (int)dims[1], dims + 2 + OPGEN_MAX_RANK);
+    (void)opgen_dims;
+    add_bf16((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (opgen_bf16 *)tensors[2], (int)opgen_dims[0], opgen_dims + 2, (int)opgen_dims[1], opgen_dims + 2 + OPGEN_MAX_RANK);
 }
 
-static void add_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void add_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    add_f16((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (opgen_f16 *)tensors[2], (int)dims[0], dims + 2, (int)dims[1], dims + 2 + OPGEN_MAX_RANK);
+    (void)opgen_dims;
+    add_f16((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (opgen_f16 *)tensors[2], (int)opgen_dims[0], opgen_dims + 2, (int)opgen_dims[1], opgen_dims + 2 + OPGEN_MAX_RANK);
 }
 
 static const opgen_adapter add_kernels[] = {

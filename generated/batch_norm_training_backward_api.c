@@ -47,76 +47,76 @@ static const opgen_dtype batch_norm_training_backward_rows[] = {
     OPGEN_F16, OPGEN_F16, OPGEN_F32, OPGEN_F32, OPGEN_F32, OPGEN_F16, OPGEN_F32, OPGEN_F32,
 };
 
-static void batch_norm_training_backward_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void batch_norm_training_backward_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    batch_norm_training_backward_f32_ncx((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (float *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    batch_norm_training_backward_f32_ncx((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (float *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void batch_norm_training_backward_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void batch_norm_training_backward_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    batch_norm_training_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (float *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    batch_norm_training_backward_f32_nxc((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (float *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void batch_norm_training_backward_bf16_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void batch_norm_training_backward_bf16_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    batch_norm_training_backward_bf16_f32_ncx((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    batch_norm_training_backward_bf16_f32_ncx((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void batch_norm_training_backward_bf16_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void batch_norm_training_backward_bf16_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    batch_norm_training_backward_bf16_f32_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    batch_norm_training_backward_bf16_f32_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void batch_norm_training_backward_bf16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void batch_norm_training_backward_bf16_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    batch_norm_training_backward_bf16_ncx((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (const opgen_bf16 *)tensors[3], (const opgen_bf16 *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (opgen_bf16 *)tensors[6], (opgen_bf16 *)tensors[7], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    batch_norm_training_backward_bf16_ncx((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (const opgen_bf16 *)tensors[3], (const opgen_bf16 *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (opgen_bf16 *)tensors[6], (opgen_bf16 *)tensors[7], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void batch_norm_training_backward_bf16_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void batch_norm_training_backward_bf16_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    batch_norm_training_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (const opgen_bf16 *)tensors[3], (const opgen_bf16 *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (opgen_bf16 *)tensors[6], (opgen_bf16 *)tensors[7], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    batch_norm_training_backward_bf16_nxc((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const opgen_bf16 *)tensors[2], (const opgen_bf16 *)tensors[3], (const opgen_bf16 *)tensors[4], numbers[0], (opgen_bf16 *)tensors[5], (opgen_bf16 *)tensors[6], (opgen_bf16 *)tensors[7], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void batch_norm_training_backward_f16_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void batch_norm_training_backward_f16_f32_ncx__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    batch_norm_training_backward_f16_f32_ncx((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_f16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    batch_norm_training_backward_f16_f32_ncx((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_f16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void batch_norm_training_backward_f16_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void batch_norm_training_backward_f16_f32_nxc__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    batch_norm_training_backward_f16_f32_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_f16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    batch_norm_training_backward_f16_f32_nxc((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], numbers[0], (opgen_f16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
 static const opgen_adapter batch_norm_training_backward_kernels[] = {

@@ -31,31 +31,31 @@ static const opgen_dtype hard_sigmoid_backward_rows[] = {
     OPGEN_BF16, OPGEN_BF16, OPGEN_BF16,
 };
 
-static void hard_sigmoid_backward_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void hard_sigmoid_backward_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    hard_sigmoid_backward_f32((const float *)tensors[0], (const float *)tensors[1], numbers[0], numbers[1], (float *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    hard_sigmoid_backward_f32((const float *)tensors[0], (const float *)tensors[1], numbers[0], numbers[1], (float *)tensors[2], opgen_dims[0]);
 }
 
-static void hard_sigmoid_backward_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void hard_sigmoid_backward_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    hard_sigmoid_backward_f16((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], numbers[0], numbers[1], (opgen_f16 *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    hard_sigmoid_backward_f16((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], numbers[0], numbers[1], (opgen_f16 *)tensors[2], opgen_dims[0]);
 }
 
-static void hard_sigmoid_backward_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void hard_sigmoid_backward_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    hard_sigmoid_backward_bf16((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], numbers[0], numbers[1], (opgen_bf16 *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    hard_sigmoid_backward_bf16((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], numbers[0], numbers[1], (opgen_bf16 *)tensors[2], opgen_dims[0]);
 }
 
 static const opgen_adapter hard_sigmoid_backward_kernels[] = {

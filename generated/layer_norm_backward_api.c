@@ -46,31 +46,31 @@ static const opgen_dtype layer_norm_backward_rows[] = {
     OPGEN_F16, OPGEN_F16, OPGEN_F32, OPGEN_F32, OPGEN_F32, OPGEN_F16, OPGEN_F32, OPGEN_F32,
 };
 
-static void layer_norm_backward_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void layer_norm_backward_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    layer_norm_backward_f32((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], (float *)tensors[5], (float *)tensors[6], (float *)tensors[7], numbers[0], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    layer_norm_backward_f32((const float *)tensors[0], (const float *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], (float *)tensors[5], (float *)tensors[6], (float *)tensors[7], numbers[0], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void layer_norm_backward_bf16_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void layer_norm_backward_bf16_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    layer_norm_backward_bf16_f32((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], (opgen_bf16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], numbers[0], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    layer_norm_backward_bf16_f32((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], (opgen_bf16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], numbers[0], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void layer_norm_backward_f16_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void layer_norm_backward_f16_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    layer_norm_backward_f16_f32((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], (opgen_f16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], numbers[0], workspace, dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    layer_norm_backward_f16_f32((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (const float *)tensors[2], (const float *)tensors[3], (const float *)tensors[4], (opgen_f16 *)tensors[5], (float *)tensors[6], (float *)tensors[7], numbers[0], workspace, opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
 static const opgen_adapter layer_norm_backward_kernels[] = {

@@ -28,31 +28,31 @@ static const opgen_dtype reduce_sum_rows[] = {
     OPGEN_F16, OPGEN_F16,
 };
 
-static void reduce_sum_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void reduce_sum_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    reduce_sum_f32((const float *)tensors[0], (float *)tensors[1], dims[0], dims[1], dims[2], dims + 3);
+    (void)opgen_dims;
+    reduce_sum_f32((const float *)tensors[0], (float *)tensors[1], opgen_dims[0], opgen_dims[1], opgen_dims[2], opgen_dims + 3);
 }
 
-static void reduce_sum_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void reduce_sum_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    reduce_sum_bf16((const opgen_bf16 *)tensors[0], (opgen_bf16 *)tensors[1], dims[0], dims[1], dims[2], dims + 3);
+    (void)opgen_dims;
+    reduce_sum_bf16((const opgen_bf16 *)tensors[0], (opgen_bf16 *)tensors[1], opgen_dims[0], opgen_dims[1], opgen_dims[2], opgen_dims + 3);
 }
 
-static void reduce_sum_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void reduce_sum_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    reduce_sum_f16((const opgen_f16 *)tensors[0], (opgen_f16 *)tensors[1], dims[0], dims[1], dims[2], dims + 3);
+    (void)opgen_dims;
+    reduce_sum_f16((const opgen_f16 *)tensors[0], (opgen_f16 *)tensors[1], opgen_dims[0], opgen_dims[1], opgen_dims[2], opgen_dims + 3);
 }
 
 static const opgen_adapter reduce_sum_kernels[] = {

@@ -28,31 +28,31 @@ static const opgen_dtype relu_rows[] = {
     OPGEN_BF16, OPGEN_BF16,
 };
 
-static void relu_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void relu_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    relu_f32((const float *)tensors[0], (float *)tensors[1], dims[0]);
+    (void)opgen_dims;
+    relu_f32((const float *)tensors[0], (float *)tensors[1], opgen_dims[0]);
 }
 
-static void relu_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void relu_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    relu_f16((const opgen_f16 *)tensors[0], (opgen_f16 *)tensors[1], dims[0]);
+    (void)opgen_dims;
+    relu_f16((const opgen_f16 *)tensors[0], (opgen_f16 *)tensors[1], opgen_dims[0]);
 }
 
-static void relu_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void relu_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    relu_bf16((const opgen_bf16 *)tensors[0], (opgen_bf16 *)tensors[1], dims[0]);
+    (void)opgen_dims;
+    relu_bf16((const opgen_bf16 *)tensors[0], (opgen_bf16 *)tensors[1], opgen_dims[0]);
 }
 
 static const opgen_adapter relu_kernels[] = {

@@ -31,58 +31,58 @@ static const opgen_dtype sigmoid_backward_rows[] = {
     OPGEN_BF16, OPGEN_BF16, OPGEN_BF16,
 };
 
-static void sigmoid_backward_f32_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void sigmoid_backward_f32_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    sigmoid_backward_f32_use_dst((const float *)tensors[0], (const float *)tensors[1], (float *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    sigmoid_backward_f32_use_dst((const float *)tensors[0], (const float *)tensors[1], (float *)tensors[2], opgen_dims[0]);
 }
 
-static void sigmoid_backward_f32_no_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void sigmoid_backward_f32_no_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    sigmoid_backward_f32_no_use_dst((const float *)tensors[0], (const float *)tensors[1], (float *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    sigmoid_backward_f32_no_use_dst((const float *)tensors[0], (const float *)tensors[1], (float *)tensors[2], opgen_dims[0]);
 }
 
-static void sigmoid_backward_f16_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void sigmoid_backward_f16_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    sigmoid_backward_f16_use_dst((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (opgen_f16 *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    sigmoid_backward_f16_use_dst((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (opgen_f16 *)tensors[2], opgen_dims[0]);
 }
 
-static void sigmoid_backward_f16_no_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void sigmoid_backward_f16_no_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    sigmoid_backward_f16_no_use_dst((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (opgen_f16 *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    sigmoid_backward_f16_no_use_dst((const opgen_f16 *)tensors[0], (const opgen_f16 *)tensors[1], (opgen_f16 *)tensors[2], opgen_dims[0]);
 }
 
-static void sigmoid_backward_bf16_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void sigmoid_backward_bf16_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    sigmoid_backward_bf16_use_dst((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (opgen_bf16 *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    sigmoid_backward_bf16_use_dst((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (opgen_bf16 *)tensors[2], opgen_dims[0]);
 }
 
-static void sigmoid_backward_bf16_no_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void sigmoid_backward_bf16_no_use_dst__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    sigmoid_backward_bf16_no_use_dst((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (opgen_bf16 *)tensors[2], dims[0]);
+    (void)opgen_dims;
+    sigmoid_backward_bf16_no_use_dst((const opgen_bf16 *)tensors[0], (const opgen_bf16 *)tensors[1], (opgen_bf16 *)tensors[2], opgen_dims[0]);
 }
 
 static const opgen_adapter sigmoid_backward_kernels[] = {

@@ -28,31 +28,31 @@ static const opgen_dtype soft_max_rows[] = {
     OPGEN_F16, OPGEN_F16,
 };
 
-static void soft_max_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void soft_max_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    soft_max_f32((const float *)tensors[0], (float *)tensors[1], dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    soft_max_f32((const float *)tensors[0], (float *)tensors[1], opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void soft_max_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void soft_max_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    soft_max_bf16((const opgen_bf16 *)tensors[0], (opgen_bf16 *)tensors[1], dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    soft_max_bf16((const opgen_bf16 *)tensors[0], (opgen_bf16 *)tensors[1], opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
-static void soft_max_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void soft_max_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    soft_max_f16((const opgen_f16 *)tensors[0], (opgen_f16 *)tensors[1], dims[0], dims[1], dims[2]);
+    (void)opgen_dims;
+    soft_max_f16((const opgen_f16 *)tensors[0], (opgen_f16 *)tensors[1], opgen_dims[0], opgen_dims[1], opgen_dims[2]);
 }
 
 static const opgen_adapter soft_max_kernels[] = {

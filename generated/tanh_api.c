@@ -28,31 +28,31 @@ static const opgen_dtype tanh_rows[] = {
     OPGEN_BF16, OPGEN_BF16,
 };
 
-static void tanh_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void tanh_f32__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    tanh_f32((const float *)tensors[0], (float *)tensors[1], dims[0]);
+    (void)opgen_dims;
+    tanh_f32((const float *)tensors[0], (float *)tensors[1], opgen_dims[0]);
 }
 
-static void tanh_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void tanh_f16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    tanh_f16((const opgen_f16 *)tensors[0], (opgen_f16 *)tensors[1], dims[0]);
+    (void)opgen_dims;
+    tanh_f16((const opgen_f16 *)tensors[0], (opgen_f16 *)tensors[1], opgen_dims[0]);
 }
 
-static void tanh_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *dims)
+static void tanh_bf16__adapter(void *const *tensors, const float *numbers, double *workspace, const int64_t *opgen_dims)
 {
     (void)tensors;
     (void)numbers;
     (void)workspace;
-    (void)dims;
-    tanh_bf16((const opgen_bf16 *)tensors[0], (opgen_bf16 *)tensors[1], dims[0]);
+    (void)opgen_dims;
+    tanh_bf16((const opgen_bf16 *)tensors[0], (opgen_bf16 *)tensors[1], opgen_dims[0]);
 }
 
 static const opgen_adapter tanh_kernels[] = {

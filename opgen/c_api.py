@@ -27,10 +27,10 @@ DIMS = {"count": 0, "outer": 0, "channels": 1, "length": 1, "inner": 2, "repeat"
 # binary: the inputs' shapes, packed as the runner passes them (opgen_call.shapes: the two
 # ranks, then each input's OPGEN_MAX_RANK dims)
 SHAPES = {
-    "rank_0": "(int)dims[0]",
-    "rank_1": "(int)dims[1]",
-    "dims_0": "dims + 2",
-    "dims_1": "dims + 2 + OPGEN_MAX_RANK",
+    "rank_0": "(int)opgen_dims[0]",
+    "rank_1": "(int)opgen_dims[1]",
+    "dims_0": "opgen_dims + 2",
+    "dims_1": "opgen_dims + 2 + OPGEN_MAX_RANK",
 }
 # opgen_status: (name, opgen_status_string, when), in the order of their values
 STATUSES = (
@@ -159,9 +159,9 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
             elif kernel["pattern"] == "binary" and name in SHAPES:
                 arguments.append(SHAPES[name])
             elif name in DIMS:
-                arguments.append(f"dims[{DIMS[name]}]")
+                arguments.append(f"opgen_dims[{DIMS[name]}]")
             elif name == "blocks":  # along_axes over a set of axes: after outer, length, inner
-                arguments.append("dims + 3")
+                arguments.append("opgen_dims + 3")
             elif "*" not in c_type:
                 arguments.append(f"numbers[{numbers.index(name)}]")
             else:

@@ -153,6 +153,10 @@ def _reserved() -> list[str]:
         f"- Prefix: `{specs._RESERVED_PREFIX}`",
         f"- Suffixes: {suffixes}",
         f"- Names: {names}",
+        *(
+            f"- Names in {pattern} ops: " + ", ".join(f"`{name}`" for name in sorted(taken, key=str.lower))
+            for pattern, taken in specs._RESERVED_BY_PATTERN.items()
+        ),
         "",
     ]
 

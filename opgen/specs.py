@@ -154,63 +154,107 @@ _RESERVED = {
     # the C op API's parameters, beside the attributes in its prototypes (templates/opgen.h.j2)
     "operands",
     "workspace_size",
-    # the kernels' own locals in the templates that do not prefix them yet (elementwise,
-    # broadcast_reduce, reduce_then_apply, along_axes, and the C API's adapters):
-    # tests/test_spec_injection.py finds every name the generated C declares beside a spec's
-    # names, and fails on one that is neither opgen_-prefixed, made from a spec name, nor here
-    "again",
-    "base",
-    "blocks",
-    "blocks_first",
-    "chain",
-    "chain_blocks",
-    "decay_vector",
-    "dims",
-    "first",
-    "group",
-    "group_end",
-    "head",
-    "inner_blocks",
-    "inner_first",
-    "inner_last",
-    "last",
-    "one",
-    "pair",
-    "paired",
-    "part",
-    "part_last",
-    "partial",
-    "partials",
-    "range",
-    "range_by_range",
-    "ranges",
-    "repeat",
-    "row_first",
-    "row_last",
-    "rows",
-    "rows_last",
-    "run_first",
-    "run_last",
-    "run_rows",
-    "segment",
-    "segment_end",
-    "segment_length",
-    "share",
-    "slot",
-    "span",
-    "split_channels",
-    "split_units",
-    "step",
-    "stream",
-    "sum",
-    "tail_first",
-    "threads",
-    "tile",
-    "tiles",
-    "unit",
-    "unit_first",
-    "unit_last",
-    "whole_channels",
+}
+# The kernels' own locals, by pattern, in the templates that do not prefix them yet: refused
+# as names of that pattern's specs. tests/test_spec_injection.py finds every name the generated
+# C declares beside a spec's and fails on one that is neither opgen_-prefixed, made from a spec
+# name, nor refused here or in _RESERVED.
+_RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
+    "elementwise": frozenset(
+        (
+            "blocks",
+            "decay_vector",
+            "head",
+            "part",
+            "part_last",
+            "stream",
+            "threads",
+        )
+    ),
+    "along_axes": frozenset(("blocks",)),
+    "broadcast_reduce": frozenset(
+        (
+            "again",
+            "base",
+            "blocks",
+            "blocks_first",
+            "chain",
+            "first",
+            "group",
+            "group_end",
+            "head",
+            "inner_blocks",
+            "inner_first",
+            "inner_last",
+            "last",
+            "one",
+            "pair",
+            "part",
+            "part_last",
+            "partial",
+            "range",
+            "ranges",
+            "row_first",
+            "row_last",
+            "rows",
+            "rows_last",
+            "run_first",
+            "run_last",
+            "segment",
+            "segment_end",
+            "segment_length",
+            "share",
+            "slot",
+            "span",
+            "split_units",
+            "stream",
+            "tail_first",
+            "threads",
+            "tile",
+            "tiles",
+            "unit",
+            "unit_first",
+            "unit_last",
+            "whole_channels",
+        )
+    ),
+    "reduce_then_apply": frozenset(
+        (
+            "again",
+            "base",
+            "chain",
+            "chain_blocks",
+            "first",
+            "group",
+            "group_end",
+            "last",
+            "paired",
+            "partial",
+            "partials",
+            "range",
+            "range_by_range",
+            "ranges",
+            "repeat",
+            "row_first",
+            "row_last",
+            "run_first",
+            "run_last",
+            "run_rows",
+            "segment",
+            "segment_end",
+            "segment_length",
+            "slot",
+            "split_channels",
+            "step",
+            "stream",
+            "sum",
+            "tail_first",
+            "threads",
+            "tile",
+            "tiles",
+            "whole_channels",
+        )
+    ),
 }
 # Suffixes the generated C adds to a spec's names for its own variables, and the prefix of its own names.
 _RESERVED_SUFFIXES = ("_value", "_acc", "_sums", "_data", "_line", "_lanes", "_block", "_term", "_all", "_kept", "_one")
@@ -1045,22 +1089,26 @@ def _string(where: _Where, key: str, value: Any) -> str:
     return value
 
 
-def reserved(name: str) -> bool:
-    """Whether a spec may not take `name` (RESERVED_DOC): the generated C or Python uses it."""
+def reserved(name: str, pattern: str | None = None) -> bool:
+    """Whether a spec (of `pattern`, when given) may not take `name` (RESERVED_DOC): the
+    generated C or Python uses it."""
     return (
         name in _RESERVED
+        or name in _RESERVED_BY_PATTERN.get(pattern or "", ())
         or keyword.iskeyword(name)
         or name.startswith(_RESERVED_PREFIX)
         or name.endswith(_RESERVED_SUFFIXES)
     )
 
 
-def _identifier(where: _Where, key: str, value: Any) -> str:
+def _identifier(where: _Where, key: str, value: Any, pattern: str | None = None) -> str:
     name = _string(where, key, value)
     if not _IDENTIFIER.fullmatch(name):
         where.fail(key, f"'{name}' is not a C identifier (letters, digits, _; at most 63)")
     if name in _RESERVED or keyword.iskeyword(name) or name.startswith(_RESERVED_PREFIX):
         where.fail(key, f"'{name}' is reserved")
+    if name in _RESERVED_BY_PATTERN.get(pattern or "", ()):
+        where.fail(key, f"'{name}' is reserved in {pattern} ops (a variable of their generated C)")
     if name.endswith(_RESERVED_SUFFIXES):
         where.fail(key, f"'{name}' may not end in _value, _acc, _sums or _data (used by the generated C)")
     return name
@@ -1200,7 +1248,7 @@ class _SpecReader:
         for index, table in enumerate(self._list_of_tables(raw, "attributes")):
             key = f"attributes[{index}]"
             _check_keys(self.where, key, table, _ATTRIBUTE_KEYS)
-            name = _identifier(self.where, f"{key}.name", table["name"])
+            name = _identifier(self.where, f"{key}.name", table["name"], self.pattern)
             key = f"attributes.{name}"
             kind = table["type"]
             if kind not in ATTRIBUTE_TYPES:
@@ -1265,7 +1313,7 @@ class _SpecReader:
         result = []
         for index, table in enumerate(self._list_of_tables(raw, "flags")):
             _check_keys(self.where, f"flags[{index}]", table, _FLAG_KEYS)
-            name = _identifier(self.where, f"flags[{index}].name", table["name"])
+            name = _identifier(self.where, f"flags[{index}].name", table["name"], self.pattern)
             result.append(
                 Flag(
                     name,
@@ -1282,7 +1330,7 @@ class _SpecReader:
             self.fail(section, "at least one is needed")
         for index, table in enumerate(tables):
             _check_keys(self.where, f"{section}[{index}]", table, allowed)
-            name = _identifier(self.where, f"{section}[{index}].name", table["name"])
+            name = _identifier(self.where, f"{section}[{index}].name", table["name"], self.pattern)
             key = f"{section}.{name}"
             kind = table.get("kind", "tensor")
             kinds = TENSOR_KINDS[self.pattern]
@@ -1401,7 +1449,7 @@ class _SpecReader:
             if not isinstance(table, dict):
                 self.fail(f"math.{section}", 'must be a table of name = "expression"')
             for name, text in table.items():
-                _identifier(self.where, f"math.{section}.{name}", name)
+                _identifier(self.where, f"math.{section}.{name}", name, self.pattern)
                 _string(self.where, f"math.{section}.{name}", text)
             sections[section] = tuple(table.items())
         return sections
