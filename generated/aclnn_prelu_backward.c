@@ -5,307 +5,133 @@
 /*
  * Pattern: an elementwise pass with one broadcast (per-channel) operand, and sums of
  * per-element terms into that operand's shape. The tensor is seen as [outer][channels][inner]
- * (form ncx) or [outer][channels] (form nxc), the operand indexed by the channel.
- * The sums run in double over tiles fixed by the shape (opgen_tile_count), each tile into its
- * own partial sums in `workspace`, added up in tile order; or (few rows of many channels) over
- * ranges of channels. So the result is the same for any number of threads. The sums are then
- * rounded into the channel outputs, or, where the caller passes `*_sums` arrays, ADDED to them
- * (to sum over several calls; the outputs are then not written).
+ * (form ncx) or [outer][channels] (form nxc), the operand indexed by the channel; form full
+ * (the operand as big as the tensor) is elementwise.
+ * Per variant: the microkernels of one tile (ncx: units, nxc: rows or a range of channels) and
+ * the sums' finish, run by the driver in opgen_channels.c, which picks threads and tiles and
+ * adds the tiles' partial sums in tile order: the result is the same for any number of
+ * threads. The sums are rounded into the channel outputs, or, where the caller passes `*_sums`
+ * arrays, ADDED to them (to sum over several calls; the outputs are then not written).
  */
 #include "opgen.h"
-#include "opgen_internal.h"
-/* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
-void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+#include "opgen_channels.h"
+/* aclnn_prelu_backward_f32_ncx: the sums of channels [first, last) (sum s of channel c at
+ * sums[s * stride + c - first]) rounded into the outputs, or added to the caller's sums */
+static void aclnn_prelu_backward_f32_ncx_finish(const opgen_channels_call *call, int64_t first, int64_t last, const double *sums, int64_t opgen_stride)
 {
-    const int64_t tiles = opgen_tile_count(outer, channels, inner);
-    const int split_units = tiles <= outer * channels;
-    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
-     * end in a tail */
-    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), inner);
+    float *grad_weight = (float *)call->tensors[4];
+    double *grad_weight_sums = call->sums_into[0];
+    if (grad_weight_sums != NULL) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            grad_weight_sums[channel] += (sums + 0 * opgen_stride)[channel - first];
+        }
+    } else {
+        opgen_narrow_f32((sums + 0 * opgen_stride), grad_weight + first, last - first);
+    }
+}
+
+/* aclnn_prelu_backward_f32_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
+ * inner_last), the sums' terms added to partial[sum * channels + channel] */
+static inline void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+                                                           int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
     (void)stream;
-    (void)threads;
-#if defined(_OPENMP)
-    if ((int)opgen_min(threads, tiles) > 1) {
-        OPGEN_PARALLEL((int)opgen_min(threads, tiles))
+    opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
+    for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
-            opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
-            OPGEN_FOR
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-                 * a block-aligned range of the inner dim of every unit */
-                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
+            const int64_t channel = unit % channels;
+            const float weight_value = weight[channel];
+            const int64_t base = unit * inner;
+            double grad_weight_acc = 0;
+            int64_t index = inner_first;
+            if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                 * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                 * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_unit_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
                 }
-                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                    {
-                        const int64_t channel = unit % channels;
-                        const float weight_value = weight[channel];
-                        const int64_t base = unit * inner;
-                        double grad_weight_acc = 0;
-                        int64_t index = inner_first;
-                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
-                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
-                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
-                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                            double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
-                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_unit_lanes[lane] += grad_weight_term;
-                                }
-                                opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
-                            }
-                            {
-                            }
-                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                                    grad_weight_unit_lanes[lane] += grad_weight_term;
-                                }
-                                opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else {
-                                for (; index < inner_last; ++index) {
-                                    const float grad_output_value = grad_output[base + index];
-                                    const float self_value = self[base + index];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + index] = grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_acc += grad_weight_term;
-                                }
-                            }
-                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                            }
-                            grad_weight_acc += grad_weight_unit_lanes[0];
-                        } else {
-                            double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* whole blocks: lane l of every block adds to partial sum l */
-                            while (index + OPGEN_BLOCK <= inner_last) {
-                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                                }
-                            }
-                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                                    grad_weight_lanes[lane] += grad_weight_term;
-                                }
-                                opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else {
-                                for (; index < inner_last; ++index) {
-                                    const float grad_output_value = grad_output[base + index];
-                                    const float self_value = self[base + index];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + index] = grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_acc += grad_weight_term;
-                                }
-                            }
-                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                            }
-                            grad_weight_acc += grad_weight_lanes[0];
-                        }
-                        partial[0 * channels + channel] += grad_weight_acc;
+                {
+                }
+                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                        grad_weight_unit_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                } else {
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = grad_output[base + index];
+                        const float self_value = self[base + index];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
                     }
                 }
-            }
-            opgen_lines_f32_finish(&grad_input_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float weight_value = weight[channel];
-                    const int64_t base = unit * inner;
-                    double grad_weight_acc = 0;
-                    int64_t index = inner_first;
-                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
-                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
-                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
-                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                        double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
-                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                }
+                grad_weight_acc += grad_weight_unit_lanes[0];
+            } else {
+                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                /* whole blocks: lane l of every block adds to partial sum l */
+                while (index + OPGEN_BLOCK <= inner_last) {
+                    const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -314,767 +140,455 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_unit_lanes[lane] += grad_weight_term;
+                                grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
+                            opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                         }
                         {
-                        }
-                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
+                            opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                                grad_weight_unit_lanes[lane] += grad_weight_term;
-                            }
-                            opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else {
-                            for (; index < inner_last; ++index) {
-                                const float grad_output_value = grad_output[base + index];
-                                const float self_value = self[base + index];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + index] = grad_input_value;
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_acc += grad_weight_term;
+                                grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
+                            opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                         }
-                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                        }
-                        grad_weight_acc += grad_weight_unit_lanes[0];
-                    } else {
-                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* whole blocks: lane l of every block adds to partial sum l */
-                        while (index + OPGEN_BLOCK <= inner_last) {
-                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                            }
-                        }
-                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            opgen_load_block_f32(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
+                            opgen_load_block_f32(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                                grad_weight_lanes[lane] += grad_weight_term;
-                            }
-                            opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else {
-                            for (; index < inner_last; ++index) {
-                                const float grad_output_value = grad_output[base + index];
-                                const float self_value = self[base + index];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + index] = grad_input_value;
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_acc += grad_weight_term;
+                                grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
+                            opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                         }
-                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                        {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                            }
+                            opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                         }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                        }
-                        grad_weight_acc += grad_weight_lanes[0];
                     }
-                    partial[0 * channels + channel] += grad_weight_acc;
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                        }
+                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
+                    }
                 }
+                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                        grad_weight_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                } else {
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = grad_output[base + index];
+                        const float self_value = self[base + index];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
+                    }
+                }
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                }
+                grad_weight_acc += grad_weight_lanes[0];
             }
-        }
-        opgen_lines_f32_finish(&grad_input_lines);
-        opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order, into the first tile's */
-    for (int64_t tile = 1; tile < tiles; ++tile) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            workspace[0 * channels + channel] += workspace[(tile * 1 + 0) * channels + channel];
+            partial[0 * channels + channel] += grad_weight_acc;
         }
     }
+    opgen_lines_f32_finish(&grad_input_lines);
+}
+
+static void aclnn_prelu_backward_f32_ncx_units(const opgen_channels_call *call, int64_t unit_first, int64_t unit_last,
+                                               int64_t inner_first, int64_t inner_last, double *partial)
+{
+    aclnn_prelu_backward_f32_ncx_units_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, unit_first, unit_last, inner_first, inner_last, partial);
+}
+/* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
+void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+{
+    static const opgen_channels_kernel kernel = {
+        .sum_count = 1,
+        .float_sum_count = 0,
+        .element_bytes = (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)),
+        .work_per_element = 1,
+        .units = aclnn_prelu_backward_f32_ncx_units,
+        .finish = aclnn_prelu_backward_f32_ncx_finish,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    double *const opgen_sums_into[] = { grad_weight_sums };
+    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_run(&kernel, &call);
+}
+
+/* aclnn_prelu_backward_f32_nxc: the sums of channels [first, last) (sum s of channel c at
+ * sums[s * stride + c - first]) rounded into the outputs, or added to the caller's sums */
+static void aclnn_prelu_backward_f32_nxc_finish(const opgen_channels_call *call, int64_t first, int64_t last, const double *sums, int64_t opgen_stride)
+{
+    float *grad_weight = (float *)call->tensors[4];
+    double *grad_weight_sums = call->sums_into[0];
     if (grad_weight_sums != NULL) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
+        for (int64_t channel = first; channel < last; ++channel) {
+            grad_weight_sums[channel] += (sums + 0 * opgen_stride)[channel - first];
         }
     } else {
-        opgen_narrow_f32((workspace + 0 * channels), grad_weight, channels);
+        opgen_narrow_f32((sums + 0 * opgen_stride), grad_weight + first, last - first);
     }
 }
 
+/* aclnn_prelu_backward_f32_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed */
+static inline void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+                                                          double *OPGEN_RESTRICT partial)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
+    (void)stream;
+    opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
+    if (stream) {
+        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                double grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double))];
+                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                    grad_weight_group[slot] = 0;
+                }
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_group[channel - segment + lane] += grad_weight_term;
+                        }
+                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
+                    }
+                    /* the channels after the last whole block, in the last segment */
+                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                    if (tail_first < channels) {
+                        float grad_input_part[OPGEN_BLOCK] = {0};
+                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                            const float weight_value = weight[channel];
+                            const float grad_output_value = grad_output[base + channel];
+                            const float self_value = self[base + channel];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_part[channel - tail_first] = (float)grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            partial[0 * channels + channel] += grad_weight_term;
+                        }
+                        opgen_store_part_f32(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
+                    }
+                }
+                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                    }
+                }
+            }
+        }
+    } else {
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                double grad_weight_group[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(weight_block, weight + channel, 0);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_group[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                }
+            }
+            for (; channel < channels; ++channel) {
+                const float weight_value = weight[channel];
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = grad_output[base + channel];
+                    const float self_value = self[base + channel];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = grad_input_value;
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    partial[0 * channels + channel] += grad_weight_term;
+                }
+            }
+        }
+    }
+    opgen_lines_f32_finish(&grad_input_lines);
+}
+
+static void aclnn_prelu_backward_f32_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
+{
+    aclnn_prelu_backward_f32_nxc_rows_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
+}
+
+/* aclnn_prelu_backward_f32_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
+ * sums in `share` (span each), then finished */
+static inline void aclnn_prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+                                                           int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
+    (void)stream;
+    double *const grad_weight_range_sums = share + 0 * span;
+    for (int64_t at = 0; at < last - first; ++at) {
+        grad_weight_range_sums[at] = 0;
+    }
+    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
+        /* two rows at a time, block by block (written out: a loop over one or two
+         * rows costs more than the block): their terms go to a block of sums in
+         * turn, fetched once for both. Three or more rows at a time measured much
+         * slower; the two rows in turn by segments of channels, slower for f32.
+         * Every block load prefetches ahead, near the range's end into the rows
+         * that come next (opgen_range_ahead): four streams at once are more than
+         * the hardware prefetchers keep up with */
+        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+            const int64_t rows_last = opgen_min(row_last, rows + 2);
+            const int64_t pair = rows * channels; /* the first row's elements */
+            int64_t channel = first;
+            /* the channels before grad_input's first line, one at a time: a
+             * channel's outputs come out the same either way */
+            for (; channel < blocks_first; ++channel) {
+                const float weight_value = weight[channel];
+                for (int64_t row = rows; row < rows_last; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = grad_output[base + channel];
+                    const float self_value = self[base + channel];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = grad_input_value;
+                    /* the terms of a block's lanes, into the same float runs or sums */
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    grad_weight_range_sums[channel - first] += grad_weight_term;
+                }
+            }
+            if (rows_last - rows == 2) {
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_range_sums[channel - first + lane] += grad_weight_term;
+                        }
+                        opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
+                    }
+                    {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_range_sums[channel - first + lane] += grad_weight_term;
+                        }
+                        opgen_store_block_f32(grad_input + pair + channels + channel, grad_input_block, stream);
+                    }
+                }
+            } else {
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(weight_block, weight + channel, 0);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_range_sums[channel - first + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
+                }
+            }
+            for (; channel < last; ++channel) {
+                const float weight_value = weight[channel];
+                for (int64_t row = rows; row < rows_last; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = grad_output[base + channel];
+                    const float self_value = self[base + channel];
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = grad_input_value;
+                    /* the terms of a block's lanes, into the same float runs or sums */
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    grad_weight_range_sums[channel - first] += grad_weight_term;
+                }
+            }
+        }
+    }
+}
+
+static void aclnn_prelu_backward_f32_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last, int64_t blocks_first,
+                                               double *share, int64_t span)
+{
+    aclnn_prelu_backward_f32_nxc_range_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, first, last, blocks_first, share, span);
+    aclnn_prelu_backward_f32_nxc_finish(call, first, last, share, span);
+}
 /* aclnn_prelu_backward_f32_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel innermost) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int64_t moved = (outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
-    const int stream = opgen_stream_rows(moved, channels * (int64_t)sizeof *grad_input, grad_input);
-    (void)stream;
-    (void)threads;
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
-        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
-         * channels and adds their terms to the range's sums, row after row (float sums: in runs
-         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
-         * are cut for the thread count, at least one per thread; and from
-         * grad_input's first cache line on (the channels before it join the first range), so
-         * that a range's streamed stores to each row start and end on lines when the rows do:
-         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
-        const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, moved >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_CHANNEL_RANGE : OPGEN_CHANNEL_RANGE);
-        /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
-         * stream past) and go out once, at the range's end: rounded into the outputs, or
-         * added to the caller's sums. Summed in the caller's arrays instead, which the call
-         * zeroed and rounded in passes of their own, bf16 PReLU with 32 rows of 802 816
-         * channels ran 10 % slower (one and two threads). */
-        const int64_t span = opgen_split_span(channels - head, ranges, head);
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                OPGEN_FOR
-                for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
-                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
-                    const int64_t blocks_first = range == 0 ? head : first;
-                    double *const share = workspace + opgen_team_member(threads) * opgen_split_share(span, 1, 0);
-                    double *const grad_weight_range_sums = share + 0 * span;
-                    for (int64_t at = 0; at < last - first; ++at) {
-                        grad_weight_range_sums[at] = 0;
-                    }
-                    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
-                        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        /* two rows at a time, block by block (written out: a loop over one or two
-                         * rows costs more than the block): their terms go to a block of sums in
-                         * turn, fetched once for both. Three or more rows at a time measured much
-                         * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead, near the range's end into the rows
-                         * that come next (opgen_range_ahead): four streams at once are more than
-                         * the hardware prefetchers keep up with */
-                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
-                            const int64_t rows_last = opgen_min(row_last, rows + 2);
-                            const int64_t pair = rows * channels; /* the first row's elements */
-                            int64_t channel = first;
-                            /* the channels before grad_input's first line, one at a time: a
-                             * channel's outputs come out the same either way */
-                            for (; channel < blocks_first; ++channel) {
-                                const float weight_value = weight[channel];
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = grad_output[base + channel];
-                                    const float self_value = self[base + channel];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = grad_input_value;
-                                    /* the terms of a block's lanes, into the same float runs or sums */
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_range_sums[channel - first] += grad_weight_term;
-                                }
-                            }
-                            if (rows_last - rows == 2) {
-                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_range_sums[channel - first + lane] += grad_weight_term;
-                                        }
-                                        opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_range_sums[channel - first + lane] += grad_weight_term;
-                                        }
-                                        opgen_store_block_f32(grad_input + pair + channels + channel, grad_input_block, stream);
-                                    }
-                                }
-                            } else {
-                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_range_sums[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
-                                }
-                            }
-                            for (; channel < last; ++channel) {
-                                const float weight_value = weight[channel];
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = grad_output[base + channel];
-                                    const float self_value = self[base + channel];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = grad_input_value;
-                                    /* the terms of a block's lanes, into the same float runs or sums */
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_range_sums[channel - first] += grad_weight_term;
-                                }
-                            }
-                        }
-                    }
-                    if (grad_weight_sums != NULL) {
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
-                        }
-                    } else {
-                        opgen_narrow_f32(grad_weight_range_sums, grad_weight + first, last - first);
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
-                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
-                const int64_t blocks_first = range == 0 ? head : first;
-                double *const share = workspace + opgen_team_member(threads) * opgen_split_share(span, 1, 0);
-                double *const grad_weight_range_sums = share + 0 * span;
-                for (int64_t at = 0; at < last - first; ++at) {
-                    grad_weight_range_sums[at] = 0;
-                }
-                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
-                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    /* two rows at a time, block by block (written out: a loop over one or two
-                     * rows costs more than the block): their terms go to a block of sums in
-                     * turn, fetched once for both. Three or more rows at a time measured much
-                     * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead, near the range's end into the rows
-                     * that come next (opgen_range_ahead): four streams at once are more than
-                     * the hardware prefetchers keep up with */
-                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
-                        const int64_t rows_last = opgen_min(row_last, rows + 2);
-                        const int64_t pair = rows * channels; /* the first row's elements */
-                        int64_t channel = first;
-                        /* the channels before grad_input's first line, one at a time: a
-                         * channel's outputs come out the same either way */
-                        for (; channel < blocks_first; ++channel) {
-                            const float weight_value = weight[channel];
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = grad_output[base + channel];
-                                const float self_value = self[base + channel];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = grad_input_value;
-                                /* the terms of a block's lanes, into the same float runs or sums */
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_range_sums[channel - first] += grad_weight_term;
-                            }
-                        }
-                        if (rows_last - rows == 2) {
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_range_sums[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_range_sums[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f32(grad_input + pair + channels + channel, grad_input_block, stream);
-                                }
-                            }
-                        } else {
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
-                                float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(weight_block, weight + channel, 0);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float weight_value = (float)weight_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_range_sums[channel - first + lane] += grad_weight_term;
-                                }
-                                opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const float weight_value = weight[channel];
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = grad_output[base + channel];
-                                const float self_value = self[base + channel];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = grad_input_value;
-                                /* the terms of a block's lanes, into the same float runs or sums */
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_range_sums[channel - first] += grad_weight_term;
-                            }
-                        }
-                    }
-                }
-                if (grad_weight_sums != NULL) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
-                    }
-                } else {
-                    opgen_narrow_f32(grad_weight_range_sums, grad_weight + first, last - first);
-                }
-            }
-            opgen_fence();
-        }
-        return;
-    } else {
-#if defined(_OPENMP)
-        if ((int)opgen_min(threads, tiles) > 1) {
-            OPGEN_PARALLEL((int)opgen_min(threads, tiles))
-            {
-                opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
-                OPGEN_FOR
-                for (int64_t tile = 0; tile < tiles; ++tile) {
-                    double *partial = workspace + tile * 1 * channels;
-                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                        partial[slot] = 0;
-                    }
-                    /* rows in memory order when streamed */
-                    if (stream) {
-                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
-                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                                double grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double))];
-                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                    grad_weight_group[slot] = 0;
-                                }
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_group[channel - segment + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
-                                    }
-                                    /* the channels after the last whole block, in the last segment */
-                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                    if (tail_first < channels) {
-                                        float grad_input_part[OPGEN_BLOCK] = {0};
-                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                            const float weight_value = weight[channel];
-                                            const float grad_output_value = grad_output[base + channel];
-                                            const float self_value = self[base + channel];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_part[channel - tail_first] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            partial[0 * channels + channel] += grad_weight_term;
-                                        }
-                                        opgen_store_part_f32(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
-                                    }
-                                }
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
-                                    }
-                                }
-                            }
-                        }
-                    } else {
-                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            int64_t channel = 0;
-                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                                double grad_weight_group[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_group[lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
-                                }
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                                }
-                            }
-                            for (; channel < channels; ++channel) {
-                                const float weight_value = weight[channel];
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = grad_output[base + channel];
-                                    const float self_value = self[base + channel];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    partial[0 * channels + channel] += grad_weight_term;
-                                }
-                            }
-                        }
-                    }
-                }
-                opgen_lines_f32_finish(&grad_input_lines);
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                /* rows in memory order when streamed */
-                if (stream) {
-                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
-                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                            double grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double))];
-                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                grad_weight_group[slot] = 0;
-                            }
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_group[channel - segment + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
-                                }
-                                /* the channels after the last whole block, in the last segment */
-                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                if (tail_first < channels) {
-                                    float grad_input_part[OPGEN_BLOCK] = {0};
-                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                        const float weight_value = weight[channel];
-                                        const float grad_output_value = grad_output[base + channel];
-                                        const float self_value = self[base + channel];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_part[channel - tail_first] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        partial[0 * channels + channel] += grad_weight_term;
-                                    }
-                                    opgen_store_part_f32(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
-                                }
-                            }
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        int64_t channel = 0;
-                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            double grad_weight_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(weight_block, weight + channel, 0);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float weight_value = (float)weight_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_group[lane] += grad_weight_term;
-                                }
-                                opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                            }
-                        }
-                        for (; channel < channels; ++channel) {
-                            const float weight_value = weight[channel];
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = grad_output[base + channel];
-                                const float self_value = self[base + channel];
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = grad_input_value;
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                partial[0 * channels + channel] += grad_weight_term;
-                            }
-                        }
-                    }
-                }
-            }
-            opgen_lines_f32_finish(&grad_input_lines);
-            opgen_fence();
-        }
-    }
-    /* the tiles' partial sums, in tile order, into the first tile's */
-    for (int64_t tile = 1; tile < tiles; ++tile) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            workspace[0 * channels + channel] += workspace[(tile * 1 + 0) * channels + channel];
-        }
-    }
-    if (grad_weight_sums != NULL) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
-        }
-    } else {
-        opgen_narrow_f32((workspace + 0 * channels), grad_weight, channels);
-    }
+    static const opgen_channels_kernel kernel = {
+        .sum_count = 1,
+        .float_sum_count = 0,
+        .element_bytes = (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)),
+        .work_per_element = 1,
+        .segment = (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)),
+        .line_output = 3,
+        .line_output_size = (int64_t)sizeof *grad_input,
+        .rows = aclnn_prelu_backward_f32_nxc_rows,
+        .range = aclnn_prelu_backward_f32_nxc_range,
+        .finish = aclnn_prelu_backward_f32_nxc_finish,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    double *const opgen_sums_into[] = { grad_weight_sums };
+    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_run(&kernel, &call);
 }
 
 /* aclnn_prelu_backward_f32_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
@@ -1169,308 +683,129 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT gra
     }
 }
 
-/* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+/* aclnn_prelu_backward_f16_ncx: the sums of channels [first, last) (sum s of channel c at
+ * sums[s * stride + c - first]) rounded into the outputs, or added to the caller's sums */
+static void aclnn_prelu_backward_f16_ncx_finish(const opgen_channels_call *call, int64_t first, int64_t last, const double *sums, int64_t opgen_stride)
 {
-    const int64_t tiles = opgen_tile_count(outer, channels, inner);
-    const int split_units = tiles <= outer * channels;
-    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
-     * end in a tail */
-    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), inner);
+    opgen_f16 *grad_weight = (opgen_f16 *)call->tensors[4];
+    double *grad_weight_sums = call->sums_into[0];
+    if (grad_weight_sums != NULL) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            grad_weight_sums[channel] += (sums + 0 * opgen_stride)[channel - first];
+        }
+    } else {
+        opgen_narrow_f16((sums + 0 * opgen_stride), grad_weight + first, last - first);
+    }
+}
+
+/* aclnn_prelu_backward_f16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
+ * inner_last), the sums' terms added to partial[sum * channels + channel] */
+static inline void aclnn_prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+                                                           int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
     (void)stream;
-    (void)threads;
-#if defined(_OPENMP)
-    if ((int)opgen_min(threads, tiles) > 1) {
-        OPGEN_PARALLEL((int)opgen_min(threads, tiles))
+    opgen_lines_f16 grad_input_lines = opgen_lines_f16_start(stream);
+    for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
-            opgen_lines_f16 grad_input_lines = opgen_lines_f16_start(stream);
-            OPGEN_FOR
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-                 * a block-aligned range of the inner dim of every unit */
-                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
+            const int64_t channel = unit % channels;
+            const float weight_value = opgen_f16_to_f32(weight[channel]);
+            const int64_t base = unit * inner;
+            double grad_weight_acc = 0;
+            int64_t index = inner_first;
+            if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                 * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                 * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                float grad_weight_unit_run[OPGEN_BLOCK] = {0};
+                for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_weight_unit_run[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
                 }
-                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                    {
-                        const int64_t channel = unit % channels;
-                        const float weight_value = opgen_f16_to_f32(weight[channel]);
-                        const int64_t base = unit * inner;
-                        double grad_weight_acc = 0;
-                        int64_t index = inner_first;
-                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
-                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
-                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
-                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                            double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
-                            float grad_weight_unit_run[OPGEN_BLOCK] = {0};
-                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_unit_run[lane] += grad_weight_term;
-                                }
-                                opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
-                            }
-                            {
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
-                                }
-                            }
-                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
-                                    grad_weight_unit_lanes[lane] += grad_weight_term;
-                                }
-                                opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else {
-                                for (; index < inner_last; ++index) {
-                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                                    const float self_value = opgen_f16_to_f32(self[base + index]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    grad_weight_acc += grad_weight_term;
-                                }
-                            }
-                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                            }
-                            grad_weight_acc += grad_weight_unit_lanes[0];
-                        } else {
-                            double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                            while (index + OPGEN_BLOCK <= inner_last) {
-                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                                float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                                }
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    grad_weight_lanes[lane] += grad_weight_run[lane];
-                                }
-                            }
-                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
-                                    grad_weight_lanes[lane] += grad_weight_term;
-                                }
-                                opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else {
-                                for (; index < inner_last; ++index) {
-                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                                    const float self_value = opgen_f16_to_f32(self[base + index]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    grad_weight_acc += grad_weight_term;
-                                }
-                            }
-                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                            }
-                            grad_weight_acc += grad_weight_lanes[0];
-                        }
-                        partial[0 * channels + channel] += grad_weight_acc;
+                {
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
                     }
                 }
-            }
-            opgen_lines_f16_finish(&grad_input_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_f16 grad_input_lines = opgen_lines_f16_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float weight_value = opgen_f16_to_f32(weight[channel]);
-                    const int64_t base = unit * inner;
-                    double grad_weight_acc = 0;
-                    int64_t index = inner_first;
-                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
-                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
-                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
-                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                        double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
-                        float grad_weight_unit_run[OPGEN_BLOCK] = {0};
-                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
+                        grad_weight_unit_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                } else {
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                        const float self_value = opgen_f16_to_f32(self[base + index]);
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
+                    }
+                }
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                }
+                grad_weight_acc += grad_weight_unit_lanes[0];
+            } else {
+                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner_last) {
+                    const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -1479,807 +814,474 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_unit_run[lane] += grad_weight_term;
+                                grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_block_f16(grad_input + base + index, grad_input_block, stream);
+                            opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                         }
                         {
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
-                            }
-                        }
-                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
+                            opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
-                                grad_weight_unit_lanes[lane] += grad_weight_term;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else {
-                            for (; index < inner_last; ++index) {
-                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                                const float self_value = opgen_f16_to_f32(self[base + index]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                grad_weight_acc += grad_weight_term;
-                            }
+                            opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                         }
-                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                        }
-                        grad_weight_acc += grad_weight_unit_lanes[0];
-                    } else {
-                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                        while (index + OPGEN_BLOCK <= inner_last) {
-                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_f16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                            }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_run[lane];
-                            }
-                        }
-                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            opgen_load_block_f16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
+                            opgen_load_block_f16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
-                                grad_weight_lanes[lane] += grad_weight_term;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else {
-                            for (; index < inner_last; ++index) {
-                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                                const float self_value = opgen_f16_to_f32(self[base + index]);
+                            opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                        }
+                        {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                grad_weight_acc += grad_weight_term;
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
+                            opgen_lines_f16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                         }
-                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                        }
-                        grad_weight_acc += grad_weight_lanes[0];
                     }
-                    partial[0 * channels + channel] += grad_weight_acc;
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                        }
+                        opgen_lines_f16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
+                    }
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_run[lane];
+                    }
                 }
+                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
+                        grad_weight_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                } else {
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+                        const float self_value = opgen_f16_to_f32(self[base + index]);
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
+                    }
+                }
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                }
+                grad_weight_acc += grad_weight_lanes[0];
             }
-        }
-        opgen_lines_f16_finish(&grad_input_lines);
-        opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order, into the first tile's */
-    for (int64_t tile = 1; tile < tiles; ++tile) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            workspace[0 * channels + channel] += workspace[(tile * 1 + 0) * channels + channel];
+            partial[0 * channels + channel] += grad_weight_acc;
         }
     }
+    opgen_lines_f16_finish(&grad_input_lines);
+}
+
+static void aclnn_prelu_backward_f16_ncx_units(const opgen_channels_call *call, int64_t unit_first, int64_t unit_last,
+                                               int64_t inner_first, int64_t inner_last, double *partial)
+{
+    aclnn_prelu_backward_f16_ncx_units_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, unit_first, unit_last, inner_first, inner_last, partial);
+}
+/* aclnn_prelu_backward_f16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+{
+    static const opgen_channels_kernel kernel = {
+        .sum_count = 1,
+        .float_sum_count = 1,
+        .element_bytes = (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)),
+        .work_per_element = 1,
+        .units = aclnn_prelu_backward_f16_ncx_units,
+        .finish = aclnn_prelu_backward_f16_ncx_finish,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    double *const opgen_sums_into[] = { grad_weight_sums };
+    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_run(&kernel, &call);
+}
+
+/* aclnn_prelu_backward_f16_nxc: the sums of channels [first, last) (sum s of channel c at
+ * sums[s * stride + c - first]) rounded into the outputs, or added to the caller's sums */
+static void aclnn_prelu_backward_f16_nxc_finish(const opgen_channels_call *call, int64_t first, int64_t last, const double *sums, int64_t opgen_stride)
+{
+    opgen_f16 *grad_weight = (opgen_f16 *)call->tensors[4];
+    double *grad_weight_sums = call->sums_into[0];
     if (grad_weight_sums != NULL) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
+        for (int64_t channel = first; channel < last; ++channel) {
+            grad_weight_sums[channel] += (sums + 0 * opgen_stride)[channel - first];
         }
     } else {
-        opgen_narrow_f16((workspace + 0 * channels), grad_weight, channels);
+        opgen_narrow_f16((sums + 0 * opgen_stride), grad_weight + first, last - first);
     }
 }
 
+/* aclnn_prelu_backward_f16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+static inline void aclnn_prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+                                                          double *OPGEN_RESTRICT partial)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
+    (void)stream;
+    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
+        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                    grad_weight_group[slot] = 0;
+                }
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_group[channel - segment + lane] += grad_weight_term;
+                        }
+                        opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                    }
+                    /* the channels after the last whole block, in the last segment */
+                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                    if (tail_first < channels) {
+                        float grad_input_part[OPGEN_BLOCK] = {0};
+                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                            const float weight_value = opgen_f16_to_f32(weight[channel]);
+                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                            const float self_value = opgen_f16_to_f32(self[base + channel]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_part[channel - tail_first] = (float)grad_input_value;
+                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                            partial[0 * channels + channel] += grad_weight_term;
+                        }
+                        opgen_store_part_f16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
+                    }
+                }
+                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                    }
+                }
+            }
+        }
+    } else {
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float grad_weight_group[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(weight_block, weight + channel, 0);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_weight_group[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                }
+            }
+            for (; channel < channels; ++channel) {
+                const float weight_value = opgen_f16_to_f32(weight[channel]);
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+                    partial[0 * channels + channel] += grad_weight_term;
+                }
+            }
+        }
+    }
+}
+
+static void aclnn_prelu_backward_f16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
+{
+    aclnn_prelu_backward_f16_nxc_rows_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
+}
+
+/* aclnn_prelu_backward_f16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
+ * sums in `share` (double sums, then float runs, span each), then finished */
+static inline void aclnn_prelu_backward_f16_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+                                                           int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
+    (void)stream;
+    double *const grad_weight_range_sums = share + 0 * span;
+    float *const grad_weight_run = (float *)(void *)(share + 1 * span) + 0 * span;
+    for (int64_t at = 0; at < last - first; ++at) {
+        grad_weight_range_sums[at] = 0;
+    }
+    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
+        for (int64_t at = 0; at < last - first; ++at) {
+            grad_weight_run[at] = 0;
+        }
+        /* two rows at a time, block by block (written out: a loop over one or two
+         * rows costs more than the block): their terms go to a block of sums in
+         * turn, fetched once for both. Three or more rows at a time measured much
+         * slower; the two rows in turn by segments of channels, slower for f32.
+         * Every block load prefetches ahead, near the range's end into the rows
+         * that come next (opgen_range_ahead): four streams at once are more than
+         * the hardware prefetchers keep up with */
+        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+            const int64_t rows_last = opgen_min(row_last, rows + 2);
+            const int64_t pair = rows * channels; /* the first row's elements */
+            int64_t channel = first;
+            /* the channels before grad_input's first line, one at a time: a
+             * channel's outputs come out the same either way */
+            for (; channel < blocks_first; ++channel) {
+                const float weight_value = opgen_f16_to_f32(weight[channel]);
+                for (int64_t row = rows; row < rows_last; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                    /* the terms of a block's lanes, into the same float runs or sums */
+                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_weight_run[channel - first] += grad_weight_term;
+                }
+            }
+            if (rows_last - rows == 2) {
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_run[channel - first + lane] += grad_weight_term;
+                        }
+                        opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
+                    }
+                    {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_run[channel - first + lane] += grad_weight_term;
+                        }
+                        opgen_store_block_f16(grad_input + pair + channels + channel, grad_input_block, stream);
+                    }
+                }
+            } else {
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(weight_block, weight + channel, 0);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_weight_run[channel - first + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
+                }
+            }
+            for (; channel < last; ++channel) {
+                const float weight_value = opgen_f16_to_f32(weight[channel]);
+                for (int64_t row = rows; row < rows_last; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_f16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
+                    /* the terms of a block's lanes, into the same float runs or sums */
+                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_weight_run[channel - first] += grad_weight_term;
+                }
+            }
+        }
+        /* the runs join the sums */
+        for (int64_t at = 0; at < last - first; at += OPGEN_BLOCK) {
+            const int64_t lanes = opgen_min(OPGEN_BLOCK, last - first - at);
+            if (lanes == OPGEN_BLOCK) {
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    grad_weight_range_sums[at + lane] += grad_weight_run[at + lane];
+                }
+                continue;
+            }
+            for (int64_t one = first + at; one < first + at + lanes; ++one) {
+                grad_weight_range_sums[one - first] += grad_weight_run[one - first];
+            }
+        }
+    }
+}
+
+static void aclnn_prelu_backward_f16_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last, int64_t blocks_first,
+                                               double *share, int64_t span)
+{
+    aclnn_prelu_backward_f16_nxc_range_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, first, last, blocks_first, share, span);
+    aclnn_prelu_backward_f16_nxc_finish(call, first, last, share, span);
+}
 /* aclnn_prelu_backward_f16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int64_t moved = (outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
-    const int stream = opgen_stream_rows(moved, channels * (int64_t)sizeof *grad_input, grad_input);
-    (void)stream;
-    (void)threads;
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
-        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
-         * channels and adds their terms to the range's sums, row after row (float sums: in runs
-         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
-         * are cut for the thread count, at least one per thread; and from
-         * grad_input's first cache line on (the channels before it join the first range), so
-         * that a range's streamed stores to each row start and end on lines when the rows do:
-         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
-        const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, moved >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_FLOAT_RUN_RANGE);
-        /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
-         * stream past) and go out once, at the range's end: rounded into the outputs, or
-         * added to the caller's sums. Summed in the caller's arrays instead, which the call
-         * zeroed and rounded in passes of their own, bf16 PReLU with 32 rows of 802 816
-         * channels ran 10 % slower (one and two threads). */
-        const int64_t span = opgen_split_span(channels - head, ranges, head);
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                OPGEN_FOR
-                for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
-                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
-                    const int64_t blocks_first = range == 0 ? head : first;
-                    double *const share = workspace + opgen_team_member(threads) * opgen_split_share(span, 1, 1);
-                    double *const grad_weight_range_sums = share + 0 * span;
-                    float *const grad_weight_run = (float *)(void *)(share + 1 * span) + 0 * span;
-                    for (int64_t at = 0; at < last - first; ++at) {
-                        grad_weight_range_sums[at] = 0;
-                    }
-                    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
-                        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        for (int64_t at = 0; at < last - first; ++at) {
-                            grad_weight_run[at] = 0;
-                        }
-                        /* two rows at a time, block by block (written out: a loop over one or two
-                         * rows costs more than the block): their terms go to a block of sums in
-                         * turn, fetched once for both. Three or more rows at a time measured much
-                         * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead, near the range's end into the rows
-                         * that come next (opgen_range_ahead): four streams at once are more than
-                         * the hardware prefetchers keep up with */
-                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
-                            const int64_t rows_last = opgen_min(row_last, rows + 2);
-                            const int64_t pair = rows * channels; /* the first row's elements */
-                            int64_t channel = first;
-                            /* the channels before grad_input's first line, one at a time: a
-                             * channel's outputs come out the same either way */
-                            for (; channel < blocks_first; ++channel) {
-                                const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                    const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                    /* the terms of a block's lanes, into the same float runs or sums */
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel - first] += grad_weight_term;
-                                }
-                            }
-                            if (rows_last - rows == 2) {
-                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[channel - first + lane] += grad_weight_term;
-                                        }
-                                        opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[channel - first + lane] += grad_weight_term;
-                                        }
-                                        opgen_store_block_f16(grad_input + pair + channels + channel, grad_input_block, stream);
-                                    }
-                                }
-                            } else {
-                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
-                                }
-                            }
-                            for (; channel < last; ++channel) {
-                                const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                    const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                    /* the terms of a block's lanes, into the same float runs or sums */
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel - first] += grad_weight_term;
-                                }
-                            }
-                        }
-                        /* the runs join the sums */
-                        for (int64_t at = 0; at < last - first; at += OPGEN_BLOCK) {
-                            const int64_t lanes = opgen_min(OPGEN_BLOCK, last - first - at);
-                            if (lanes == OPGEN_BLOCK) {
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    grad_weight_range_sums[at + lane] += grad_weight_run[at + lane];
-                                }
-                                continue;
-                            }
-                            for (int64_t one = first + at; one < first + at + lanes; ++one) {
-                                grad_weight_range_sums[one - first] += grad_weight_run[one - first];
-                            }
-                        }
-                    }
-                    if (grad_weight_sums != NULL) {
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
-                        }
-                    } else {
-                        opgen_narrow_f16(grad_weight_range_sums, grad_weight + first, last - first);
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
-                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
-                const int64_t blocks_first = range == 0 ? head : first;
-                double *const share = workspace + opgen_team_member(threads) * opgen_split_share(span, 1, 1);
-                double *const grad_weight_range_sums = share + 0 * span;
-                float *const grad_weight_run = (float *)(void *)(share + 1 * span) + 0 * span;
-                for (int64_t at = 0; at < last - first; ++at) {
-                    grad_weight_range_sums[at] = 0;
-                }
-                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
-                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    for (int64_t at = 0; at < last - first; ++at) {
-                        grad_weight_run[at] = 0;
-                    }
-                    /* two rows at a time, block by block (written out: a loop over one or two
-                     * rows costs more than the block): their terms go to a block of sums in
-                     * turn, fetched once for both. Three or more rows at a time measured much
-                     * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead, near the range's end into the rows
-                     * that come next (opgen_range_ahead): four streams at once are more than
-                     * the hardware prefetchers keep up with */
-                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
-                        const int64_t rows_last = opgen_min(row_last, rows + 2);
-                        const int64_t pair = rows * channels; /* the first row's elements */
-                        int64_t channel = first;
-                        /* the channels before grad_input's first line, one at a time: a
-                         * channel's outputs come out the same either way */
-                        for (; channel < blocks_first; ++channel) {
-                            const float weight_value = opgen_f16_to_f32(weight[channel]);
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                /* the terms of a block's lanes, into the same float runs or sums */
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[channel - first] += grad_weight_term;
-                            }
-                        }
-                        if (rows_last - rows == 2) {
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f16(grad_input + pair + channels + channel, grad_input_block, stream);
-                                }
-                            }
-                        } else {
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
-                                float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(weight_block, weight + channel, 0);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float weight_value = (float)weight_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel - first + lane] += grad_weight_term;
-                                }
-                                opgen_store_block_f16(grad_input + pair + channel, grad_input_block, stream);
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const float weight_value = opgen_f16_to_f32(weight[channel]);
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                /* the terms of a block's lanes, into the same float runs or sums */
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[channel - first] += grad_weight_term;
-                            }
-                        }
-                    }
-                    /* the runs join the sums */
-                    for (int64_t at = 0; at < last - first; at += OPGEN_BLOCK) {
-                        const int64_t lanes = opgen_min(OPGEN_BLOCK, last - first - at);
-                        if (lanes == OPGEN_BLOCK) {
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_range_sums[at + lane] += grad_weight_run[at + lane];
-                            }
-                            continue;
-                        }
-                        for (int64_t one = first + at; one < first + at + lanes; ++one) {
-                            grad_weight_range_sums[one - first] += grad_weight_run[one - first];
-                        }
-                    }
-                }
-                if (grad_weight_sums != NULL) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
-                    }
-                } else {
-                    opgen_narrow_f16(grad_weight_range_sums, grad_weight + first, last - first);
-                }
-            }
-            opgen_fence();
-        }
-        return;
-    } else {
-#if defined(_OPENMP)
-        if ((int)opgen_min(threads, tiles) > 1) {
-            OPGEN_PARALLEL((int)opgen_min(threads, tiles))
-            {
-                OPGEN_FOR
-                for (int64_t tile = 0; tile < tiles; ++tile) {
-                    double *partial = workspace + tile * 1 * channels;
-                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                        partial[slot] = 0;
-                    }
-                    /* rows in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
-                    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
-                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                                float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                    grad_weight_group[slot] = 0;
-                                }
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_group[channel - segment + lane] += grad_weight_term;
-                                        }
-                                        opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                                    }
-                                    /* the channels after the last whole block, in the last segment */
-                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                    if (tail_first < channels) {
-                                        float grad_input_part[OPGEN_BLOCK] = {0};
-                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                            const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                            const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                            const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_part[channel - tail_first] = (float)grad_input_value;
-                                            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                            partial[0 * channels + channel] += grad_weight_term;
-                                        }
-                                        opgen_store_part_f16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
-                                    }
-                                }
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
-                                    }
-                                }
-                            }
-                        }
-                    } else {
-                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            int64_t channel = 0;
-                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                                float grad_weight_group[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_group[lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                                }
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                                }
-                            }
-                            for (; channel < channels; ++channel) {
-                                const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                    const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                    const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                    partial[0 * channels + channel] += grad_weight_term;
-                                }
-                            }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                /* rows in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
-                if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
-                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                            float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                grad_weight_group[slot] = 0;
-                            }
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_group[channel - segment + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                                }
-                                /* the channels after the last whole block, in the last segment */
-                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                if (tail_first < channels) {
-                                    float grad_input_part[OPGEN_BLOCK] = {0};
-                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                        const float weight_value = opgen_f16_to_f32(weight[channel]);
-                                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                        const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_part[channel - tail_first] = (float)grad_input_value;
-                                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                        partial[0 * channels + channel] += grad_weight_term;
-                                    }
-                                    opgen_store_part_f16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
-                                }
-                            }
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        int64_t channel = 0;
-                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            float grad_weight_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(weight_block, weight + channel, 0);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float weight_value = (float)weight_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_group[lane] += grad_weight_term;
-                                }
-                                opgen_store_block_f16(grad_input + base + channel, grad_input_block, stream);
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                            }
-                        }
-                        for (; channel < channels; ++channel) {
-                            const float weight_value = opgen_f16_to_f32(weight[channel]);
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = opgen_f16_to_f32(grad_output[base + channel]);
-                                const float self_value = opgen_f16_to_f32(self[base + channel]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = opgen_f32_to_f16(grad_input_value);
-                                const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                                partial[0 * channels + channel] += grad_weight_term;
-                            }
-                        }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    }
-    /* the tiles' partial sums, in tile order, into the first tile's */
-    for (int64_t tile = 1; tile < tiles; ++tile) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            workspace[0 * channels + channel] += workspace[(tile * 1 + 0) * channels + channel];
-        }
-    }
-    if (grad_weight_sums != NULL) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
-        }
-    } else {
-        opgen_narrow_f16((workspace + 0 * channels), grad_weight, channels);
-    }
+    static const opgen_channels_kernel kernel = {
+        .sum_count = 1,
+        .float_sum_count = 1,
+        .element_bytes = (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)),
+        .work_per_element = 1,
+        .segment = (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)),
+        .line_output = 3,
+        .line_output_size = (int64_t)sizeof *grad_input,
+        .rows = aclnn_prelu_backward_f16_nxc_rows,
+        .range = aclnn_prelu_backward_f16_nxc_range,
+        .finish = aclnn_prelu_backward_f16_nxc_finish,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    double *const opgen_sums_into[] = { grad_weight_sums };
+    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_run(&kernel, &call);
 }
 
 /* aclnn_prelu_backward_f16_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
@@ -2436,342 +1438,146 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT
     }
 }
 
-/* aclnn_prelu_backward_bf16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+/* aclnn_prelu_backward_bf16_ncx: the sums of channels [first, last) (sum s of channel c at
+ * sums[s * stride + c - first]) rounded into the outputs, or added to the caller's sums */
+static void aclnn_prelu_backward_bf16_ncx_finish(const opgen_channels_call *call, int64_t first, int64_t last, const double *sums, int64_t opgen_stride)
 {
-    const int64_t tiles = opgen_tile_count(outer, channels, inner);
-    const int split_units = tiles <= outer * channels;
-    const int64_t inner_blocks = (inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
-     * end in a tail */
-    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), inner);
+    opgen_bf16 *grad_weight = (opgen_bf16 *)call->tensors[4];
+    double *grad_weight_sums = call->sums_into[0];
+    if (grad_weight_sums != NULL) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            grad_weight_sums[channel] += (sums + 0 * opgen_stride)[channel - first];
+        }
+    } else {
+        opgen_narrow_bf16((sums + 0 * opgen_stride), grad_weight + first, last - first);
+    }
+}
+
+/* aclnn_prelu_backward_bf16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
+ * inner_last), the sums' terms added to partial[sum * channels + channel] */
+static inline void aclnn_prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+                                                            int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
     (void)stream;
-    (void)threads;
-#if defined(_OPENMP)
-    if ((int)opgen_min(threads, tiles) > 1) {
-        OPGEN_PARALLEL((int)opgen_min(threads, tiles))
+    opgen_lines_bf16 grad_input_lines = opgen_lines_bf16_start(stream);
+    for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
-            opgen_lines_bf16 grad_input_lines = opgen_lines_bf16_start(stream);
-            OPGEN_FOR
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-                 * a block-aligned range of the inner dim of every unit */
-                const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-                const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-                const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-                const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
+            const int64_t channel = unit % channels;
+            const float weight_value = opgen_bf16_to_f32(weight[channel]);
+            const int64_t base = unit * inner;
+            double grad_weight_acc = 0;
+            int64_t index = inner_first;
+            if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
+                /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
+                 * chain of lanes: zeroing and adding up four, for a few blocks, cost
+                 * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
+                double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                float grad_weight_unit_run[OPGEN_BLOCK] = {0};
+                for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_weight_unit_run[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
                 }
-                for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                    {
-                        const int64_t channel = unit % channels;
-                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                        const int64_t base = unit * inner;
-                        double grad_weight_acc = 0;
-                        int64_t index = inner_first;
-                        if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
-                            /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
-                             * chain of lanes: zeroing and adding up four, for a few blocks, cost
-                             * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                            double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
-                            float grad_weight_unit_run[OPGEN_BLOCK] = {0};
-                            for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_unit_run[lane] += grad_weight_term;
-                                }
-                                opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
-                            }
-                            if (!(opgen_all_finite(grad_weight_unit_run, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
-                                for (int64_t again = inner_first, chain = 0; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_unit_lanes[lane] += grad_weight_term;
-                                    }
-                                }
-                            } else
-                            {
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
-                                }
-                            }
-                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                                    grad_weight_unit_lanes[lane] += grad_weight_term;
-                                }
-                                opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else {
-                                for (; index < inner_last; ++index) {
-                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                                    const float self_value = opgen_bf16_to_f32(self[base + index]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_acc += grad_weight_term;
-                                }
-                            }
-                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                            }
-                            grad_weight_acc += grad_weight_unit_lanes[0];
-                        } else {
-                            double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                            while (index + OPGEN_BLOCK <= inner_last) {
-                                const int64_t run_first = index;
-                                const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                                float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                                }
-                                if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                    for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                        }
-                                    }
-                                    continue;
-                                }
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    grad_weight_lanes[lane] += grad_weight_run[lane];
-                                }
-                            }
-                            if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                                    grad_weight_lanes[lane] += grad_weight_term;
-                                }
-                                opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                            } else {
-                                for (; index < inner_last; ++index) {
-                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                                    const float self_value = opgen_bf16_to_f32(self[base + index]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_acc += grad_weight_term;
-                                }
-                            }
-                            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                            }
-                            grad_weight_acc += grad_weight_lanes[0];
+                if (!(opgen_all_finite(grad_weight_unit_run, OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
+                    for (int64_t again = inner_first, chain = 0; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_unit_lanes[lane] += grad_weight_term;
                         }
-                        partial[0 * channels + channel] += grad_weight_acc;
+                    }
+                } else
+                {
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
                     }
                 }
-            }
-            opgen_lines_bf16_finish(&grad_input_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_bf16 grad_input_lines = opgen_lines_bf16_start(stream);
-        for (int64_t tile = 0; tile < tiles; ++tile) {
-            double *partial = workspace + tile * 1 * channels;
-            /* a tile is a range of (row, channel) units, contiguous in memory, or (few units)
-             * a block-aligned range of the inner dim of every unit */
-            const int64_t unit_first = split_units ? outer * channels * tile / tiles : 0;
-            const int64_t unit_last = split_units ? outer * channels * (tile + 1) / tiles : outer * channels;
-            const int64_t inner_first = split_units ? 0 : inner_blocks * tile / tiles * OPGEN_BLOCK;
-            const int64_t inner_last = split_units ? inner : opgen_min(inner, inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
-            for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                partial[slot] = 0;
-            }
-            for (int64_t unit = unit_first; unit < unit_last; ++unit) {
-                {
-                    const int64_t channel = unit % channels;
-                    const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                    const int64_t base = unit * inner;
-                    double grad_weight_acc = 0;
-                    int64_t index = inner_first;
-                    if (inner_last - inner_first < OPGEN_CHAINS * OPGEN_BLOCK) {
-                        /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
-                         * chain of lanes: zeroing and adding up four, for a few blocks, cost
-                         * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                        double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
-                        float grad_weight_unit_run[OPGEN_BLOCK] = {0};
-                        for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
+                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                        grad_weight_unit_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                } else {
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                        const float self_value = opgen_bf16_to_f32(self[base + index]);
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
+                    }
+                }
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
+                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
+                }
+                grad_weight_acc += grad_weight_unit_lanes[0];
+            } else {
+                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner_last) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                            opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
                             OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -2780,953 +1586,547 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
                                 const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_unit_run[lane] += grad_weight_term;
+                                grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_block_bf16(grad_input + base + index, grad_input_block, stream);
+                            opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                         }
-                        if (!(opgen_all_finite(grad_weight_unit_run, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these blocks again in double */
-                            for (int64_t again = inner_first, chain = 0; again + OPGEN_BLOCK <= inner_last; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_unit_lanes[lane] += grad_weight_term;
-                                }
-                            }
-                        } else
                         {
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
-                            }
-                        }
-                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
+                            opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                                grad_weight_unit_lanes[lane] += grad_weight_term;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else {
-                            for (; index < inner_last; ++index) {
-                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                                const float self_value = opgen_bf16_to_f32(self[base + index]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_acc += grad_weight_term;
-                            }
+                            opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                         }
-                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                            grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                        }
-                        grad_weight_acc += grad_weight_unit_lanes[0];
-                    } else {
-                        double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                        while (index + OPGEN_BLOCK <= inner_last) {
-                            const int64_t run_first = index;
-                            const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[0 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[1 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                    opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                }
-                                opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
-                            }
-                            if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
-                                    }
-                                }
-                                continue;
-                            }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                grad_weight_lanes[lane] += grad_weight_run[lane];
-                            }
-                        }
-                        if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        {
                             float grad_output_block[OPGEN_BLOCK];
-                            opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float self_block[OPGEN_BLOCK];
-                            opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
+                            opgen_load_block_bf16(self_block, self + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                             float grad_input_block[OPGEN_BLOCK];
-                            OPGEN_SIMD
+                            OPGEN_SIMD_FLOAT
                             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                 const float grad_output_value = (float)grad_output_block[lane];
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
-                                const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                                grad_weight_lanes[lane] += grad_weight_term;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[2 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
-                            opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                        } else {
-                            for (; index < inner_last; ++index) {
-                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                                const float self_value = opgen_bf16_to_f32(self[base + index]);
+                            opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
+                        }
+                        {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(self_block, self + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                            float grad_input_block[OPGEN_BLOCK];
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                grad_weight_acc += grad_weight_term;
+                                grad_input_block[lane] = (float)grad_input_value;
+                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                                grad_weight_run[3 * OPGEN_BLOCK + lane] += grad_weight_term;
                             }
+                            opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                         }
-                        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                            grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                        }
-                        grad_weight_acc += grad_weight_lanes[0];
                     }
-                    partial[0 * channels + channel] += grad_weight_acc;
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(self_block, self + base + index, OPGEN_PREFETCH_BYTES);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_run[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                        }
+                        opgen_lines_bf16_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
+                    }
+                    if (!(opgen_all_finite(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + again, OPGEN_PREFETCH_BYTES);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(self_block, self + base + again, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                            }
+                        }
+                        continue;
+                    }
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        grad_weight_lanes[lane] += grad_weight_run[lane];
+                    }
                 }
+                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+                        grad_weight_lanes[lane] += grad_weight_term;
+                    }
+                    opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
+                } else {
+                    for (; index < inner_last; ++index) {
+                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+                        const float self_value = opgen_bf16_to_f32(self[base + index]);
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_acc += grad_weight_term;
+                    }
+                }
+                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+                }
+                grad_weight_acc += grad_weight_lanes[0];
             }
-        }
-        opgen_lines_bf16_finish(&grad_input_lines);
-        opgen_fence();
-    }
-    /* the tiles' partial sums, in tile order, into the first tile's */
-    for (int64_t tile = 1; tile < tiles; ++tile) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            workspace[0 * channels + channel] += workspace[(tile * 1 + 0) * channels + channel];
+            partial[0 * channels + channel] += grad_weight_acc;
         }
     }
+    opgen_lines_bf16_finish(&grad_input_lines);
+}
+
+static void aclnn_prelu_backward_bf16_ncx_units(const opgen_channels_call *call, int64_t unit_first, int64_t unit_last,
+                                                int64_t inner_first, int64_t inner_last, double *partial)
+{
+    aclnn_prelu_backward_bf16_ncx_units_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, unit_first, unit_last, inner_first, inner_last, partial);
+}
+/* aclnn_prelu_backward_bf16_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
+ * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+{
+    static const opgen_channels_kernel kernel = {
+        .sum_count = 1,
+        .float_sum_count = 1,
+        .element_bytes = (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)),
+        .work_per_element = 1,
+        .units = aclnn_prelu_backward_bf16_ncx_units,
+        .finish = aclnn_prelu_backward_bf16_ncx_finish,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    double *const opgen_sums_into[] = { grad_weight_sums };
+    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_run(&kernel, &call);
+}
+
+/* aclnn_prelu_backward_bf16_nxc: the sums of channels [first, last) (sum s of channel c at
+ * sums[s * stride + c - first]) rounded into the outputs, or added to the caller's sums */
+static void aclnn_prelu_backward_bf16_nxc_finish(const opgen_channels_call *call, int64_t first, int64_t last, const double *sums, int64_t opgen_stride)
+{
+    opgen_bf16 *grad_weight = (opgen_bf16 *)call->tensors[4];
+    double *grad_weight_sums = call->sums_into[0];
     if (grad_weight_sums != NULL) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
+        for (int64_t channel = first; channel < last; ++channel) {
+            grad_weight_sums[channel] += (sums + 0 * opgen_stride)[channel - first];
         }
     } else {
-        opgen_narrow_bf16((workspace + 0 * channels), grad_weight, channels);
+        opgen_narrow_bf16((sums + 0 * opgen_stride), grad_weight + first, last - first);
     }
 }
 
+/* aclnn_prelu_backward_bf16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+static inline void aclnn_prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+                                                           double *OPGEN_RESTRICT partial)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
+    (void)stream;
+    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
+        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                    grad_weight_group[slot] = 0;
+                }
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_group[channel - segment + lane] += grad_weight_term;
+                        }
+                        opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                    }
+                    /* the channels after the last whole block, in the last segment */
+                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                    if (tail_first < channels) {
+                        float grad_input_part[OPGEN_BLOCK] = {0};
+                        for (int64_t channel = tail_first; channel < channels; ++channel) {
+                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                            const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_part[channel - tail_first] = (float)grad_input_value;
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            partial[0 * channels + channel] += grad_weight_term;
+                        }
+                        opgen_store_part_bf16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
+                    }
+                }
+                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                    if (!(opgen_all_finite(grad_weight_group + (channel - segment), OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double grad_weight_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float grad_output_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
+                            float self_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float grad_output_value = (float)grad_output_block[lane];
+                                const float self_value = (float)self_block[lane];
+                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                                grad_weight_again[lane] += grad_weight_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                            grad_weight_group[channel - segment + lane] = 0;
+                        }
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
+                    }
+                }
+            }
+        }
+    } else {
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float grad_weight_group[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(weight_block, weight + channel, 0);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_weight_group[lane] += grad_weight_term;
+                    }
+                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
+                }
+                if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                    double grad_weight_again[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                            grad_weight_again[lane] += grad_weight_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += grad_weight_again[lane];
+                        grad_weight_group[lane] = 0;
+                    }
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
+                }
+            }
+            for (; channel < channels; ++channel) {
+                const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                    partial[0 * channels + channel] += grad_weight_term;
+                }
+            }
+        }
+    }
+}
+
+static void aclnn_prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
+{
+    aclnn_prelu_backward_bf16_nxc_rows_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
+}
+
+/* aclnn_prelu_backward_bf16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
+ * sums in `share` (double sums, then float runs, span each), then finished */
+static inline void aclnn_prelu_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+                                                            int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)outer;
+    (void)inner;
+    (void)stream;
+    double *const grad_weight_range_sums = share + 0 * span;
+    float *const grad_weight_run = (float *)(void *)(share + 1 * span) + 0 * span;
+    for (int64_t at = 0; at < last - first; ++at) {
+        grad_weight_range_sums[at] = 0;
+    }
+    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
+        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
+        for (int64_t at = 0; at < last - first; ++at) {
+            grad_weight_run[at] = 0;
+        }
+        /* two rows at a time, block by block (written out: a loop over one or two
+         * rows costs more than the block): their terms go to a block of sums in
+         * turn, fetched once for both. Three or more rows at a time measured much
+         * slower; the two rows in turn by segments of channels, slower for f32.
+         * Every block load prefetches ahead, near the range's end into the rows
+         * that come next (opgen_range_ahead): four streams at once are more than
+         * the hardware prefetchers keep up with */
+        for (int64_t rows = row_first; rows < row_last; rows += 2) {
+            const int64_t rows_last = opgen_min(row_last, rows + 2);
+            const int64_t pair = rows * channels; /* the first row's elements */
+            int64_t channel = first;
+            /* the channels before grad_input's first line, one at a time: a
+             * channel's outputs come out the same either way */
+            for (; channel < blocks_first; ++channel) {
+                const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                for (int64_t row = rows; row < rows_last; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                    /* the terms of a block's lanes, into the same float runs or sums */
+                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_weight_run[channel - first] += grad_weight_term;
+                }
+            }
+            if (rows_last - rows == 2) {
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_run[channel - first + lane] += grad_weight_term;
+                        }
+                        opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
+                    }
+                    {
+                        float grad_output_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
+                        float self_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
+                        float weight_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(weight_block, weight + channel, 0);
+                        float grad_input_block[OPGEN_BLOCK];
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float grad_output_value = (float)grad_output_block[lane];
+                            const float self_value = (float)self_block[lane];
+                            const float weight_value = (float)weight_block[lane];
+                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                            grad_input_block[lane] = (float)grad_input_value;
+                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                            grad_weight_run[channel - first + lane] += grad_weight_term;
+                        }
+                        opgen_store_block_bf16(grad_input + pair + channels + channel, grad_input_block, stream);
+                    }
+                }
+            } else {
+                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    float grad_output_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
+                    float self_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
+                    float weight_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(weight_block, weight + channel, 0);
+                    float grad_input_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float grad_output_value = (float)grad_output_block[lane];
+                        const float self_value = (float)self_block[lane];
+                        const float weight_value = (float)weight_block[lane];
+                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                        grad_input_block[lane] = (float)grad_input_value;
+                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                        grad_weight_run[channel - first + lane] += grad_weight_term;
+                    }
+                    opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
+                }
+            }
+            for (; channel < last; ++channel) {
+                const float weight_value = opgen_bf16_to_f32(weight[channel]);
+                for (int64_t row = rows; row < rows_last; ++row) {
+                    const int64_t base = row * channels;
+                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
+                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
+                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
+                    /* the terms of a block's lanes, into the same float runs or sums */
+                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                    grad_weight_run[channel - first] += grad_weight_term;
+                }
+            }
+        }
+        /* the runs join the sums; a channel whose float sums overflowed, or met an
+         * infinity or NaN, is summed again in double, that channel alone: where the
+         * ranges start, and so which channels share a block, moves with grad_input */
+        for (int64_t at = 0; at < last - first; at += OPGEN_BLOCK) {
+            const int64_t lanes = opgen_min(OPGEN_BLOCK, last - first - at);
+            if (lanes == OPGEN_BLOCK && opgen_all_finite(grad_weight_run + at, OPGEN_BLOCK)) {
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    grad_weight_range_sums[at + lane] += grad_weight_run[at + lane];
+                }
+                continue;
+            }
+            for (int64_t one = first + at; one < first + at + lanes; ++one) {
+                if (!(opgen_all_finite(grad_weight_run + (one - first), 1))) {
+                    for (int64_t row = row_first; row < row_last; ++row) {
+                        const int64_t base = row * channels;
+                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + one]);
+                        const float self_value = opgen_bf16_to_f32(self[base + one]);
+                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+                        grad_weight_range_sums[one - first] += grad_weight_term;
+                    }
+                    continue;
+                }
+                grad_weight_range_sums[one - first] += grad_weight_run[one - first];
+            }
+        }
+    }
+}
+
+static void aclnn_prelu_backward_bf16_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last, int64_t blocks_first,
+                                                double *share, int64_t span)
+{
+    aclnn_prelu_backward_bf16_nxc_range_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, first, last, blocks_first, share, span);
+    aclnn_prelu_backward_bf16_nxc_finish(call, first, last, share, span);
+}
 /* aclnn_prelu_backward_bf16_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; sums in float runs, then double; channel innermost) */
 void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels)
 {
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    const int threads = opgen_threads_for(outer * channels);
-    /* outputs bigger than the caches go straight to memory, written in memory order */
-    const int64_t moved = (outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
-    const int stream = opgen_stream_rows(moved, channels * (int64_t)sizeof *grad_input, grad_input);
-    (void)stream;
-    (void)threads;
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
-        /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks of
-         * channels and adds their terms to the range's sums, row after row (float sums: in runs
-         * of OPGEN_FLOAT_RUN rows first). A channel's sum does not depend on the ranges, so they
-         * are cut for the thread count, at least one per thread; and from
-         * grad_input's first cache line on (the channels before it join the first range), so
-         * that a range's streamed stores to each row start and end on lines when the rows do:
-         * with NumPy's 16 bytes past a line, the stores' part-lines cost bf16 4-7 % */
-        const int64_t head = opgen_min(channels, opgen_to_line(grad_input, sizeof *grad_input));
-        const int64_t ranges = opgen_channel_ranges(channels - head, threads, moved >= OPGEN_STREAM_BYTES ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_FLOAT_RUN_RANGE);
-        /* a range's sums stay in its thread's share of `workspace` (in its L2 while the rows
-         * stream past) and go out once, at the range's end: rounded into the outputs, or
-         * added to the caller's sums. Summed in the caller's arrays instead, which the call
-         * zeroed and rounded in passes of their own, bf16 PReLU with 32 rows of 802 816
-         * channels ran 10 % slower (one and two threads). */
-        const int64_t span = opgen_split_span(channels - head, ranges, head);
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                OPGEN_FOR
-                for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
-                    const int64_t last = head + opgen_range_last(channels - head, ranges, range);
-                    const int64_t blocks_first = range == 0 ? head : first;
-                    double *const share = workspace + opgen_team_member(threads) * opgen_split_share(span, 1, 1);
-                    double *const grad_weight_range_sums = share + 0 * span;
-                    float *const grad_weight_run = (float *)(void *)(share + 1 * span) + 0 * span;
-                    for (int64_t at = 0; at < last - first; ++at) {
-                        grad_weight_range_sums[at] = 0;
-                    }
-                    for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
-                        const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                        for (int64_t at = 0; at < last - first; ++at) {
-                            grad_weight_run[at] = 0;
-                        }
-                        /* two rows at a time, block by block (written out: a loop over one or two
-                         * rows costs more than the block): their terms go to a block of sums in
-                         * turn, fetched once for both. Three or more rows at a time measured much
-                         * slower; the two rows in turn by segments of channels, slower for f32.
-                         * Every block load prefetches ahead, near the range's end into the rows
-                         * that come next (opgen_range_ahead): four streams at once are more than
-                         * the hardware prefetchers keep up with */
-                        for (int64_t rows = row_first; rows < row_last; rows += 2) {
-                            const int64_t rows_last = opgen_min(row_last, rows + 2);
-                            const int64_t pair = rows * channels; /* the first row's elements */
-                            int64_t channel = first;
-                            /* the channels before grad_input's first line, one at a time: a
-                             * channel's outputs come out the same either way */
-                            for (; channel < blocks_first; ++channel) {
-                                const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                    /* the terms of a block's lanes, into the same float runs or sums */
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel - first] += grad_weight_term;
-                                }
-                            }
-                            if (rows_last - rows == 2) {
-                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[channel - first + lane] += grad_weight_term;
-                                        }
-                                        opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
-                                    }
-                                    {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_run[channel - first + lane] += grad_weight_term;
-                                        }
-                                        opgen_store_block_bf16(grad_input + pair + channels + channel, grad_input_block, stream);
-                                    }
-                                }
-                            } else {
-                                for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
-                                }
-                            }
-                            for (; channel < last; ++channel) {
-                                const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                for (int64_t row = rows; row < rows_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                    /* the terms of a block's lanes, into the same float runs or sums */
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel - first] += grad_weight_term;
-                                }
-                            }
-                        }
-                        /* the runs join the sums; a channel whose float sums overflowed, or met an
-                         * infinity or NaN, is summed again in double, that channel alone: where the
-                         * ranges start, and so which channels share a block, moves with grad_input */
-                        for (int64_t at = 0; at < last - first; at += OPGEN_BLOCK) {
-                            const int64_t lanes = opgen_min(OPGEN_BLOCK, last - first - at);
-                            if (lanes == OPGEN_BLOCK && opgen_all_finite(grad_weight_run + at, OPGEN_BLOCK)) {
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    grad_weight_range_sums[at + lane] += grad_weight_run[at + lane];
-                                }
-                                continue;
-                            }
-                            for (int64_t one = first + at; one < first + at + lanes; ++one) {
-                                if (!(opgen_all_finite(grad_weight_run + (one - first), 1))) {
-                                    for (int64_t row = row_first; row < row_last; ++row) {
-                                        const int64_t base = row * channels;
-                                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + one]);
-                                        const float self_value = opgen_bf16_to_f32(self[base + one]);
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_range_sums[one - first] += grad_weight_term;
-                                    }
-                                    continue;
-                                }
-                                grad_weight_range_sums[one - first] += grad_weight_run[one - first];
-                            }
-                        }
-                    }
-                    if (grad_weight_sums != NULL) {
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
-                        }
-                    } else {
-                        opgen_narrow_bf16(grad_weight_range_sums, grad_weight + first, last - first);
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = range == 0 ? 0 : head + opgen_range_first(channels - head, ranges, range);
-                const int64_t last = head + opgen_range_last(channels - head, ranges, range);
-                const int64_t blocks_first = range == 0 ? head : first;
-                double *const share = workspace + opgen_team_member(threads) * opgen_split_share(span, 1, 1);
-                double *const grad_weight_range_sums = share + 0 * span;
-                float *const grad_weight_run = (float *)(void *)(share + 1 * span) + 0 * span;
-                for (int64_t at = 0; at < last - first; ++at) {
-                    grad_weight_range_sums[at] = 0;
-                }
-                for (int64_t row_first = 0; row_first < outer; row_first += OPGEN_FLOAT_RUN) {
-                    const int64_t row_last = opgen_min(outer, row_first + OPGEN_FLOAT_RUN);
-                    for (int64_t at = 0; at < last - first; ++at) {
-                        grad_weight_run[at] = 0;
-                    }
-                    /* two rows at a time, block by block (written out: a loop over one or two
-                     * rows costs more than the block): their terms go to a block of sums in
-                     * turn, fetched once for both. Three or more rows at a time measured much
-                     * slower; the two rows in turn by segments of channels, slower for f32.
-                     * Every block load prefetches ahead, near the range's end into the rows
-                     * that come next (opgen_range_ahead): four streams at once are more than
-                     * the hardware prefetchers keep up with */
-                    for (int64_t rows = row_first; rows < row_last; rows += 2) {
-                        const int64_t rows_last = opgen_min(row_last, rows + 2);
-                        const int64_t pair = rows * channels; /* the first row's elements */
-                        int64_t channel = first;
-                        /* the channels before grad_input's first line, one at a time: a
-                         * channel's outputs come out the same either way */
-                        for (; channel < blocks_first; ++channel) {
-                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                /* the terms of a block's lanes, into the same float runs or sums */
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[channel - first] += grad_weight_term;
-                            }
-                        }
-                        if (rows_last - rows == 2) {
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
-                                }
-                                {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *grad_output));
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + pair + channels + channel, opgen_range_ahead(channel, last, 2 * channels - (last - first), sizeof *self));
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_run[channel - first + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_bf16(grad_input + pair + channels + channel, grad_input_block, stream);
-                                }
-                            }
-                        } else {
-                            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *grad_output));
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + pair + channel, opgen_range_ahead(channel, last, channels - (last - first), sizeof *self));
-                                float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float weight_value = (float)weight_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_run[channel - first + lane] += grad_weight_term;
-                                }
-                                opgen_store_block_bf16(grad_input + pair + channel, grad_input_block, stream);
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                            for (int64_t row = rows; row < rows_last; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                /* the terms of a block's lanes, into the same float runs or sums */
-                                const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                grad_weight_run[channel - first] += grad_weight_term;
-                            }
-                        }
-                    }
-                    /* the runs join the sums; a channel whose float sums overflowed, or met an
-                     * infinity or NaN, is summed again in double, that channel alone: where the
-                     * ranges start, and so which channels share a block, moves with grad_input */
-                    for (int64_t at = 0; at < last - first; at += OPGEN_BLOCK) {
-                        const int64_t lanes = opgen_min(OPGEN_BLOCK, last - first - at);
-                        if (lanes == OPGEN_BLOCK && opgen_all_finite(grad_weight_run + at, OPGEN_BLOCK)) {
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                grad_weight_range_sums[at + lane] += grad_weight_run[at + lane];
-                            }
-                            continue;
-                        }
-                        for (int64_t one = first + at; one < first + at + lanes; ++one) {
-                            if (!(opgen_all_finite(grad_weight_run + (one - first), 1))) {
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + one]);
-                                    const float self_value = opgen_bf16_to_f32(self[base + one]);
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    grad_weight_range_sums[one - first] += grad_weight_term;
-                                }
-                                continue;
-                            }
-                            grad_weight_range_sums[one - first] += grad_weight_run[one - first];
-                        }
-                    }
-                }
-                if (grad_weight_sums != NULL) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        grad_weight_sums[channel] += grad_weight_range_sums[channel - first];
-                    }
-                } else {
-                    opgen_narrow_bf16(grad_weight_range_sums, grad_weight + first, last - first);
-                }
-            }
-            opgen_fence();
-        }
-        return;
-    } else {
-#if defined(_OPENMP)
-        if ((int)opgen_min(threads, tiles) > 1) {
-            OPGEN_PARALLEL((int)opgen_min(threads, tiles))
-            {
-                OPGEN_FOR
-                for (int64_t tile = 0; tile < tiles; ++tile) {
-                    double *partial = workspace + tile * 1 * channels;
-                    for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                        partial[slot] = 0;
-                    }
-                    /* rows in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
-                    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
-                        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                                float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                    grad_weight_group[slot] = 0;
-                                }
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float weight_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                        float grad_input_block[OPGEN_BLOCK];
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const float weight_value = (float)weight_block[lane];
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_block[lane] = (float)grad_input_value;
-                                            const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                            grad_weight_group[channel - segment + lane] += grad_weight_term;
-                                        }
-                                        opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
-                                    }
-                                    /* the channels after the last whole block, in the last segment */
-                                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                    if (tail_first < channels) {
-                                        float grad_input_part[OPGEN_BLOCK] = {0};
-                                        for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                            const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                            grad_input_part[channel - tail_first] = (float)grad_input_value;
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            partial[0 * channels + channel] += grad_weight_term;
-                                        }
-                                        opgen_store_part_bf16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
-                                    }
-                                }
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    if (!(opgen_all_finite(grad_weight_group + (channel - segment), OPGEN_BLOCK))) {
-                                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                        double grad_weight_again[OPGEN_BLOCK] = {0};
-                                        for (int64_t row = group; row < group_end; ++row) {
-                                            const int64_t base = row * channels;
-                                            float grad_output_block[OPGEN_BLOCK];
-                                            opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                            float self_block[OPGEN_BLOCK];
-                                            opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                            OPGEN_SIMD_FLOAT
-                                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                                const float grad_output_value = (float)grad_output_block[lane];
-                                                const float self_value = (float)self_block[lane];
-                                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                                grad_weight_again[lane] += grad_weight_term;
-                                            }
-                                        }
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                            grad_weight_group[channel - segment + lane] = 0;
-                                        }
-                                    }
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
-                                    }
-                                }
-                            }
-                        }
-                    } else {
-                        for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                            int64_t channel = 0;
-                            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                                float grad_weight_group[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_group[lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
-                                }
-                                if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double grad_weight_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_again[lane] += grad_weight_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                        grad_weight_group[lane] = 0;
-                                    }
-                                }
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                                }
-                            }
-                            for (; channel < channels; ++channel) {
-                                const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                    const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                    const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                    partial[0 * channels + channel] += grad_weight_term;
-                                }
-                            }
-                        }
-                    }
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t tile = 0; tile < tiles; ++tile) {
-                double *partial = workspace + tile * 1 * channels;
-                for (int64_t slot = 0; slot < 1 * channels; ++slot) {
-                    partial[slot] = 0;
-                }
-                /* rows in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
-                if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
-                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                            float grad_weight_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                grad_weight_group[slot] = 0;
-                            }
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float weight_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                    float grad_input_block[OPGEN_BLOCK];
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const float weight_value = (float)weight_block[lane];
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_block[lane] = (float)grad_input_value;
-                                        const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                        grad_weight_group[channel - segment + lane] += grad_weight_term;
-                                    }
-                                    opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
-                                }
-                                /* the channels after the last whole block, in the last segment */
-                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                if (tail_first < channels) {
-                                    float grad_input_part[OPGEN_BLOCK] = {0};
-                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                        const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                        const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                        grad_input_part[channel - tail_first] = (float)grad_input_value;
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        partial[0 * channels + channel] += grad_weight_term;
-                                    }
-                                    opgen_store_part_bf16(grad_input + base + tail_first, grad_input_part, (int)(channels - tail_first), stream);
-                                }
-                            }
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                if (!(opgen_all_finite(grad_weight_group + (channel - segment), OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double grad_weight_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float grad_output_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float self_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float grad_output_value = (float)grad_output_block[lane];
-                                            const float self_value = (float)self_block[lane];
-                                            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                            grad_weight_again[lane] += grad_weight_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                        grad_weight_group[channel - segment + lane] = 0;
-                                    }
-                                }
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_group[channel - segment + lane];
-                                }
-                            }
-                        }
-                    }
-                } else {
-                    for (int64_t group = outer * tile / tiles; group < outer * (tile + 1) / tiles; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer * (tile + 1) / tiles);
-                        int64_t channel = 0;
-                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            float grad_weight_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float grad_output_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                float self_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                float weight_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(weight_block, weight + channel, 0);
-                                float grad_input_block[OPGEN_BLOCK];
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float grad_output_value = (float)grad_output_block[lane];
-                                    const float self_value = (float)self_block[lane];
-                                    const float weight_value = (float)weight_block[lane];
-                                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                    grad_input_block[lane] = (float)grad_input_value;
-                                    const float grad_weight_term = opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                                    grad_weight_group[lane] += grad_weight_term;
-                                }
-                                opgen_store_block_bf16(grad_input + base + channel, grad_input_block, stream);
-                            }
-                            if (!(opgen_all_finite(grad_weight_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double grad_weight_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float grad_output_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(grad_output_block, grad_output + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float self_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(self_block, self + base + channel, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float grad_output_value = (float)grad_output_block[lane];
-                                        const float self_value = (float)self_block[lane];
-                                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                        grad_weight_again[lane] += grad_weight_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += grad_weight_again[lane];
-                                    grad_weight_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += grad_weight_group[lane];
-                            }
-                        }
-                        for (; channel < channels; ++channel) {
-                            const float weight_value = opgen_bf16_to_f32(weight[channel]);
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float grad_output_value = opgen_bf16_to_f32(grad_output[base + channel]);
-                                const float self_value = opgen_bf16_to_f32(self[base + channel]);
-                                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                                grad_input[base + channel] = opgen_f32_to_bf16(grad_input_value);
-                                const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                                partial[0 * channels + channel] += grad_weight_term;
-                            }
-                        }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    }
-    /* the tiles' partial sums, in tile order, into the first tile's */
-    for (int64_t tile = 1; tile < tiles; ++tile) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            workspace[0 * channels + channel] += workspace[(tile * 1 + 0) * channels + channel];
-        }
-    }
-    if (grad_weight_sums != NULL) {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            grad_weight_sums[channel] += (workspace + 0 * channels)[channel];
-        }
-    } else {
-        opgen_narrow_bf16((workspace + 0 * channels), grad_weight, channels);
-    }
+    static const opgen_channels_kernel kernel = {
+        .sum_count = 1,
+        .float_sum_count = 1,
+        .element_bytes = (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)),
+        .work_per_element = 1,
+        .segment = (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)),
+        .line_output = 3,
+        .line_output_size = (int64_t)sizeof *grad_input,
+        .rows = aclnn_prelu_backward_bf16_nxc_rows,
+        .range = aclnn_prelu_backward_bf16_nxc_range,
+        .finish = aclnn_prelu_backward_bf16_nxc_finish,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    double *const opgen_sums_into[] = { grad_weight_sums };
+    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_run(&kernel, &call);
 }
 
 /* aclnn_prelu_backward_bf16_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.

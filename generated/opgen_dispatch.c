@@ -16,6 +16,7 @@
 #include "opgen.h"
 #include "opgen_internal.h"
 #include "opgen_lines.h"
+#include "opgen_channels.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -187,7 +188,7 @@ void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const
 
 int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    return opgen_channels_workspace(1, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -228,13 +229,7 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
 
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
-        /* each thread's share of the channels' sums and float runs */
-        return opgen_split_share(opgen_split_bound(channels), 1, 0);
-    }
-    return (0 + tiles * 1) * channels;
+    return opgen_channels_workspace(0, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, 1);
 }
 
 void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -319,7 +314,7 @@ void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 
 int64_t aclnn_prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -360,13 +355,7 @@ void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 
 int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
-        /* each thread's share of the channels' sums and float runs */
-        return opgen_split_share(opgen_split_bound(channels), 1, 1);
-    }
-    return (0 + tiles * 1) * channels;
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, 1);
 }
 
 void aclnn_prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -451,7 +440,7 @@ void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 
 int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void aclnn_prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -492,13 +481,7 @@ void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
-        /* each thread's share of the channels' sums and float runs */
-        return opgen_split_share(opgen_split_bound(channels), 1, 1);
-    }
-    return (0 + tiles * 1) * channels;
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, 1);
 }
 
 void aclnn_prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -2170,7 +2153,7 @@ void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_
 
 int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    return opgen_channels_workspace(1, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, inner);
 }
 
 void prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -2211,13 +2194,7 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
 
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)))) {
-        /* each thread's share of the channels' sums and float runs */
-        return opgen_split_share(opgen_split_bound(channels), 1, 0);
-    }
-    return (0 + tiles * 1) * channels;
+    return opgen_channels_workspace(0, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, 1);
 }
 
 void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -2302,7 +2279,7 @@ void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 
 int64_t prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -2343,13 +2320,7 @@ void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 
 int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
-        /* each thread's share of the channels' sums and float runs */
-        return opgen_split_share(opgen_split_bound(channels), 1, 1);
-    }
-    return (0 + tiles * 1) * channels;
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, 1);
 }
 
 void prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -2434,7 +2405,7 @@ void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 
 int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return (0 + opgen_tile_count(outer, channels, inner) * 1) * channels;
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -2475,13 +2446,7 @@ void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    if (opgen_split_channels(outer, channels, tiles, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)))) {
-        /* each thread's share of the channels' sums and float runs */
-        return opgen_split_share(opgen_split_bound(channels), 1, 1);
-    }
-    return (0 + tiles * 1) * channels;
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, 1);
 }
 
 void prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);

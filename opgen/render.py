@@ -23,6 +23,7 @@ BUNDLED_OUTPUT = bundle.OUTPUT
 # Hand-written C in templates/drivers/, copied into builds that have ops of their pattern.
 PATTERN_DRIVERS = {
     "along_axes": ("opgen_lines.h", "opgen_lines.c"),
+    "broadcast_reduce": ("opgen_channels.h", "opgen_channels.c"),
     "binary": ("opgen_binary.h", "opgen_binary.c"),
 }
 DRIVERS = tuple(name for names in PATTERN_DRIVERS.values() for name in names)

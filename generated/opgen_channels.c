@@ -1,0 +1,154 @@
+/* The loop driver of the broadcast_reduce ops: see opgen_channels.h. */
+#include "opgen_channels.h"
+
+/* What a loop's steps share: the call, with the driver's choices. */
+typedef struct opgen_channels_loop {
+    const opgen_channels_kernel *kernel;
+    const opgen_channels_call *call;
+    int64_t tiles;
+    int split_units;      /* ncx: a tile is a range of units (else a range of every unit's blocks) */
+    int64_t inner_blocks; /* ncx */
+    int64_t head;         /* nxc ranges: the channels before the line output's first cache line */
+    int64_t ranges;
+    int64_t span;
+    int threads;
+} opgen_channels_loop;
+
+typedef void (*opgen_channels_step)(const opgen_channels_loop *loop, int64_t index);
+
+/* Steps 0..count-1 split among `threads` threads in contiguous ranges (static schedule), each
+ * thread fencing its streamed stores at its end. On one thread no parallel region is opened:
+ * it costs about half a microsecond, a tenth of a small call. */
+static void opgen_channels_team(const opgen_channels_loop *loop, int threads, int64_t count, opgen_channels_step step)
+{
+#if defined(_OPENMP)
+    if (threads > 1) {
+        OPGEN_PARALLEL(threads)
+        {
+            OPGEN_FOR
+            for (int64_t index = 0; index < count; ++index) {
+                step(loop, index);
+            }
+            opgen_fence();
+        }
+        return;
+    }
+#else
+    (void)threads;
+#endif
+    for (int64_t index = 0; index < count; ++index) {
+        step(loop, index);
+    }
+    opgen_fence();
+}
+
+/* Tile `tile`'s partial sums, zeroed. */
+static double *opgen_channels_partial(const opgen_channels_loop *loop, int64_t tile)
+{
+    const int64_t slots = loop->kernel->sum_count * loop->call->channels;
+    double *partial = loop->call->workspace + tile * slots;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+        partial[slot] = 0;
+    }
+    return partial;
+}
+
+static void opgen_channels_ncx_tile(const opgen_channels_loop *loop, int64_t tile)
+{
+    const opgen_channels_call *call = loop->call;
+    const int64_t units = call->outer * call->channels;
+    const int64_t tiles = loop->tiles;
+    double *partial = opgen_channels_partial(loop, tile);
+    if (loop->split_units) {
+        loop->kernel->units(call, units * tile / tiles, units * (tile + 1) / tiles, 0, call->inner, partial);
+    } else {
+        /* few units: a block-aligned range of the inner dim of every unit */
+        const int64_t inner_first = loop->inner_blocks * tile / tiles * OPGEN_BLOCK;
+        const int64_t inner_last = opgen_min(call->inner, loop->inner_blocks * (tile + 1) / tiles * OPGEN_BLOCK);
+        loop->kernel->units(call, 0, units, inner_first, inner_last, partial);
+    }
+}
+
+static void opgen_channels_nxc_tile(const opgen_channels_loop *loop, int64_t tile)
+{
+    const int64_t outer = loop->call->outer;
+    loop->kernel->rows(loop->call, outer * tile / loop->tiles, outer * (tile + 1) / loop->tiles,
+                       opgen_channels_partial(loop, tile));
+}
+
+/* Range `range` of a channel split, in the calling thread's share of the workspace (in its L2
+ * while the rows stream past). The ranges start at the line output's first cache line (the
+ * channels before it join the first range), so that a range's streamed stores to each row
+ * start and end on lines when the rows do. */
+static void opgen_channels_nxc_range(const opgen_channels_loop *loop, int64_t range)
+{
+    const opgen_channels_kernel *kernel = loop->kernel;
+    const int64_t split = loop->call->channels - loop->head;
+    const int64_t first = range == 0 ? 0 : loop->head + opgen_range_first(split, loop->ranges, range);
+    const int64_t last = loop->head + opgen_range_last(split, loop->ranges, range);
+    const int64_t share = opgen_split_share(loop->span, kernel->sum_count, kernel->float_sum_count);
+    double *const mine = loop->call->workspace + opgen_team_member(loop->threads) * share;
+    kernel->range(loop->call, first, last, range == 0 ? loop->head : first, mine, loop->span);
+}
+
+void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channels_call *given)
+{
+    opgen_channels_call call = *given;
+    opgen_channels_loop loop = { kernel, &call, 0, 0, 0, 0, 0, 0, 1 };
+    const int64_t elements = call.outer * call.channels * call.inner;
+    const int64_t moved = elements * kernel->element_bytes;
+    loop.threads = opgen_threads_for(elements * kernel->work_per_element);
+    if (kernel->units != NULL) {
+        loop.tiles = opgen_tile_count(call.outer, call.channels, call.inner);
+        loop.split_units = loop.tiles <= call.outer * call.channels;
+        loop.inner_blocks = (call.inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
+        /* streamed unless (opgen_stream_units) the units end in a tail */
+        call.stream = opgen_stream_units(moved, call.inner);
+        opgen_channels_team(&loop, (int)opgen_min(loop.threads, loop.tiles), loop.tiles, opgen_channels_ncx_tile);
+    } else {
+        const void *line_output = call.tensors[kernel->line_output];
+        loop.tiles = opgen_tile_count(call.outer, call.channels, 1);
+        /* streamed rows are written in memory order (see opgen_stream_rows) */
+        call.stream = opgen_stream_rows(moved, call.channels * kernel->line_output_size, line_output);
+        if (opgen_split_channels(call.outer, call.channels, loop.tiles, kernel->segment)) {
+            /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks
+             * of channels, at least one per thread, and sums them over every row. A channel's
+             * sum does not depend on the ranges: they are cut for the thread count. Summed in
+             * the caller's arrays instead of the shares, bf16 PReLU with 32 rows of 802 816
+             * channels ran 10 % slower (one and two threads). */
+            const int float_runs = kernel->float_sum_count > 0;
+            const int64_t length = moved >= OPGEN_STREAM_BYTES
+                                       ? (float_runs ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_STREAM_CHANNEL_RANGE)
+                                       : (float_runs ? OPGEN_FLOAT_RUN_RANGE : OPGEN_CHANNEL_RANGE);
+            loop.head = opgen_min(call.channels, opgen_to_line(line_output, (size_t)kernel->line_output_size));
+            loop.ranges = opgen_channel_ranges(call.channels - loop.head, loop.threads, length);
+            loop.span = opgen_split_span(call.channels - loop.head, loop.ranges, loop.head);
+            opgen_channels_team(&loop, loop.threads, loop.ranges, opgen_channels_nxc_range);
+            return;
+        }
+        opgen_channels_team(&loop, (int)opgen_min(loop.threads, loop.tiles), loop.tiles, opgen_channels_nxc_tile);
+    }
+    /* the tiles' partial sums, in tile order, into the first tile's */
+    double *const sums = call.workspace;
+    const int64_t slots = kernel->sum_count * call.channels;
+    for (int64_t tile = 1; tile < loop.tiles; ++tile) {
+        for (int64_t slot = 0; slot < slots; ++slot) {
+            sums[slot] += sums[tile * slots + slot];
+        }
+    }
+    kernel->finish(&call, 0, call.channels, sums, call.channels);
+}
+
+int64_t opgen_channels_workspace(int ncx, int sum_count, int float_sum_count, int64_t segment, int64_t outer,
+                                 int64_t channels, int64_t inner)
+{
+    if (ncx) {
+        return opgen_tile_count(outer, channels, inner) * sum_count * channels;
+    }
+    const int64_t tiles = opgen_tile_count(outer, channels, 1);
+    if (opgen_split_channels(outer, channels, tiles, segment)) {
+        /* each thread's share of the channels' sums and float runs */
+        return opgen_split_share(opgen_split_bound(channels), sum_count, float_sum_count);
+    }
+    return tiles * sum_count * channels;
+}
