@@ -292,7 +292,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT grad
     };
     void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
     double *const opgen_sums_into[] = { grad_weight_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -587,7 +593,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     };
     void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
     double *const opgen_sums_into[] = { grad_weight_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = 1;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -969,7 +981,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT 
     };
     void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
     double *const opgen_sums_into[] = { grad_weight_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -1280,7 +1298,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
     };
     void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
     double *const opgen_sums_into[] = { grad_weight_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = 1;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -1758,7 +1782,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRIC
     };
     void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
     double *const opgen_sums_into[] = { grad_weight_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -2125,7 +2155,13 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
     };
     void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
     double *const opgen_sums_into[] = { grad_weight_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = 1;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 

@@ -6,639 +6,137 @@
  * Pattern: per-channel sums over all elements of a channel, then per-channel values from
  * them, then an elementwise pass that reads those values. The tensor is seen as
  * [outer][channels][inner] (form ncx) or [outer][channels] (form nxc).
+ * Per variant: the microkernels (ncx: a range of channels; nxc: a tile's sums, the channels' values,
+ * the element pass over rows, a range's both passes), run by the driver in opgen_channels.c.
  * Sums run in double in an order fixed by the shape, never by the thread count (terms
  * computed in float first go through float runs, see inner_runs and nxc_rows); `count` is
- * the number of elements per channel.
- * Form ncx gives each thread whole channels: both passes over a channel run back to back,
- * so the second pass finds the channel's data in cache when it fits.
- * Form nxc workspace: the sums and the element pass's per-channel values (`channels`
- * doubles each), then the partial sums of each tile of rows. Split shapes (many channels) run
- * both passes range of channels by range, each range's values in cache for its rows.
- * Form nxc also runs NCX tensors
- * with a short inner dim: each of their channels is `repeat` channels here.
+ * the number of elements per channel. Form nxc also runs NCX tensors with a short inner dim:
+ * each of their channels is `repeat` channels here.
  */
 #include "opgen.h"
-#include "opgen_internal.h"
+#include "opgen_channels.h"
 
-/* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+/* batch_norm_training_backward_f32_ncx: both passes over each channel of [first, last) in turn */
+static inline void batch_norm_training_backward_f32_ncx_channels_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
-    const double count_acc = (double)outer * (double)inner;
-    const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
-     * end in a tail */
-    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), inner);
-    (void)stream;
-    (void)threads;
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
     (void)workspace;
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    (void)stream;
+    const double count_acc = (double)outer * (double)inner;
+    for (int64_t channel = first; channel < last; ++channel) {
+        const double variance_acc = (double)(variance[channel]);
+        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+        const double mean_acc = (double)(mean[channel]);
+        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_acc = 0;
+        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_centered_acc = 0;
+        /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
         {
-            OPGEN_FOR
-            for (int64_t channel = 0; channel < channels; ++channel) {
-                const double variance_acc = (double)(variance[channel]);
-                const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                const double mean_acc = (double)(mean[channel]);
-                double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                double sum_diff_dst_acc = 0;
-                double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                double sum_diff_dst_centered_acc = 0;
-                /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-                {
-                    const float mean_value = mean[channel];
-                    /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-                     * that many blocks per chain share a run with the next rows' units (run_rows in
-                     * all). A run per unit (zeroed, checked and added to the double sums every 49
-                     * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-                    const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-                    const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-                    if (run_rows >= 2) {
-                        for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                            const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                            float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = (row * channels + channel) * inner;
-                                int64_t index = 0;
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (; index < inner; ++index) {
-                                    const float src_value = src[base + index];
-                                    const float diff_dst_value = diff_dst[base + index];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = (row * channels + channel) * inner;
-                                    for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                continue;
-                            }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                            }
-                        }
-                    } else
-                    {
-                        for (int64_t row = 0; row < outer; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            int64_t index = 0;
-                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                            while (index + OPGEN_BLOCK <= inner) {
-                                const int64_t run_first = index;
-                                const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                    for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    continue;
-                                }
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                                }
-                            }
-                            for (; index < inner; ++index) {
-                                const float src_value = src[base + index];
-                                const float diff_dst_value = diff_dst[base + index];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                sum_diff_dst_acc += sum_diff_dst_lanes[0];
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
-                const double diff_beta_acc = sum_diff_dst_acc;
-                const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                const double scale_acc = (gamma_acc * inv_std_acc);
-                const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                if (diff_gamma) {
-                    diff_gamma[channel] = (float)(diff_gamma_acc);
-                }
-                if (diff_beta) {
-                    diff_beta[channel] = (float)(diff_beta_acc);
-                }
-                const float scale_value = (float)scale_acc;
-                const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-                const float centered_coefficient_value = (float)centered_coefficient_acc;
-                const float mean_value = mean[channel];
-                /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
-                 * are the ones still in cache when the channel is bigger than it */
-                for (int64_t row = outer - 1; row >= 0; --row) {
-                    const int64_t base = (row * channels + channel) * inner;
-                    int64_t index = 0;
-                    for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
-                    }
-                    for (; index < inner; ++index) {
-                        const float src_value = src[base + index];
-                        const float diff_dst_value = diff_dst[base + index];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = diff_src_value;
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const double variance_acc = (double)(variance[channel]);
-            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-            const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-            const double mean_acc = (double)(mean[channel]);
-            double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-            double sum_diff_dst_acc = 0;
-            double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-            double sum_diff_dst_centered_acc = 0;
-            /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-            {
-                const float mean_value = mean[channel];
-                /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-                 * that many blocks per chain share a run with the next rows' units (run_rows in
-                 * all). A run per unit (zeroed, checked and added to the double sums every 49
-                 * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-                const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-                const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-                if (run_rows >= 2) {
-                    for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                        const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            int64_t index = 0;
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (; index < inner; ++index) {
-                                const float src_value = src[base + index];
-                                const float diff_dst_value = diff_dst[base + index];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = (row * channels + channel) * inner;
-                                for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                        }
-                    }
-                } else
-                {
-                    for (int64_t row = 0; row < outer; ++row) {
+            const float mean_value = mean[channel];
+            /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
+             * that many blocks per chain share a run with the next rows' units (run_rows in
+             * all). A run per unit (zeroed, checked and added to the double sums every 49
+             * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+            const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
+            const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
+            if (run_rows >= 2) {
+                for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
+                    const int64_t row_last = opgen_min(outer, row_first + run_rows);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    for (int64_t row = row_first; row < row_last; ++row) {
                         const int64_t base = (row * channels + channel) * inner;
                         int64_t index = 0;
-                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                        while (index + OPGEN_BLOCK <= inner) {
-                            const int64_t run_first = index;
-                            const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float sum_diff_dst_term = diff_dst_value;
                                     const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
-                                continue;
                             }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                             }
                         }
                         for (; index < inner; ++index) {
@@ -650,764 +148,328 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
                             sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
                         }
                     }
-                }
-            }
-            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-            }
-            sum_diff_dst_acc += sum_diff_dst_lanes[0];
-            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
-            const double diff_beta_acc = sum_diff_dst_acc;
-            const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-            const double scale_acc = (gamma_acc * inv_std_acc);
-            const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-            const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-            if (diff_gamma) {
-                diff_gamma[channel] = (float)(diff_gamma_acc);
-            }
-            if (diff_beta) {
-                diff_beta[channel] = (float)(diff_beta_acc);
-            }
-            const float scale_value = (float)scale_acc;
-            const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-            const float centered_coefficient_value = (float)centered_coefficient_acc;
-            const float mean_value = mean[channel];
-            /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
-             * are the ones still in cache when the channel is bigger than it */
-            for (int64_t row = outer - 1; row >= 0; --row) {
-                const int64_t base = (row * channels + channel) * inner;
-                int64_t index = 0;
-                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = (row * channels + channel) * inner;
+                            for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        continue;
                     }
-                    opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                    }
                 }
-                for (; index < inner; ++index) {
-                    const float src_value = src[base + index];
-                    const float diff_dst_value = diff_dst[base + index];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src[base + index] = diff_src_value;
+            } else
+            {
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    while (index + OPGEN_BLOCK <= inner) {
+                        const int64_t run_first = index;
+                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                        }
+                    }
+                    for (; index < inner; ++index) {
+                        const float src_value = src[base + index];
+                        const float diff_dst_value = diff_dst[base + index];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_acc += sum_diff_dst_term;
+                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                    }
                 }
             }
         }
-        opgen_fence();
+        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+        }
+        sum_diff_dst_acc += sum_diff_dst_lanes[0];
+        sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
+        const double diff_beta_acc = sum_diff_dst_acc;
+        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+        const double scale_acc = (gamma_acc * inv_std_acc);
+        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+        if (diff_gamma) {
+            diff_gamma[channel] = (float)(diff_gamma_acc);
+        }
+        if (diff_beta) {
+            diff_beta[channel] = (float)(diff_beta_acc);
+        }
+        const float scale_value = (float)scale_acc;
+        const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+        const float centered_coefficient_value = (float)centered_coefficient_acc;
+        const float mean_value = mean[channel];
+        /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+         * are the ones still in cache when the channel is bigger than it */
+        for (int64_t row = outer - 1; row >= 0; --row) {
+            const int64_t base = (row * channels + channel) * inner;
+            int64_t index = 0;
+            for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
+            }
+            for (; index < inner; ++index) {
+                const float src_value = src[base + index];
+                const float diff_dst_value = diff_dst[base + index];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src[base + index] = diff_src_value;
+            }
+        }
     }
 }
 
-/* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
+static void batch_norm_training_backward_f32_ncx_channels(const opgen_channels_call *call, int64_t first, int64_t last)
 {
+    batch_norm_training_backward_f32_ncx_channels_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
+ * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+{
+    static const opgen_channels_twice_kernel kernel = {
+        .sum_count = 2,
+        .value_count = 3,
+        .element_bytes = (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)),
+        .work_per_element = 1,
+        .channels = batch_norm_training_backward_f32_ncx_channels,
+    };
+    void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
+    const float numbers[] = { epsilon };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
+    call.numbers = numbers;
+    opgen_channels_run_twice(&kernel, &call);
+}
+
+/* batch_norm_training_backward_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
+ * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
+static inline void batch_norm_training_backward_f32_nxc_sums_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
+                                                                  int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
     const double count_acc = (double)outer * (double)repeat;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    double *partials = workspace + 5 * channels;
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    /* tiles of rows take rows shorter than OPGEN_CHANNEL_SPLIT, segment by segment past one */
-    const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
-    const int threads = opgen_threads_for(outer * channels);
-    /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
-    const int range_by_range = split_channels && repeat == 1;
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(float) + sizeof(float) + sizeof(float))) : OPGEN_CHANNEL_RANGE) : tiles;
-    /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
-    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)), channels * (int64_t)sizeof *diff_src, diff_src);
-    (void)stream;
-    (void)threads;
+    (void)count_acc;
+    (void)sums;
     (void)channel_values;
-    if (range_by_range) {
-        /* rows of many channels or few rows (see opgen_split_channels): the element pass's
-         * per-channel values are then as many as a row's elements, too many to stay in cache
-         * while every row reads them all. So each range of channels runs pass 1, its channels'
-         * values and pass 2 in turn, and its values stay in cache; the sums are the same as
-         * below. */
-#if defined(_OPENMP)
-        if ((int)opgen_min(threads, ranges) > 1) {
-            OPGEN_PARALLEL((int)opgen_min(threads, ranges))
-            {
-                OPGEN_FOR
-                for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
-                    for (int64_t sum = 0; sum < 2; ++sum) {
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            sums[sum * channels + channel] = 0;
-                        }
-                    }
-                    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[lane] = 0;
-                                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const double mean_acc = (double)(mean[channel]);
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float src_value = src[base + channel];
-                                const float diff_dst_value = diff_dst[base + channel];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sums[0 * channels + channel] += sum_diff_dst_term;
-                                sums[1 * channels + channel] += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        const double variance_acc = (double)(variance[channel]);
-                        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                        const double sum_diff_dst_acc = sums[0 * channels + channel];
-                        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-                        const double diff_beta_acc = sum_diff_dst_acc;
-                        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                        const double scale_acc = (gamma_acc * inv_std_acc);
-                        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                        if (diff_gamma) {
-                            diff_gamma[channel] = (float)(diff_gamma_acc);
-                        }
-                        if (diff_beta) {
-                            diff_beta[channel] = (float)(diff_beta_acc);
-                        }
-                        channel_values[0 * channels + channel] = (float)scale_acc;
-                        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-                        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-                    }
-                    for (int64_t row = 0; row < outer; ++row) {
-                        const int64_t base = row * channels;
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (channel < last) {
-                            const int64_t tail_first = channel;
-                            float diff_src_part[OPGEN_BLOCK] = {0};
-                            for (; channel < last; ++channel) {
-                                const float mean_value = mean[channel];
-                                const float scale_value = channel_values[0 * channels + channel];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                                const float src_value = src[base + channel];
-                                const float diff_dst_value = diff_dst[base + channel];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_part[channel - tail_first] = (float)diff_src_value;
-                            }
-                            opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-                        }
-                    }
+    if (opgen_in_order) {
+        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                    sum_diff_dst_group[slot] = 0;
+                    sum_diff_dst_centered_group[slot] = 0;
                 }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
-                for (int64_t sum = 0; sum < 2; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        sums[sum * channels + channel] = 0;
-                    }
-                }
-                for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double mean_acc = (double)mean_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                sum_diff_dst_group[lane] = 0;
-                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                sum_diff_dst_centered_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                            sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const double mean_acc = (double)(mean[channel]);
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float src_value = src[base + channel];
-                            const float diff_dst_value = diff_dst[base + channel];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sums[0 * channels + channel] += sum_diff_dst_term;
-                            sums[1 * channels + channel] += sum_diff_dst_centered_term;
-                        }
-                    }
-                }
-                for (int64_t channel = first; channel < last; ++channel) {
-                    const double variance_acc = (double)(variance[channel]);
-                    const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                    const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                    const double sum_diff_dst_acc = sums[0 * channels + channel];
-                    const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-                    const double diff_beta_acc = sum_diff_dst_acc;
-                    const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                    const double scale_acc = (gamma_acc * inv_std_acc);
-                    const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                    const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                    if (diff_gamma) {
-                        diff_gamma[channel] = (float)(diff_gamma_acc);
-                    }
-                    if (diff_beta) {
-                        diff_beta[channel] = (float)(diff_beta_acc);
-                    }
-                    channel_values[0 * channels + channel] = (float)scale_acc;
-                    channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-                    channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-                }
-                for (int64_t row = 0; row < outer; ++row) {
+                for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
                         opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
                         opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
                             const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < last) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < last; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = src[base + channel];
-                            const float diff_dst_value = diff_dst[base + channel];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-                    }
-                }
-            }
-            opgen_fence();
-        }
-        return;
-    }
-    /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
-#if defined(_OPENMP)
-    if ((int)opgen_min(threads, ranges) > 1) {
-        OPGEN_PARALLEL((int)opgen_min(threads, ranges))
-        {
-            OPGEN_FOR
-            for (int64_t range = 0; range < ranges; ++range) {
-                double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-                const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
-                const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
-                const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-                const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-                for (int64_t sum = 0; sum < 2; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        partial[sum * channels + channel] = 0;
-                    }
-                }
-                if (stream && !split_channels) {
-                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                            float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                sum_diff_dst_group[slot] = 0;
-                                sum_diff_dst_centered_group[slot] = 0;
-                            }
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float mean_value = (float)mean_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                /* the channels after the last whole block, in the last segment */
-                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                if (tail_first < channels) {
-                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                        const double mean_acc = (double)(mean[channel]);
-                                        const float src_value = src[base + channel];
-                                        const float diff_dst_value = diff_dst[base + channel];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        partial[0 * channels + channel] += sum_diff_dst_term;
-                                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double mean_acc = (double)mean_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                        sum_diff_dst_group[channel - segment + lane] = 0;
-                                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                        sum_diff_dst_centered_group[channel - segment + lane] = 0;
-                                    }
-                                }
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
-                                }
-                            }
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                            sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
                         }
                     }
-                } else {
-                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[lane] = 0;
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
+                    /* the channels after the last whole block, in the last segment */
+                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                    if (tail_first < channels) {
+                        for (int64_t channel = tail_first; channel < channels; ++channel) {
                             const double mean_acc = (double)(mean[channel]);
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float src_value = src[base + channel];
-                                const float diff_dst_value = diff_dst[base + channel];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                partial[0 * channels + channel] += sum_diff_dst_term;
-                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t range = 0; range < ranges; ++range) {
-            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
-            const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
-            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-            for (int64_t sum = 0; sum < 2; ++sum) {
-                for (int64_t channel = first; channel < last; ++channel) {
-                    partial[sum * channels + channel] = 0;
-                }
-            }
-            if (stream && !split_channels) {
-                const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                        const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                        float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                        float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                        for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                            sum_diff_dst_group[slot] = 0;
-                            sum_diff_dst_centered_group[slot] = 0;
-                        }
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            /* the channels after the last whole block, in the last segment */
-                            const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                            if (tail_first < channels) {
-                                for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                    const double mean_acc = (double)(mean[channel]);
-                                    const float src_value = src[base + channel];
-                                    const float diff_dst_value = diff_dst[base + channel];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    partial[0 * channels + channel] += sum_diff_dst_term;
-                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                            if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[channel - segment + lane] = 0;
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[channel - segment + lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
-                            }
-                        }
-                    }
-                }
-            } else {
-                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double mean_acc = (double)mean_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                sum_diff_dst_group[lane] = 0;
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                sum_diff_dst_centered_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const double mean_acc = (double)(mean[channel]);
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
                             const float src_value = src[base + channel];
                             const float diff_dst_value = diff_dst[base + channel];
                             const double sum_diff_dst_term = ((double)diff_dst_value);
@@ -1417,31 +479,153 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                         }
                     }
                 }
+                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                    if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                            sum_diff_dst_group[channel - segment + lane] = 0;
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                            sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                        }
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                    }
+                }
             }
         }
-        opgen_fence();
-    }
-    /* the partial sums, in tile order */
-    for (int64_t slot = 0; slot < 2 * channels; ++slot) {
-        sums[slot] = 0;
-    }
-    for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
-        for (int64_t slot = 0; slot < 2 * channels; ++slot) {
-            sums[slot] += partials[tile * 2 * channels + slot];
+    } else {
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            int64_t channel = first;
+            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float sum_diff_dst_term = diff_dst_value;
+                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                        sum_diff_dst_group[lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                    }
+                }
+                if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double mean_acc = (double)mean_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            sum_diff_dst_again[lane] += sum_diff_dst_term;
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                        sum_diff_dst_group[lane] = 0;
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                        sum_diff_dst_centered_group[lane] = 0;
+                    }
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                }
+            }
+            for (; channel < last; ++channel) {
+                const double mean_acc = (double)(mean[channel]);
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    const float src_value = src[base + channel];
+                    const float diff_dst_value = diff_dst[base + channel];
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel] += sum_diff_dst_term;
+                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                }
+            }
         }
     }
-    /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
-    for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
-        double opgen_total = sums[first];
-        for (int64_t step = 1; step < repeat; ++step) {
-            opgen_total += sums[first + step];
-        }
-        for (int64_t step = 0; step < repeat; ++step) {
-            sums[first + step] = opgen_total;
-        }
-    }
-    /* per channel: the outputs and the values the element pass needs */
-    for (int64_t channel = 0; channel < channels; ++channel) {
+}
+
+static void batch_norm_training_backward_f32_nxc_sums(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
+                                                      int64_t last, int opgen_in_order, double *partial)
+{
+    batch_norm_training_backward_f32_nxc_sums_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, opgen_in_order, partial);
+}
+
+/* batch_norm_training_backward_f32_nxc: the outputs and the element pass's values of channels [first, last) */
+static inline void batch_norm_training_backward_f32_nxc_values_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
+    for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
@@ -1462,244 +646,91 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs, rows split among the threads; with many channels, two
-     * rows block by block, so that the second row finds the block's per-channel values in L1.
-     * One thread runs it in a parallel region too (see team_loop): timed from C, one thread,
-     * 401 408 rows of 64 channels, bf16 7 % faster past the caches and 11 % in them, f16 1 %
-     * and 4 %, f32 unchanged. */
+}
+
+static void batch_norm_training_backward_f32_nxc_values(const opgen_channels_call *call, int64_t first, int64_t last)
+{
+    batch_norm_training_backward_f32_nxc_values_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
+ * many channels, two rows block by block, so that the second row finds the block's
+ * per-channel values in L1 */
+static inline void batch_norm_training_backward_f32_nxc_apply_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
     const int paired = channels >= OPGEN_PAIRED_ROWS;
-#if defined(_OPENMP)
-    if (threads > 1 || outer * channels >= OPGEN_PARALLEL_THRESHOLD) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
-                const int64_t row = paired ? 2 * step : step;
-                if (paired && row + 1 < outer) {
-                    const int64_t base = row * channels;
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_f32(diff_src + base + channels + channel, diff_src_block, stream);
-                        }
+    for (int64_t step = opgen_step_first; step < opgen_step_last; ++step) {
+        const int64_t row = paired ? 2 * step : step;
+        if (paired && row + 1 < outer) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
-                    for (int64_t at = row; at < row + 2; ++at) {
-                        const int64_t base = at * channels;
-                        int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (channel < channels) {
-                            const int64_t tail_first = channel;
-                            float diff_src_part[OPGEN_BLOCK] = {0};
-                            for (; channel < channels; ++channel) {
-                                const float mean_value = mean[channel];
-                                const float scale_value = channel_values[0 * channels + channel];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                                const float src_value = src[base + channel];
-                                const float diff_dst_value = diff_dst[base + channel];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_part[channel - tail_first] = (float)diff_src_value;
-                            }
-                            opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                        }
+                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+                }
+                {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
-                } else {
-                    const int64_t base = row * channels;
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < channels) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = src[base + channel];
-                            const float diff_dst_value = diff_dst[base + channel];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                    }
+                    opgen_store_block_f32(diff_src + base + channels + channel, diff_src_block, stream);
                 }
             }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
-            const int64_t row = paired ? 2 * step : step;
-            if (paired && row + 1 < outer) {
-                const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f32(diff_src + base + channels + channel, diff_src_block, stream);
-                    }
-                }
-                for (int64_t at = row; at < row + 2; ++at) {
-                    const int64_t base = at * channels;
-                    int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < channels) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = src[base + channel];
-                            const float diff_dst_value = diff_dst[base + channel];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                    }
-                }
-            } else {
-                const int64_t base = row * channels;
-                int64_t channel = 0;
+            for (int64_t at = row; at < row + 2; ++at) {
+                const int64_t base = at * channels;
+                int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
@@ -1737,694 +768,374 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
                     opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                 }
             }
+        } else {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float scale_value = channel_values[0 * channels + channel + lane];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+            }
+            if (channel < channels) {
+                const int64_t tail_first = channel;
+                float diff_src_part[OPGEN_BLOCK] = {0};
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = src[base + channel];
+                    const float diff_dst_value = diff_dst[base + channel];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_part[channel - tail_first] = (float)diff_src_value;
+                }
+                opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
+            }
         }
-        opgen_fence();
     }
 }
 
-/* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+static void batch_norm_training_backward_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last)
 {
-    const double count_acc = (double)outer * (double)inner;
-    const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
-     * end in a tail */
-    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), inner);
-    (void)stream;
-    (void)threads;
+    batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last);
+}
+
+/* batch_norm_training_backward_f32_nxc: sums, values and element pass of channels [first, last), their values still
+ * in cache for the rows */
+static inline void batch_norm_training_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
     (void)workspace;
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t channel = 0; channel < channels; ++channel) {
-                const double variance_acc = (double)(variance[channel]);
-                const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                const double mean_acc = (double)(mean[channel]);
-                double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                double sum_diff_dst_acc = 0;
-                double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                double sum_diff_dst_centered_acc = 0;
-                /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-                {
-                    const float mean_value = mean[channel];
-                    /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-                     * that many blocks per chain share a run with the next rows' units (run_rows in
-                     * all). A run per unit (zeroed, checked and added to the double sums every 49
-                     * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-                    const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-                    const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-                    if (run_rows >= 2) {
-                        for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                            const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                            float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = (row * channels + channel) * inner;
-                                int64_t index = 0;
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                        const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                        sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                    }
-                                } else {
-                                    for (; index < inner; ++index) {
-                                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_acc += sum_diff_dst_term;
-                                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = (row * channels + channel) * inner;
-                                    for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                continue;
-                            }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                            }
-                        }
-                    } else
-                    {
-                        for (int64_t row = 0; row < outer; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            int64_t index = 0;
-                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                            while (index + OPGEN_BLOCK <= inner) {
-                                const int64_t run_first = index;
-                                const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                    for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    continue;
-                                }
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                                }
-                            }
-                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                }
-                            } else {
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                sum_diff_dst_acc += sum_diff_dst_lanes[0];
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
-                const double diff_beta_acc = sum_diff_dst_acc;
-                const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                const double scale_acc = (gamma_acc * inv_std_acc);
-                const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                if (diff_gamma) {
-                    diff_gamma[channel] = (float)(diff_gamma_acc);
-                }
-                if (diff_beta) {
-                    diff_beta[channel] = (float)(diff_beta_acc);
-                }
-                const float scale_value = (float)scale_acc;
-                const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-                const float centered_coefficient_value = (float)centered_coefficient_acc;
-                const float mean_value = mean[channel];
-                /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
-                 * are the ones still in cache when the channel is bigger than it */
-                for (int64_t row = outer - 1; row >= 0; --row) {
-                    const int64_t base = (row * channels + channel) * inner;
-                    int64_t index = 0;
-                    for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
-                    }
-                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                    } else {
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_bf16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                        }
-                    }
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
+    for (int64_t sum = 0; sum < 2; ++sum) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            sums[sum * channels + channel] = 0;
+        }
+    }
+    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
+        int64_t channel = first;
+        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+            for (int64_t row = group; row < group_end; ++row) {
+                const int64_t base = row * channels;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float sum_diff_dst_term = diff_dst_value;
+                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
                 }
             }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const double variance_acc = (double)(variance[channel]);
-            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-            const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-            const double mean_acc = (double)(mean[channel]);
-            double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-            double sum_diff_dst_acc = 0;
-            double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-            double sum_diff_dst_centered_acc = 0;
-            /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-            {
-                const float mean_value = mean[channel];
-                /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-                 * that many blocks per chain share a run with the next rows' units (run_rows in
-                 * all). A run per unit (zeroed, checked and added to the double sums every 49
-                 * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-                const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-                const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-                if (run_rows >= 2) {
-                    for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                        const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            int64_t index = 0;
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                }
-                            } else {
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = (row * channels + channel) * inner;
-                                for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                        }
+            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double mean_acc = (double)mean_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
                     }
-                } else
-                {
-                    for (int64_t row = 0; row < outer; ++row) {
+                }
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                    sum_diff_dst_group[lane] = 0;
+                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                    sum_diff_dst_centered_group[lane] = 0;
+                }
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+            }
+        }
+        for (; channel < last; ++channel) {
+            const double mean_acc = (double)(mean[channel]);
+            for (int64_t row = group; row < group_end; ++row) {
+                const int64_t base = row * channels;
+                const float src_value = src[base + channel];
+                const float diff_dst_value = diff_dst[base + channel];
+                const double sum_diff_dst_term = ((double)diff_dst_value);
+                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                sums[0 * channels + channel] += sum_diff_dst_term;
+                sums[1 * channels + channel] += sum_diff_dst_centered_term;
+            }
+        }
+    }
+    for (int64_t channel = first; channel < last; ++channel) {
+        const double variance_acc = (double)(variance[channel]);
+        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+        const double sum_diff_dst_acc = sums[0 * channels + channel];
+        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+        const double diff_beta_acc = sum_diff_dst_acc;
+        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+        const double scale_acc = (gamma_acc * inv_std_acc);
+        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+        if (diff_gamma) {
+            diff_gamma[channel] = (float)(diff_gamma_acc);
+        }
+        if (diff_beta) {
+            diff_beta[channel] = (float)(diff_beta_acc);
+        }
+        channel_values[0 * channels + channel] = (float)scale_acc;
+        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+    }
+    for (int64_t row = 0; row < outer; ++row) {
+        const int64_t base = row * channels;
+        int64_t channel = first;
+        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+            float mean_block[OPGEN_BLOCK];
+            opgen_load_block_f32(mean_block, mean + channel, 0);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_value = (float)mean_block[lane];
+                const float scale_value = channel_values[0 * channels + channel + lane];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
+        }
+        if (channel < last) {
+            const int64_t tail_first = channel;
+            float diff_src_part[OPGEN_BLOCK] = {0};
+            for (; channel < last; ++channel) {
+                const float mean_value = mean[channel];
+                const float scale_value = channel_values[0 * channels + channel];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                const float src_value = src[base + channel];
+                const float diff_dst_value = diff_dst[base + channel];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_part[channel - tail_first] = (float)diff_src_value;
+            }
+            opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
+        }
+    }
+}
+
+static void batch_norm_training_backward_f32_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last)
+{
+    batch_norm_training_backward_f32_nxc_range_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
+ * (src f32, diff_dst f32, mean f32, variance f32, gamma f32, diff_src f32, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
+void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
+{
+    static const opgen_channels_twice_kernel kernel = {
+        .sum_count = 2,
+        .value_count = 3,
+        .element_bytes = (int64_t)(sizeof(float) + sizeof(float) + sizeof(float)),
+        .work_per_element = 1,
+        .row_output = 5,
+        .row_output_size = (int64_t)sizeof *diff_src,
+        .sums = batch_norm_training_backward_f32_nxc_sums,
+        .values = batch_norm_training_backward_f32_nxc_values,
+        .apply = batch_norm_training_backward_f32_nxc_apply,
+        .range = batch_norm_training_backward_f32_nxc_range,
+    };
+    void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
+    const float numbers[] = { epsilon };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = repeat;
+    call.workspace = workspace;
+    call.numbers = numbers;
+    opgen_channels_run_twice(&kernel, &call);
+}
+
+/* batch_norm_training_backward_bf16_f32_ncx: both passes over each channel of [first, last) in turn */
+static inline void batch_norm_training_backward_bf16_f32_ncx_channels_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    (void)stream;
+    const double count_acc = (double)outer * (double)inner;
+    for (int64_t channel = first; channel < last; ++channel) {
+        const double variance_acc = (double)(variance[channel]);
+        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+        const double mean_acc = (double)(mean[channel]);
+        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_acc = 0;
+        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_centered_acc = 0;
+        /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+        {
+            const float mean_value = mean[channel];
+            /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
+             * that many blocks per chain share a run with the next rows' units (run_rows in
+             * all). A run per unit (zeroed, checked and added to the double sums every 49
+             * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+            const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
+            const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
+            if (run_rows >= 2) {
+                for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
+                    const int64_t row_last = opgen_min(outer, row_first + run_rows);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    for (int64_t row = row_first; row < row_last; ++row) {
                         const int64_t base = (row * channels + channel) * inner;
                         int64_t index = 0;
-                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                        while (index + OPGEN_BLOCK <= inner) {
-                            const int64_t run_first = index;
-                            const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float sum_diff_dst_term = diff_dst_value;
                                     const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
-                                continue;
                             }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                             }
                         }
                         if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
@@ -2452,780 +1163,360 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
                             }
                         }
                     }
-                }
-            }
-            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-            }
-            sum_diff_dst_acc += sum_diff_dst_lanes[0];
-            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
-            const double diff_beta_acc = sum_diff_dst_acc;
-            const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-            const double scale_acc = (gamma_acc * inv_std_acc);
-            const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-            const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-            if (diff_gamma) {
-                diff_gamma[channel] = (float)(diff_gamma_acc);
-            }
-            if (diff_beta) {
-                diff_beta[channel] = (float)(diff_beta_acc);
-            }
-            const float scale_value = (float)scale_acc;
-            const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-            const float centered_coefficient_value = (float)centered_coefficient_acc;
-            const float mean_value = mean[channel];
-            /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
-             * are the ones still in cache when the channel is bigger than it */
-            for (int64_t row = outer - 1; row >= 0; --row) {
-                const int64_t base = (row * channels + channel) * inner;
-                int64_t index = 0;
-                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = (row * channels + channel) * inner;
+                            for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        continue;
                     }
-                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
-                }
-                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
-                    opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                } else {
-                    for (; index < inner; ++index) {
-                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                }
+            } else
+            {
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    while (index + OPGEN_BLOCK <= inner) {
+                        const int64_t run_first = index;
+                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                        }
+                    }
+                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                            const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                        }
+                    } else {
+                        for (; index < inner; ++index) {
+                            const float src_value = opgen_bf16_to_f32(src[base + index]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_acc += sum_diff_dst_term;
+                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                        }
                     }
                 }
             }
         }
-        opgen_fence();
+        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+        }
+        sum_diff_dst_acc += sum_diff_dst_lanes[0];
+        sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
+        const double diff_beta_acc = sum_diff_dst_acc;
+        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+        const double scale_acc = (gamma_acc * inv_std_acc);
+        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+        if (diff_gamma) {
+            diff_gamma[channel] = (float)(diff_gamma_acc);
+        }
+        if (diff_beta) {
+            diff_beta[channel] = (float)(diff_beta_acc);
+        }
+        const float scale_value = (float)scale_acc;
+        const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+        const float centered_coefficient_value = (float)centered_coefficient_acc;
+        const float mean_value = mean[channel];
+        /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+         * are the ones still in cache when the channel is bigger than it */
+        for (int64_t row = outer - 1; row >= 0; --row) {
+            const int64_t base = (row * channels + channel) * inner;
+            int64_t index = 0;
+            for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+            }
+            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+            } else {
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_bf16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                }
+            }
+        }
     }
 }
 
-/* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
+static void batch_norm_training_backward_bf16_f32_ncx_channels(const opgen_channels_call *call, int64_t first, int64_t last)
 {
+    batch_norm_training_backward_bf16_f32_ncx_channels_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
+ * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+{
+    static const opgen_channels_twice_kernel kernel = {
+        .sum_count = 2,
+        .value_count = 3,
+        .element_bytes = (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)),
+        .work_per_element = 1,
+        .channels = batch_norm_training_backward_bf16_f32_ncx_channels,
+    };
+    void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
+    const float numbers[] = { epsilon };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
+    call.numbers = numbers;
+    opgen_channels_run_twice(&kernel, &call);
+}
+
+/* batch_norm_training_backward_bf16_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
+ * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
+static inline void batch_norm_training_backward_bf16_f32_nxc_sums_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
+                                                                       int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
     const double count_acc = (double)outer * (double)repeat;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    double *partials = workspace + 5 * channels;
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    /* tiles of rows take rows shorter than OPGEN_CHANNEL_SPLIT, segment by segment past one */
-    const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
-    const int threads = opgen_threads_for(outer * channels);
-    /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
-    const int range_by_range = split_channels && repeat == 1;
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
-    /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
-    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), channels * (int64_t)sizeof *diff_src, diff_src);
-    (void)stream;
-    (void)threads;
+    (void)count_acc;
+    (void)sums;
     (void)channel_values;
-    if (range_by_range) {
-        /* rows of many channels or few rows (see opgen_split_channels): the element pass's
-         * per-channel values are then as many as a row's elements, too many to stay in cache
-         * while every row reads them all. So each range of channels runs pass 1, its channels'
-         * values and pass 2 in turn, and its values stay in cache; the sums are the same as
-         * below. */
-#if defined(_OPENMP)
-        if ((int)opgen_min(threads, ranges) > 1) {
-            OPGEN_PARALLEL((int)opgen_min(threads, ranges))
-            {
-                OPGEN_FOR
-                for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
-                    for (int64_t sum = 0; sum < 2; ++sum) {
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            sums[sum * channels + channel] = 0;
-                        }
-                    }
-                    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[lane] = 0;
-                                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const double mean_acc = (double)(mean[channel]);
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sums[0 * channels + channel] += sum_diff_dst_term;
-                                sums[1 * channels + channel] += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        const double variance_acc = (double)(variance[channel]);
-                        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                        const double sum_diff_dst_acc = sums[0 * channels + channel];
-                        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-                        const double diff_beta_acc = sum_diff_dst_acc;
-                        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                        const double scale_acc = (gamma_acc * inv_std_acc);
-                        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                        if (diff_gamma) {
-                            diff_gamma[channel] = (float)(diff_gamma_acc);
-                        }
-                        if (diff_beta) {
-                            diff_beta[channel] = (float)(diff_beta_acc);
-                        }
-                        channel_values[0 * channels + channel] = (float)scale_acc;
-                        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-                        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-                    }
-                    for (int64_t row = 0; row < outer; ++row) {
-                        const int64_t base = row * channels;
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (channel < last) {
-                            const int64_t tail_first = channel;
-                            float diff_src_part[OPGEN_BLOCK] = {0};
-                            for (; channel < last; ++channel) {
-                                const float mean_value = mean[channel];
-                                const float scale_value = channel_values[0 * channels + channel];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_part[channel - tail_first] = (float)diff_src_value;
-                            }
-                            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-                        }
-                    }
+    if (opgen_in_order) {
+        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                    sum_diff_dst_group[slot] = 0;
+                    sum_diff_dst_centered_group[slot] = 0;
                 }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
-                for (int64_t sum = 0; sum < 2; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        sums[sum * channels + channel] = 0;
-                    }
-                }
-                for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double mean_acc = (double)mean_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                sum_diff_dst_group[lane] = 0;
-                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                sum_diff_dst_centered_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                            sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const double mean_acc = (double)(mean[channel]);
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sums[0 * channels + channel] += sum_diff_dst_term;
-                            sums[1 * channels + channel] += sum_diff_dst_centered_term;
-                        }
-                    }
-                }
-                for (int64_t channel = first; channel < last; ++channel) {
-                    const double variance_acc = (double)(variance[channel]);
-                    const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                    const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                    const double sum_diff_dst_acc = sums[0 * channels + channel];
-                    const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-                    const double diff_beta_acc = sum_diff_dst_acc;
-                    const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                    const double scale_acc = (gamma_acc * inv_std_acc);
-                    const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                    const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                    if (diff_gamma) {
-                        diff_gamma[channel] = (float)(diff_gamma_acc);
-                    }
-                    if (diff_beta) {
-                        diff_beta[channel] = (float)(diff_beta_acc);
-                    }
-                    channel_values[0 * channels + channel] = (float)scale_acc;
-                    channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-                    channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-                }
-                for (int64_t row = 0; row < outer; ++row) {
+                for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
                         opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
                             const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < last) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < last; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-                    }
-                }
-            }
-            opgen_fence();
-        }
-        return;
-    }
-    /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
-#if defined(_OPENMP)
-    if ((int)opgen_min(threads, ranges) > 1) {
-        OPGEN_PARALLEL((int)opgen_min(threads, ranges))
-        {
-            OPGEN_FOR
-            for (int64_t range = 0; range < ranges; ++range) {
-                double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-                const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
-                const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
-                const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-                const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-                for (int64_t sum = 0; sum < 2; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        partial[sum * channels + channel] = 0;
-                    }
-                }
-                if (stream && !split_channels) {
-                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                            float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                sum_diff_dst_group[slot] = 0;
-                                sum_diff_dst_centered_group[slot] = 0;
-                            }
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float mean_value = (float)mean_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                /* the channels after the last whole block, in the last segment */
-                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                if (tail_first < channels) {
-                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                        const double mean_acc = (double)(mean[channel]);
-                                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        partial[0 * channels + channel] += sum_diff_dst_term;
-                                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double mean_acc = (double)mean_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                        sum_diff_dst_group[channel - segment + lane] = 0;
-                                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                        sum_diff_dst_centered_group[channel - segment + lane] = 0;
-                                    }
-                                }
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
-                                }
-                            }
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                            sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
                         }
                     }
-                } else {
-                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[lane] = 0;
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
+                    /* the channels after the last whole block, in the last segment */
+                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                    if (tail_first < channels) {
+                        for (int64_t channel = tail_first; channel < channels; ++channel) {
                             const double mean_acc = (double)(mean[channel]);
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                partial[0 * channels + channel] += sum_diff_dst_term;
-                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t range = 0; range < ranges; ++range) {
-            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
-            const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
-            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-            for (int64_t sum = 0; sum < 2; ++sum) {
-                for (int64_t channel = first; channel < last; ++channel) {
-                    partial[sum * channels + channel] = 0;
-                }
-            }
-            if (stream && !split_channels) {
-                const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                        const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                        float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                        float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                        for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                            sum_diff_dst_group[slot] = 0;
-                            sum_diff_dst_centered_group[slot] = 0;
-                        }
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            /* the channels after the last whole block, in the last segment */
-                            const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                            if (tail_first < channels) {
-                                for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                    const double mean_acc = (double)(mean[channel]);
-                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    partial[0 * channels + channel] += sum_diff_dst_term;
-                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                            if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[channel - segment + lane] = 0;
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[channel - segment + lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
-                            }
-                        }
-                    }
-                }
-            } else {
-                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double mean_acc = (double)mean_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                sum_diff_dst_group[lane] = 0;
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                sum_diff_dst_centered_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const double mean_acc = (double)(mean[channel]);
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
                             const float src_value = opgen_bf16_to_f32(src[base + channel]);
                             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                             const double sum_diff_dst_term = ((double)diff_dst_value);
@@ -3235,31 +1526,153 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                         }
                     }
                 }
+                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                    if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                            sum_diff_dst_group[channel - segment + lane] = 0;
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                            sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                        }
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                    }
+                }
             }
         }
-        opgen_fence();
-    }
-    /* the partial sums, in tile order */
-    for (int64_t slot = 0; slot < 2 * channels; ++slot) {
-        sums[slot] = 0;
-    }
-    for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
-        for (int64_t slot = 0; slot < 2 * channels; ++slot) {
-            sums[slot] += partials[tile * 2 * channels + slot];
+    } else {
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            int64_t channel = first;
+            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float sum_diff_dst_term = diff_dst_value;
+                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                        sum_diff_dst_group[lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                    }
+                }
+                if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double mean_acc = (double)mean_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            sum_diff_dst_again[lane] += sum_diff_dst_term;
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                        sum_diff_dst_group[lane] = 0;
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                        sum_diff_dst_centered_group[lane] = 0;
+                    }
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                }
+            }
+            for (; channel < last; ++channel) {
+                const double mean_acc = (double)(mean[channel]);
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel] += sum_diff_dst_term;
+                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                }
+            }
         }
     }
-    /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
-    for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
-        double opgen_total = sums[first];
-        for (int64_t step = 1; step < repeat; ++step) {
-            opgen_total += sums[first + step];
-        }
-        for (int64_t step = 0; step < repeat; ++step) {
-            sums[first + step] = opgen_total;
-        }
-    }
-    /* per channel: the outputs and the values the element pass needs */
-    for (int64_t channel = 0; channel < channels; ++channel) {
+}
+
+static void batch_norm_training_backward_bf16_f32_nxc_sums(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
+                                                           int64_t last, int opgen_in_order, double *partial)
+{
+    batch_norm_training_backward_bf16_f32_nxc_sums_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, opgen_in_order, partial);
+}
+
+/* batch_norm_training_backward_bf16_f32_nxc: the outputs and the element pass's values of channels [first, last) */
+static inline void batch_norm_training_backward_bf16_f32_nxc_values_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
+    for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
@@ -3280,244 +1693,91 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs, rows split among the threads; with many channels, two
-     * rows block by block, so that the second row finds the block's per-channel values in L1.
-     * One thread runs it in a parallel region too (see team_loop): timed from C, one thread,
-     * 401 408 rows of 64 channels, bf16 7 % faster past the caches and 11 % in them, f16 1 %
-     * and 4 %, f32 unchanged. */
+}
+
+static void batch_norm_training_backward_bf16_f32_nxc_values(const opgen_channels_call *call, int64_t first, int64_t last)
+{
+    batch_norm_training_backward_bf16_f32_nxc_values_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_bf16_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
+ * many channels, two rows block by block, so that the second row finds the block's
+ * per-channel values in L1 */
+static inline void batch_norm_training_backward_bf16_f32_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
     const int paired = channels >= OPGEN_PAIRED_ROWS;
-#if defined(_OPENMP)
-    if (threads > 1 || outer * channels >= OPGEN_PARALLEL_THRESHOLD) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
-                const int64_t row = paired ? 2 * step : step;
-                if (paired && row + 1 < outer) {
-                    const int64_t base = row * channels;
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
-                        }
+    for (int64_t step = opgen_step_first; step < opgen_step_last; ++step) {
+        const int64_t row = paired ? 2 * step : step;
+        if (paired && row + 1 < outer) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
-                    for (int64_t at = row; at < row + 2; ++at) {
-                        const int64_t base = at * channels;
-                        int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (channel < channels) {
-                            const int64_t tail_first = channel;
-                            float diff_src_part[OPGEN_BLOCK] = {0};
-                            for (; channel < channels; ++channel) {
-                                const float mean_value = mean[channel];
-                                const float scale_value = channel_values[0 * channels + channel];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_part[channel - tail_first] = (float)diff_src_value;
-                            }
-                            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                        }
+                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                }
+                {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
-                } else {
-                    const int64_t base = row * channels;
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < channels) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                    }
+                    opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
                 }
             }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
-            const int64_t row = paired ? 2 * step : step;
-            if (paired && row + 1 < outer) {
-                const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
-                    }
-                }
-                for (int64_t at = row; at < row + 2; ++at) {
-                    const int64_t base = at * channels;
-                    int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < channels) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                    }
-                }
-            } else {
-                const int64_t base = row * channels;
-                int64_t channel = 0;
+            for (int64_t at = row; at < row + 2; ++at) {
+                const int64_t base = at * channels;
+                int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
@@ -3555,694 +1815,374 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
                     opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                 }
             }
+        } else {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float scale_value = channel_values[0 * channels + channel + lane];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+            }
+            if (channel < channels) {
+                const int64_t tail_first = channel;
+                float diff_src_part[OPGEN_BLOCK] = {0};
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_part[channel - tail_first] = (float)diff_src_value;
+                }
+                opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
+            }
         }
-        opgen_fence();
     }
 }
 
-/* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+static void batch_norm_training_backward_bf16_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last)
 {
-    const double count_acc = (double)outer * (double)inner;
-    const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
-     * end in a tail */
-    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), inner);
-    (void)stream;
-    (void)threads;
+    batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last);
+}
+
+/* batch_norm_training_backward_bf16_f32_nxc: sums, values and element pass of channels [first, last), their values still
+ * in cache for the rows */
+static inline void batch_norm_training_backward_bf16_f32_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
     (void)workspace;
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t channel = 0; channel < channels; ++channel) {
-                const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
-                const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
-                const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                double sum_diff_dst_acc = 0;
-                double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                double sum_diff_dst_centered_acc = 0;
-                /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-                {
-                    const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                    /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-                     * that many blocks per chain share a run with the next rows' units (run_rows in
-                     * all). A run per unit (zeroed, checked and added to the double sums every 49
-                     * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-                    const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-                    const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-                    if (run_rows >= 2) {
-                        for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                            const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                            float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = (row * channels + channel) * inner;
-                                int64_t index = 0;
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                        const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                        sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                    }
-                                } else {
-                                    for (; index < inner; ++index) {
-                                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_acc += sum_diff_dst_term;
-                                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = (row * channels + channel) * inner;
-                                    for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                continue;
-                            }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                            }
-                        }
-                    } else
-                    {
-                        for (int64_t row = 0; row < outer; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            int64_t index = 0;
-                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                            while (index + OPGEN_BLOCK <= inner) {
-                                const int64_t run_first = index;
-                                const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                    for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    continue;
-                                }
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                                }
-                            }
-                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                }
-                            } else {
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                sum_diff_dst_acc += sum_diff_dst_lanes[0];
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
-                const double diff_beta_acc = sum_diff_dst_acc;
-                const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                const double scale_acc = (gamma_acc * inv_std_acc);
-                const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                if (diff_gamma) {
-                    diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
-                }
-                if (diff_beta) {
-                    diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
-                }
-                const float scale_value = (float)scale_acc;
-                const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-                const float centered_coefficient_value = (float)centered_coefficient_acc;
-                const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
-                 * are the ones still in cache when the channel is bigger than it */
-                for (int64_t row = outer - 1; row >= 0; --row) {
-                    const int64_t base = (row * channels + channel) * inner;
-                    int64_t index = 0;
-                    for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
-                    }
-                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                    } else {
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_bf16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                        }
-                    }
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
+    for (int64_t sum = 0; sum < 2; ++sum) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            sums[sum * channels + channel] = 0;
+        }
+    }
+    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
+        int64_t channel = first;
+        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+            for (int64_t row = group; row < group_end; ++row) {
+                const int64_t base = row * channels;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float sum_diff_dst_term = diff_dst_value;
+                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
                 }
             }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
-            const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
-            const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-            const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-            double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-            double sum_diff_dst_acc = 0;
-            double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-            double sum_diff_dst_centered_acc = 0;
-            /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-            {
-                const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-                 * that many blocks per chain share a run with the next rows' units (run_rows in
-                 * all). A run per unit (zeroed, checked and added to the double sums every 49
-                 * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-                const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-                const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-                if (run_rows >= 2) {
-                    for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                        const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            int64_t index = 0;
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                }
-                            } else {
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = (row * channels + channel) * inner;
-                                for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                        }
+            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double mean_acc = (double)mean_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
                     }
-                } else
-                {
-                    for (int64_t row = 0; row < outer; ++row) {
+                }
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                    sum_diff_dst_group[lane] = 0;
+                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                    sum_diff_dst_centered_group[lane] = 0;
+                }
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+            }
+        }
+        for (; channel < last; ++channel) {
+            const double mean_acc = (double)(mean[channel]);
+            for (int64_t row = group; row < group_end; ++row) {
+                const int64_t base = row * channels;
+                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                const double sum_diff_dst_term = ((double)diff_dst_value);
+                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                sums[0 * channels + channel] += sum_diff_dst_term;
+                sums[1 * channels + channel] += sum_diff_dst_centered_term;
+            }
+        }
+    }
+    for (int64_t channel = first; channel < last; ++channel) {
+        const double variance_acc = (double)(variance[channel]);
+        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+        const double sum_diff_dst_acc = sums[0 * channels + channel];
+        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+        const double diff_beta_acc = sum_diff_dst_acc;
+        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+        const double scale_acc = (gamma_acc * inv_std_acc);
+        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+        if (diff_gamma) {
+            diff_gamma[channel] = (float)(diff_gamma_acc);
+        }
+        if (diff_beta) {
+            diff_beta[channel] = (float)(diff_beta_acc);
+        }
+        channel_values[0 * channels + channel] = (float)scale_acc;
+        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+    }
+    for (int64_t row = 0; row < outer; ++row) {
+        const int64_t base = row * channels;
+        int64_t channel = first;
+        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+            float mean_block[OPGEN_BLOCK];
+            opgen_load_block_f32(mean_block, mean + channel, 0);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_value = (float)mean_block[lane];
+                const float scale_value = channel_values[0 * channels + channel + lane];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+        }
+        if (channel < last) {
+            const int64_t tail_first = channel;
+            float diff_src_part[OPGEN_BLOCK] = {0};
+            for (; channel < last; ++channel) {
+                const float mean_value = mean[channel];
+                const float scale_value = channel_values[0 * channels + channel];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_part[channel - tail_first] = (float)diff_src_value;
+            }
+            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
+        }
+    }
+}
+
+static void batch_norm_training_backward_bf16_f32_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last)
+{
+    batch_norm_training_backward_bf16_f32_nxc_range_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
+ * (src bf16, diff_dst bf16, mean f32, variance f32, gamma f32, diff_src bf16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
+{
+    static const opgen_channels_twice_kernel kernel = {
+        .sum_count = 2,
+        .value_count = 3,
+        .element_bytes = (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)),
+        .work_per_element = 1,
+        .row_output = 5,
+        .row_output_size = (int64_t)sizeof *diff_src,
+        .sums = batch_norm_training_backward_bf16_f32_nxc_sums,
+        .values = batch_norm_training_backward_bf16_f32_nxc_values,
+        .apply = batch_norm_training_backward_bf16_f32_nxc_apply,
+        .range = batch_norm_training_backward_bf16_f32_nxc_range,
+    };
+    void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
+    const float numbers[] = { epsilon };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = repeat;
+    call.workspace = workspace;
+    call.numbers = numbers;
+    opgen_channels_run_twice(&kernel, &call);
+}
+
+/* batch_norm_training_backward_bf16_ncx: both passes over each channel of [first, last) in turn */
+static inline void batch_norm_training_backward_bf16_ncx_channels_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    (void)stream;
+    const double count_acc = (double)outer * (double)inner;
+    for (int64_t channel = first; channel < last; ++channel) {
+        const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
+        const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
+        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_acc = 0;
+        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_centered_acc = 0;
+        /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+        {
+            const float mean_value = opgen_bf16_to_f32(mean[channel]);
+            /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
+             * that many blocks per chain share a run with the next rows' units (run_rows in
+             * all). A run per unit (zeroed, checked and added to the double sums every 49
+             * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+            const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
+            const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
+            if (run_rows >= 2) {
+                for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
+                    const int64_t row_last = opgen_min(outer, row_first + run_rows);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    for (int64_t row = row_first; row < row_last; ++row) {
                         const int64_t base = (row * channels + channel) * inner;
                         int64_t index = 0;
-                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                        while (index + OPGEN_BLOCK <= inner) {
-                            const int64_t run_first = index;
-                            const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float sum_diff_dst_term = diff_dst_value;
                                     const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
-                                continue;
                             }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                             }
                         }
                         if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
@@ -4270,780 +2210,360 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
                             }
                         }
                     }
-                }
-            }
-            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-            }
-            sum_diff_dst_acc += sum_diff_dst_lanes[0];
-            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
-            const double diff_beta_acc = sum_diff_dst_acc;
-            const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-            const double scale_acc = (gamma_acc * inv_std_acc);
-            const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-            const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-            if (diff_gamma) {
-                diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
-            }
-            if (diff_beta) {
-                diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
-            }
-            const float scale_value = (float)scale_acc;
-            const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-            const float centered_coefficient_value = (float)centered_coefficient_acc;
-            const float mean_value = opgen_bf16_to_f32(mean[channel]);
-            /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
-             * are the ones still in cache when the channel is bigger than it */
-            for (int64_t row = outer - 1; row >= 0; --row) {
-                const int64_t base = (row * channels + channel) * inner;
-                int64_t index = 0;
-                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = (row * channels + channel) * inner;
+                            for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        continue;
                     }
-                    opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
-                }
-                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
-                    opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                } else {
-                    for (; index < inner; ++index) {
-                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                }
+            } else
+            {
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    while (index + OPGEN_BLOCK <= inner) {
+                        const int64_t run_first = index;
+                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                        }
+                    }
+                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                            const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                        }
+                    } else {
+                        for (; index < inner; ++index) {
+                            const float src_value = opgen_bf16_to_f32(src[base + index]);
+                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_acc += sum_diff_dst_term;
+                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                        }
                     }
                 }
             }
         }
-        opgen_fence();
+        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+        }
+        sum_diff_dst_acc += sum_diff_dst_lanes[0];
+        sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
+        const double diff_beta_acc = sum_diff_dst_acc;
+        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+        const double scale_acc = (gamma_acc * inv_std_acc);
+        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+        if (diff_gamma) {
+            diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
+        }
+        if (diff_beta) {
+            diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
+        }
+        const float scale_value = (float)scale_acc;
+        const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+        const float centered_coefficient_value = (float)centered_coefficient_acc;
+        const float mean_value = opgen_bf16_to_f32(mean[channel]);
+        /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+         * are the ones still in cache when the channel is bigger than it */
+        for (int64_t row = outer - 1; row >= 0; --row) {
+            const int64_t base = (row * channels + channel) * inner;
+            int64_t index = 0;
+            for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + base + index, diff_src_block, stream);
+            }
+            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+            } else {
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_bf16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+                }
+            }
+        }
     }
 }
 
-/* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel innermost) */
-void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
+static void batch_norm_training_backward_bf16_ncx_channels(const opgen_channels_call *call, int64_t first, int64_t last)
 {
+    batch_norm_training_backward_bf16_ncx_channels_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
+ * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+{
+    static const opgen_channels_twice_kernel kernel = {
+        .sum_count = 2,
+        .value_count = 3,
+        .element_bytes = (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)),
+        .work_per_element = 1,
+        .channels = batch_norm_training_backward_bf16_ncx_channels,
+    };
+    void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
+    const float numbers[] = { epsilon };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
+    call.numbers = numbers;
+    opgen_channels_run_twice(&kernel, &call);
+}
+
+/* batch_norm_training_backward_bf16_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
+ * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
+static inline void batch_norm_training_backward_bf16_nxc_sums_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
+                                                                   int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
     const double count_acc = (double)outer * (double)repeat;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    double *partials = workspace + 5 * channels;
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    /* tiles of rows take rows shorter than OPGEN_CHANNEL_SPLIT, segment by segment past one */
-    const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
-    const int threads = opgen_threads_for(outer * channels);
-    /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
-    const int range_by_range = split_channels && repeat == 1;
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16))) : OPGEN_CHANNEL_RANGE) : tiles;
-    /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
-    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)), channels * (int64_t)sizeof *diff_src, diff_src);
-    (void)stream;
-    (void)threads;
+    (void)count_acc;
+    (void)sums;
     (void)channel_values;
-    if (range_by_range) {
-        /* rows of many channels or few rows (see opgen_split_channels): the element pass's
-         * per-channel values are then as many as a row's elements, too many to stay in cache
-         * while every row reads them all. So each range of channels runs pass 1, its channels'
-         * values and pass 2 in turn, and its values stay in cache; the sums are the same as
-         * below. */
-#if defined(_OPENMP)
-        if ((int)opgen_min(threads, ranges) > 1) {
-            OPGEN_PARALLEL((int)opgen_min(threads, ranges))
-            {
-                OPGEN_FOR
-                for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
-                    for (int64_t sum = 0; sum < 2; ++sum) {
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            sums[sum * channels + channel] = 0;
-                        }
-                    }
-                    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[lane] = 0;
-                                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sums[0 * channels + channel] += sum_diff_dst_term;
-                                sums[1 * channels + channel] += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
-                        const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
-                        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                        const double sum_diff_dst_acc = sums[0 * channels + channel];
-                        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-                        const double diff_beta_acc = sum_diff_dst_acc;
-                        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                        const double scale_acc = (gamma_acc * inv_std_acc);
-                        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                        if (diff_gamma) {
-                            diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
-                        }
-                        if (diff_beta) {
-                            diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
-                        }
-                        channel_values[0 * channels + channel] = (float)scale_acc;
-                        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-                        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-                    }
-                    for (int64_t row = 0; row < outer; ++row) {
-                        const int64_t base = row * channels;
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (channel < last) {
-                            const int64_t tail_first = channel;
-                            float diff_src_part[OPGEN_BLOCK] = {0};
-                            for (; channel < last; ++channel) {
-                                const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                                const float scale_value = channel_values[0 * channels + channel];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_part[channel - tail_first] = (float)diff_src_value;
-                            }
-                            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-                        }
-                    }
+    if (opgen_in_order) {
+        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                    sum_diff_dst_group[slot] = 0;
+                    sum_diff_dst_centered_group[slot] = 0;
                 }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
-                for (int64_t sum = 0; sum < 2; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        sums[sum * channels + channel] = 0;
-                    }
-                }
-                for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double mean_acc = (double)mean_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                sum_diff_dst_group[lane] = 0;
-                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                sum_diff_dst_centered_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                            sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sums[0 * channels + channel] += sum_diff_dst_term;
-                            sums[1 * channels + channel] += sum_diff_dst_centered_term;
-                        }
-                    }
-                }
-                for (int64_t channel = first; channel < last; ++channel) {
-                    const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
-                    const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
-                    const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                    const double sum_diff_dst_acc = sums[0 * channels + channel];
-                    const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-                    const double diff_beta_acc = sum_diff_dst_acc;
-                    const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                    const double scale_acc = (gamma_acc * inv_std_acc);
-                    const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                    const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                    if (diff_gamma) {
-                        diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
-                    }
-                    if (diff_beta) {
-                        diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
-                    }
-                    channel_values[0 * channels + channel] = (float)scale_acc;
-                    channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-                    channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-                }
-                for (int64_t row = 0; row < outer; ++row) {
+                for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
                         opgen_load_block_bf16(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
                             const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < last) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < last; ++channel) {
-                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-                    }
-                }
-            }
-            opgen_fence();
-        }
-        return;
-    }
-    /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
-#if defined(_OPENMP)
-    if ((int)opgen_min(threads, ranges) > 1) {
-        OPGEN_PARALLEL((int)opgen_min(threads, ranges))
-        {
-            OPGEN_FOR
-            for (int64_t range = 0; range < ranges; ++range) {
-                double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-                const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
-                const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
-                const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-                const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-                for (int64_t sum = 0; sum < 2; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        partial[sum * channels + channel] = 0;
-                    }
-                }
-                if (stream && !split_channels) {
-                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                            float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                sum_diff_dst_group[slot] = 0;
-                                sum_diff_dst_centered_group[slot] = 0;
-                            }
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float mean_value = (float)mean_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                /* the channels after the last whole block, in the last segment */
-                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                if (tail_first < channels) {
-                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        partial[0 * channels + channel] += sum_diff_dst_term;
-                                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double mean_acc = (double)mean_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                        sum_diff_dst_group[channel - segment + lane] = 0;
-                                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                        sum_diff_dst_centered_group[channel - segment + lane] = 0;
-                                    }
-                                }
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
-                                }
-                            }
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                            sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
                         }
                     }
-                } else {
-                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[lane] = 0;
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
+                    /* the channels after the last whole block, in the last segment */
+                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                    if (tail_first < channels) {
+                        for (int64_t channel = tail_first; channel < channels; ++channel) {
                             const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                partial[0 * channels + channel] += sum_diff_dst_term;
-                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t range = 0; range < ranges; ++range) {
-            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
-            const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
-            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-            for (int64_t sum = 0; sum < 2; ++sum) {
-                for (int64_t channel = first; channel < last; ++channel) {
-                    partial[sum * channels + channel] = 0;
-                }
-            }
-            if (stream && !split_channels) {
-                const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                        const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                        float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                        float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                        for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                            sum_diff_dst_group[slot] = 0;
-                            sum_diff_dst_centered_group[slot] = 0;
-                        }
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            /* the channels after the last whole block, in the last segment */
-                            const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                            if (tail_first < channels) {
-                                for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                    const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    partial[0 * channels + channel] += sum_diff_dst_term;
-                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                            if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[channel - segment + lane] = 0;
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[channel - segment + lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
-                            }
-                        }
-                    }
-                }
-            } else {
-                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double mean_acc = (double)mean_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                sum_diff_dst_group[lane] = 0;
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                sum_diff_dst_centered_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
                             const float src_value = opgen_bf16_to_f32(src[base + channel]);
                             const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
                             const double sum_diff_dst_term = ((double)diff_dst_value);
@@ -5053,31 +2573,153 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                         }
                     }
                 }
+                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                    if (!(opgen_all_finite(sum_diff_dst_group + (channel - segment), OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_bf16(mean_block, mean + channel, 0);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                            sum_diff_dst_group[channel - segment + lane] = 0;
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                            sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                        }
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                    }
+                }
             }
         }
-        opgen_fence();
-    }
-    /* the partial sums, in tile order */
-    for (int64_t slot = 0; slot < 2 * channels; ++slot) {
-        sums[slot] = 0;
-    }
-    for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
-        for (int64_t slot = 0; slot < 2 * channels; ++slot) {
-            sums[slot] += partials[tile * 2 * channels + slot];
+    } else {
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            int64_t channel = first;
+            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(mean_block, mean + channel, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float sum_diff_dst_term = diff_dst_value;
+                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                        sum_diff_dst_group[lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                    }
+                }
+                if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_bf16(mean_block, mean + channel, 0);
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double mean_acc = (double)mean_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            sum_diff_dst_again[lane] += sum_diff_dst_term;
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                        sum_diff_dst_group[lane] = 0;
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                        sum_diff_dst_centered_group[lane] = 0;
+                    }
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                }
+            }
+            for (; channel < last; ++channel) {
+                const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel] += sum_diff_dst_term;
+                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                }
+            }
         }
     }
-    /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
-    for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
-        double opgen_total = sums[first];
-        for (int64_t step = 1; step < repeat; ++step) {
-            opgen_total += sums[first + step];
-        }
-        for (int64_t step = 0; step < repeat; ++step) {
-            sums[first + step] = opgen_total;
-        }
-    }
-    /* per channel: the outputs and the values the element pass needs */
-    for (int64_t channel = 0; channel < channels; ++channel) {
+}
+
+static void batch_norm_training_backward_bf16_nxc_sums(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
+                                                       int64_t last, int opgen_in_order, double *partial)
+{
+    batch_norm_training_backward_bf16_nxc_sums_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, opgen_in_order, partial);
+}
+
+/* batch_norm_training_backward_bf16_nxc: the outputs and the element pass's values of channels [first, last) */
+static inline void batch_norm_training_backward_bf16_nxc_values_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
+    for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
         const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
@@ -5098,244 +2740,91 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs, rows split among the threads; with many channels, two
-     * rows block by block, so that the second row finds the block's per-channel values in L1.
-     * One thread runs it in a parallel region too (see team_loop): timed from C, one thread,
-     * 401 408 rows of 64 channels, bf16 7 % faster past the caches and 11 % in them, f16 1 %
-     * and 4 %, f32 unchanged. */
+}
+
+static void batch_norm_training_backward_bf16_nxc_values(const opgen_channels_call *call, int64_t first, int64_t last)
+{
+    batch_norm_training_backward_bf16_nxc_values_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_bf16_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
+ * many channels, two rows block by block, so that the second row finds the block's
+ * per-channel values in L1 */
+static inline void batch_norm_training_backward_bf16_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
     const int paired = channels >= OPGEN_PAIRED_ROWS;
-#if defined(_OPENMP)
-    if (threads > 1 || outer * channels >= OPGEN_PARALLEL_THRESHOLD) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
-                const int64_t row = paired ? 2 * step : step;
-                if (paired && row + 1 < outer) {
-                    const int64_t base = row * channels;
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
-                        }
+    for (int64_t step = opgen_step_first; step < opgen_step_last; ++step) {
+        const int64_t row = paired ? 2 * step : step;
+        if (paired && row + 1 < outer) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(mean_block, mean + channel, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
-                    for (int64_t at = row; at < row + 2; ++at) {
-                        const int64_t base = at * channels;
-                        int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (channel < channels) {
-                            const int64_t tail_first = channel;
-                            float diff_src_part[OPGEN_BLOCK] = {0};
-                            for (; channel < channels; ++channel) {
-                                const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                                const float scale_value = channel_values[0 * channels + channel];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_part[channel - tail_first] = (float)diff_src_value;
-                            }
-                            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                        }
+                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+                }
+                {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(mean_block, mean + channel, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
-                } else {
-                    const int64_t base = row * channels;
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < channels) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                    }
+                    opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
                 }
             }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
-            const int64_t row = paired ? 2 * step : step;
-            if (paired && row + 1 < outer) {
-                const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
-                    }
-                }
-                for (int64_t at = row; at < row + 2; ++at) {
-                    const int64_t base = at * channels;
-                    int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < channels) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                    }
-                }
-            } else {
-                const int64_t base = row * channels;
-                int64_t channel = 0;
+            for (int64_t at = row; at < row + 2; ++at) {
+                const int64_t base = at * channels;
+                int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
@@ -5373,694 +2862,374 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
                     opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                 }
             }
+        } else {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(mean_block, mean + channel, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float scale_value = channel_values[0 * channels + channel + lane];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+            }
+            if (channel < channels) {
+                const int64_t tail_first = channel;
+                float diff_src_part[OPGEN_BLOCK] = {0};
+                for (; channel < channels; ++channel) {
+                    const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_part[channel - tail_first] = (float)diff_src_value;
+                }
+                opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
+            }
         }
-        opgen_fence();
     }
 }
 
-/* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
-void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+static void batch_norm_training_backward_bf16_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last)
 {
-    const double count_acc = (double)outer * (double)inner;
-    const int threads = opgen_threads_for(outer * channels * inner);
-    /* outputs bigger than the caches go straight to memory, unless (opgen_stream_units) the units
-     * end in a tail */
-    const int stream = opgen_stream_units((outer * channels * inner) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), inner);
-    (void)stream;
-    (void)threads;
+    batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last);
+}
+
+/* batch_norm_training_backward_bf16_nxc: sums, values and element pass of channels [first, last), their values still
+ * in cache for the rows */
+static inline void batch_norm_training_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
     (void)workspace;
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t channel = 0; channel < channels; ++channel) {
-                const double variance_acc = (double)(variance[channel]);
-                const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                const double mean_acc = (double)(mean[channel]);
-                double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                double sum_diff_dst_acc = 0;
-                double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                double sum_diff_dst_centered_acc = 0;
-                /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-                {
-                    const float mean_value = mean[channel];
-                    /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-                     * that many blocks per chain share a run with the next rows' units (run_rows in
-                     * all). A run per unit (zeroed, checked and added to the double sums every 49
-                     * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-                    const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-                    const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-                    if (run_rows >= 2) {
-                        for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                            const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                            float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = (row * channels + channel) * inner;
-                                int64_t index = 0;
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                    OPGEN_SIMD
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                        const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                        sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                    }
-                                } else {
-                                    for (; index < inner; ++index) {
-                                        const float src_value = opgen_f16_to_f32(src[base + index]);
-                                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_acc += sum_diff_dst_term;
-                                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                for (int64_t row = row_first; row < row_last; ++row) {
-                                    const int64_t base = (row * channels + channel) * inner;
-                                    for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                continue;
-                            }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                            }
-                        }
-                    } else
-                    {
-                        for (int64_t row = 0; row < outer; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            int64_t index = 0;
-                            /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                             * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                            while (index + OPGEN_BLOCK <= inner) {
-                                const int64_t run_first = index;
-                                const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                                /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                                 * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                                for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const float sum_diff_dst_term = diff_dst_value;
-                                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                            sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                }
-                                for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                    for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    continue;
-                                }
-                                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                                }
-                            }
-                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                }
-                            } else {
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_f16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                sum_diff_dst_acc += sum_diff_dst_lanes[0];
-                sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
-                const double diff_beta_acc = sum_diff_dst_acc;
-                const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                const double scale_acc = (gamma_acc * inv_std_acc);
-                const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                if (diff_gamma) {
-                    diff_gamma[channel] = (float)(diff_gamma_acc);
-                }
-                if (diff_beta) {
-                    diff_beta[channel] = (float)(diff_beta_acc);
-                }
-                const float scale_value = (float)scale_acc;
-                const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-                const float centered_coefficient_value = (float)centered_coefficient_acc;
-                const float mean_value = mean[channel];
-                /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
-                 * are the ones still in cache when the channel is bigger than it */
-                for (int64_t row = outer - 1; row >= 0; --row) {
-                    const int64_t base = (row * channels + channel) * inner;
-                    int64_t index = 0;
-                    for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
-                    }
-                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                    } else {
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_f16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                        }
-                    }
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
+    for (int64_t sum = 0; sum < 2; ++sum) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            sums[sum * channels + channel] = 0;
+        }
+    }
+    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
+        int64_t channel = first;
+        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+            for (int64_t row = group; row < group_end; ++row) {
+                const int64_t base = row * channels;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(mean_block, mean + channel, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float sum_diff_dst_term = diff_dst_value;
+                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
                 }
             }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t channel = 0; channel < channels; ++channel) {
-            const double variance_acc = (double)(variance[channel]);
-            const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-            const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-            const double mean_acc = (double)(mean[channel]);
-            double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-            double sum_diff_dst_acc = 0;
-            double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-            double sum_diff_dst_centered_acc = 0;
-            /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-            {
-                const float mean_value = mean[channel];
-                /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-                 * that many blocks per chain share a run with the next rows' units (run_rows in
-                 * all). A run per unit (zeroed, checked and added to the double sums every 49
-                 * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-                const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-                const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-                if (run_rows >= 2) {
-                    for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                        const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            int64_t index = 0;
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                    const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                    sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                                }
-                            } else {
-                                for (; index < inner; ++index) {
-                                    const float src_value = opgen_f16_to_f32(src[base + index]);
-                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_acc += sum_diff_dst_term;
-                                    sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            for (int64_t row = row_first; row < row_last; ++row) {
-                                const int64_t base = (row * channels + channel) * inner;
-                                for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                        }
+            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(mean_block, mean + channel, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double mean_acc = (double)mean_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
                     }
-                } else
-                {
-                    for (int64_t row = 0; row < outer; ++row) {
+                }
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                    sum_diff_dst_group[lane] = 0;
+                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                    sum_diff_dst_centered_group[lane] = 0;
+                }
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+            }
+        }
+        for (; channel < last; ++channel) {
+            const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+            for (int64_t row = group; row < group_end; ++row) {
+                const int64_t base = row * channels;
+                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                const double sum_diff_dst_term = ((double)diff_dst_value);
+                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                sums[0 * channels + channel] += sum_diff_dst_term;
+                sums[1 * channels + channel] += sum_diff_dst_centered_term;
+            }
+        }
+    }
+    for (int64_t channel = first; channel < last; ++channel) {
+        const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
+        const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
+        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+        const double sum_diff_dst_acc = sums[0 * channels + channel];
+        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+        const double diff_beta_acc = sum_diff_dst_acc;
+        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+        const double scale_acc = (gamma_acc * inv_std_acc);
+        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+        if (diff_gamma) {
+            diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
+        }
+        if (diff_beta) {
+            diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
+        }
+        channel_values[0 * channels + channel] = (float)scale_acc;
+        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+    }
+    for (int64_t row = 0; row < outer; ++row) {
+        const int64_t base = row * channels;
+        int64_t channel = first;
+        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+            float mean_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(mean_block, mean + channel, 0);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_value = (float)mean_block[lane];
+                const float scale_value = channel_values[0 * channels + channel + lane];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
+        }
+        if (channel < last) {
+            const int64_t tail_first = channel;
+            float diff_src_part[OPGEN_BLOCK] = {0};
+            for (; channel < last; ++channel) {
+                const float mean_value = opgen_bf16_to_f32(mean[channel]);
+                const float scale_value = channel_values[0 * channels + channel];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                const float src_value = opgen_bf16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_part[channel - tail_first] = (float)diff_src_value;
+            }
+            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
+        }
+    }
+}
+
+static void batch_norm_training_backward_bf16_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last)
+{
+    batch_norm_training_backward_bf16_nxc_range_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
+ * (src bf16, diff_dst bf16, mean bf16, variance bf16, gamma bf16, diff_src bf16, diff_gamma bf16, diff_beta bf16; computed in float; sums in float runs, then double; channel innermost) */
+void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
+{
+    static const opgen_channels_twice_kernel kernel = {
+        .sum_count = 2,
+        .value_count = 3,
+        .element_bytes = (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)),
+        .work_per_element = 1,
+        .row_output = 5,
+        .row_output_size = (int64_t)sizeof *diff_src,
+        .sums = batch_norm_training_backward_bf16_nxc_sums,
+        .values = batch_norm_training_backward_bf16_nxc_values,
+        .apply = batch_norm_training_backward_bf16_nxc_apply,
+        .range = batch_norm_training_backward_bf16_nxc_range,
+    };
+    void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
+    const float numbers[] = { epsilon };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = repeat;
+    call.workspace = workspace;
+    call.numbers = numbers;
+    opgen_channels_run_twice(&kernel, &call);
+}
+
+/* batch_norm_training_backward_f16_f32_ncx: both passes over each channel of [first, last) in turn */
+static inline void batch_norm_training_backward_f16_f32_ncx_channels_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)inner;
+    (void)stream;
+    const double count_acc = (double)outer * (double)inner;
+    for (int64_t channel = first; channel < last; ++channel) {
+        const double variance_acc = (double)(variance[channel]);
+        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+        const double mean_acc = (double)(mean[channel]);
+        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_acc = 0;
+        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_centered_acc = 0;
+        /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
+        {
+            const float mean_value = mean[channel];
+            /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
+             * that many blocks per chain share a run with the next rows' units (run_rows in
+             * all). A run per unit (zeroed, checked and added to the double sums every 49
+             * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+            const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
+            const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
+            if (run_rows >= 2) {
+                for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
+                    const int64_t row_last = opgen_min(outer, row_first + run_rows);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    for (int64_t row = row_first; row < row_last; ++row) {
                         const int64_t base = (row * channels + channel) * inner;
                         int64_t index = 0;
-                        /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                         * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                        while (index + OPGEN_BLOCK <= inner) {
-                            const int64_t run_first = index;
-                            const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                            float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                            /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                             * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                            for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
                                 float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
                                 OPGEN_SIMD_FLOAT
                                 for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                                     const float src_value = (float)src_block[lane];
                                     const float diff_dst_value = (float)diff_dst_block[lane];
                                     const float sum_diff_dst_term = diff_dst_value;
                                     const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
                             }
-                            if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                                for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                    }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                                 }
-                                continue;
                             }
-                            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
                             }
                         }
                         if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
@@ -6088,780 +3257,360 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
                             }
                         }
                     }
-                }
-            }
-            /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-            }
-            sum_diff_dst_acc += sum_diff_dst_lanes[0];
-            sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
-            const double diff_beta_acc = sum_diff_dst_acc;
-            const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-            const double scale_acc = (gamma_acc * inv_std_acc);
-            const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-            const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-            if (diff_gamma) {
-                diff_gamma[channel] = (float)(diff_gamma_acc);
-            }
-            if (diff_beta) {
-                diff_beta[channel] = (float)(diff_beta_acc);
-            }
-            const float scale_value = (float)scale_acc;
-            const float mean_diff_dst_value = (float)mean_diff_dst_acc;
-            const float centered_coefficient_value = (float)centered_coefficient_acc;
-            const float mean_value = mean[channel];
-            /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
-             * are the ones still in cache when the channel is bigger than it */
-            for (int64_t row = outer - 1; row >= 0; --row) {
-                const int64_t base = (row * channels + channel) * inner;
-                int64_t index = 0;
-                for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        for (int64_t row = row_first; row < row_last; ++row) {
+                            const int64_t base = (row * channels + channel) * inner;
+                            for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        continue;
                     }
-                    opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
-                }
-                if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
+                    for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                        sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                        sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
-                    opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
-                } else {
-                    for (; index < inner; ++index) {
-                        const float src_value = opgen_f16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                }
+            } else
+            {
+                for (int64_t row = 0; row < outer; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                    while (index + OPGEN_BLOCK <= inner) {
+                        const int64_t run_first = index;
+                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const float sum_diff_dst_term = diff_dst_value;
+                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                        }
+                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const float sum_diff_dst_term = diff_dst_value;
+                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                                float src_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
+                                float diff_dst_block[OPGEN_BLOCK];
+                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
+                                OPGEN_SIMD_FLOAT
+                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                    const float src_value = (float)src_block[lane];
+                                    const float diff_dst_value = (float)diff_dst_block[lane];
+                                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
+                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
+                                }
+                            }
+                            continue;
+                        }
+                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                        }
+                    }
+                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                        OPGEN_SIMD
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
+                            const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+                            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+                        }
+                    } else {
+                        for (; index < inner; ++index) {
+                            const float src_value = opgen_f16_to_f32(src[base + index]);
+                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_acc += sum_diff_dst_term;
+                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                        }
                     }
                 }
             }
         }
-        opgen_fence();
+        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
+        }
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
+            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
+        }
+        sum_diff_dst_acc += sum_diff_dst_lanes[0];
+        sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
+        const double diff_beta_acc = sum_diff_dst_acc;
+        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+        const double scale_acc = (gamma_acc * inv_std_acc);
+        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+        if (diff_gamma) {
+            diff_gamma[channel] = (float)(diff_gamma_acc);
+        }
+        if (diff_beta) {
+            diff_beta[channel] = (float)(diff_beta_acc);
+        }
+        const float scale_value = (float)scale_acc;
+        const float mean_diff_dst_value = (float)mean_diff_dst_acc;
+        const float centered_coefficient_value = (float)centered_coefficient_acc;
+        const float mean_value = mean[channel];
+        /* pass 2: the elementwise outputs, last row first: the rows pass 1 read last
+         * are the ones still in cache when the channel is bigger than it */
+        for (int64_t row = outer - 1; row >= 0; --row) {
+            const int64_t base = (row * channels + channel) * inner;
+            int64_t index = 0;
+            for (; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + base + index, diff_src_block, stream);
+            }
+            if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner - index), stream);
+            } else {
+                for (; index < inner; ++index) {
+                    const float src_value = opgen_f16_to_f32(src[base + index]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+                }
+            }
+        }
     }
 }
 
-/* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
- * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
-void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
+static void batch_norm_training_backward_f16_f32_ncx_channels(const opgen_channels_call *call, int64_t first, int64_t last)
 {
+    batch_norm_training_backward_f16_f32_ncx_channels_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
+ * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
+void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner)
+{
+    static const opgen_channels_twice_kernel kernel = {
+        .sum_count = 2,
+        .value_count = 3,
+        .element_bytes = (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)),
+        .work_per_element = 1,
+        .channels = batch_norm_training_backward_f16_f32_ncx_channels,
+    };
+    void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
+    const float numbers[] = { epsilon };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
+    call.numbers = numbers;
+    opgen_channels_run_twice(&kernel, &call);
+}
+
+/* batch_norm_training_backward_f16_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
+ * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
+static inline void batch_norm_training_backward_f16_f32_nxc_sums_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
+                                                                      int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
     const double count_acc = (double)outer * (double)repeat;
     double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    double *partials = workspace + 5 * channels;
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    /* tiles of rows take rows shorter than OPGEN_CHANNEL_SPLIT, segment by segment past one */
-    const int split_channels = opgen_split_channels(outer, channels, tiles, OPGEN_CHANNEL_SPLIT - 1);
-    const int threads = opgen_threads_for(outer * channels);
-    /* rows of many channels or few rows, each channel its own: both passes range by range (below) */
-    const int range_by_range = split_channels && repeat == 1;
-    const int64_t ranges = split_channels ? opgen_channel_ranges(channels, threads, range_by_range ? opgen_reread_range(outer, (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16))) : OPGEN_CHANNEL_RANGE) : tiles;
-    /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
-    const int stream = opgen_stream_rows((outer * channels) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)), channels * (int64_t)sizeof *diff_src, diff_src);
-    (void)stream;
-    (void)threads;
+    (void)count_acc;
+    (void)sums;
     (void)channel_values;
-    if (range_by_range) {
-        /* rows of many channels or few rows (see opgen_split_channels): the element pass's
-         * per-channel values are then as many as a row's elements, too many to stay in cache
-         * while every row reads them all. So each range of channels runs pass 1, its channels'
-         * values and pass 2 in turn, and its values stay in cache; the sums are the same as
-         * below. */
-#if defined(_OPENMP)
-        if ((int)opgen_min(threads, ranges) > 1) {
-            OPGEN_PARALLEL((int)opgen_min(threads, ranges))
-            {
-                OPGEN_FOR
-                for (int64_t range = 0; range < ranges; ++range) {
-                    const int64_t first = opgen_range_first(channels, ranges, range);
-                    const int64_t last = opgen_range_last(channels, ranges, range);
-                    for (int64_t sum = 0; sum < 2; ++sum) {
-                        for (int64_t channel = first; channel < last; ++channel) {
-                            sums[sum * channels + channel] = 0;
-                        }
-                    }
-                    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[lane] = 0;
-                                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
-                            const double mean_acc = (double)(mean[channel]);
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sums[0 * channels + channel] += sum_diff_dst_term;
-                                sums[1 * channels + channel] += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        const double variance_acc = (double)(variance[channel]);
-                        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                        const double sum_diff_dst_acc = sums[0 * channels + channel];
-                        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-                        const double diff_beta_acc = sum_diff_dst_acc;
-                        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                        const double scale_acc = (gamma_acc * inv_std_acc);
-                        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                        if (diff_gamma) {
-                            diff_gamma[channel] = (float)(diff_gamma_acc);
-                        }
-                        if (diff_beta) {
-                            diff_beta[channel] = (float)(diff_beta_acc);
-                        }
-                        channel_values[0 * channels + channel] = (float)scale_acc;
-                        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-                        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-                    }
-                    for (int64_t row = 0; row < outer; ++row) {
-                        const int64_t base = row * channels;
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (channel < last) {
-                            const int64_t tail_first = channel;
-                            float diff_src_part[OPGEN_BLOCK] = {0};
-                            for (; channel < last; ++channel) {
-                                const float mean_value = mean[channel];
-                                const float scale_value = channel_values[0 * channels + channel];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_part[channel - tail_first] = (float)diff_src_value;
-                            }
-                            opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-                        }
-                    }
+    if (opgen_in_order) {
+        const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
+        const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            for (int64_t segment = 0; segment < channels; segment += segment_length) {
+                const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
+                float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
+                for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
+                    sum_diff_dst_group[slot] = 0;
+                    sum_diff_dst_centered_group[slot] = 0;
                 }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t range = 0; range < ranges; ++range) {
-                const int64_t first = opgen_range_first(channels, ranges, range);
-                const int64_t last = opgen_range_last(channels, ranges, range);
-                for (int64_t sum = 0; sum < 2; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        sums[sum * channels + channel] = 0;
-                    }
-                }
-                for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double mean_acc = (double)mean_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                sum_diff_dst_group[lane] = 0;
-                                sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                sum_diff_dst_centered_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                            sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const double mean_acc = (double)(mean[channel]);
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            const float src_value = opgen_f16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sums[0 * channels + channel] += sum_diff_dst_term;
-                            sums[1 * channels + channel] += sum_diff_dst_centered_term;
-                        }
-                    }
-                }
-                for (int64_t channel = first; channel < last; ++channel) {
-                    const double variance_acc = (double)(variance[channel]);
-                    const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-                    const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-                    const double sum_diff_dst_acc = sums[0 * channels + channel];
-                    const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-                    const double diff_beta_acc = sum_diff_dst_acc;
-                    const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-                    const double scale_acc = (gamma_acc * inv_std_acc);
-                    const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-                    const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-                    if (diff_gamma) {
-                        diff_gamma[channel] = (float)(diff_gamma_acc);
-                    }
-                    if (diff_beta) {
-                        diff_beta[channel] = (float)(diff_beta_acc);
-                    }
-                    channel_values[0 * channels + channel] = (float)scale_acc;
-                    channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-                    channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-                }
-                for (int64_t row = 0; row < outer; ++row) {
+                for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                    for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
                         float src_block[OPGEN_BLOCK];
                         opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
                         float diff_dst_block[OPGEN_BLOCK];
                         opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
                         float mean_block[OPGEN_BLOCK];
                         opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
                         OPGEN_SIMD_FLOAT
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             const float src_value = (float)src_block[lane];
                             const float diff_dst_value = (float)diff_dst_block[lane];
                             const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < last) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < last; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_f16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-                    }
-                }
-            }
-            opgen_fence();
-        }
-        return;
-    }
-    /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
-#if defined(_OPENMP)
-    if ((int)opgen_min(threads, ranges) > 1) {
-        OPGEN_PARALLEL((int)opgen_min(threads, ranges))
-        {
-            OPGEN_FOR
-            for (int64_t range = 0; range < ranges; ++range) {
-                double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-                const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
-                const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
-                const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-                const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-                for (int64_t sum = 0; sum < 2; ++sum) {
-                    for (int64_t channel = first; channel < last; ++channel) {
-                        partial[sum * channels + channel] = 0;
-                    }
-                }
-                if (stream && !split_channels) {
-                    const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                            const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                            float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                            for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                                sum_diff_dst_group[slot] = 0;
-                                sum_diff_dst_centered_group[slot] = 0;
-                            }
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const float mean_value = (float)mean_block[lane];
-                                        const float sum_diff_dst_term = diff_dst_value;
-                                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                        sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                                        sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                /* the channels after the last whole block, in the last segment */
-                                const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                                if (tail_first < channels) {
-                                    for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                        const double mean_acc = (double)(mean[channel]);
-                                        const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        partial[0 * channels + channel] += sum_diff_dst_term;
-                                        partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                            }
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                if (!(opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
-                                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                    for (int64_t row = group; row < group_end; ++row) {
-                                        const int64_t base = row * channels;
-                                        float src_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float diff_dst_block[OPGEN_BLOCK];
-                                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                        float mean_block[OPGEN_BLOCK];
-                                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                                        OPGEN_SIMD_FLOAT
-                                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                            const float src_value = (float)src_block[lane];
-                                            const float diff_dst_value = (float)diff_dst_block[lane];
-                                            const double mean_acc = (double)mean_block[lane];
-                                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                                            sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                        }
-                                    }
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                        sum_diff_dst_group[channel - segment + lane] = 0;
-                                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                        sum_diff_dst_centered_group[channel - segment + lane] = 0;
-                                    }
-                                }
-                                OPGEN_SIMD
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
-                                }
-                            }
+                            const float sum_diff_dst_term = diff_dst_value;
+                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                            sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
+                            sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
                         }
                     }
-                } else {
-                    for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                        int64_t channel = first;
-                        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[lane] = 0;
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                            }
-                        }
-                        for (; channel < last; ++channel) {
+                    /* the channels after the last whole block, in the last segment */
+                    const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
+                    if (tail_first < channels) {
+                        for (int64_t channel = tail_first; channel < channels; ++channel) {
                             const double mean_acc = (double)(mean[channel]);
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                partial[0 * channels + channel] += sum_diff_dst_term;
-                                partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                            }
-                        }
-                    }
-                }
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t range = 0; range < ranges; ++range) {
-            double *partial = partials + (split_channels ? 0 : range * 2 * channels);
-            const int64_t first = split_channels ? opgen_range_first(channels, ranges, range) : 0;
-            const int64_t last = split_channels ? opgen_range_last(channels, ranges, range) : channels;
-            const int64_t row_first = split_channels ? 0 : outer * range / tiles;
-            const int64_t row_last = split_channels ? outer : outer * (range + 1) / tiles;
-            for (int64_t sum = 0; sum < 2; ++sum) {
-                for (int64_t channel = first; channel < last; ++channel) {
-                    partial[sum * channels + channel] = 0;
-                }
-            }
-            if (stream && !split_channels) {
-                const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
-                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    for (int64_t segment = 0; segment < channels; segment += segment_length) {
-                        const int64_t segment_end = opgen_min(segment + segment_length, whole_channels);
-                        float sum_diff_dst_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                        float sum_diff_dst_centered_group[(int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float))];
-                        for (int64_t slot = 0; slot < segment_end - segment; ++slot) {
-                            sum_diff_dst_group[slot] = 0;
-                            sum_diff_dst_centered_group[slot] = 0;
-                        }
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float mean_value = (float)mean_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            /* the channels after the last whole block, in the last segment */
-                            const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
-                            if (tail_first < channels) {
-                                for (int64_t channel = tail_first; channel < channels; ++channel) {
-                                    const double mean_acc = (double)(mean[channel]);
-                                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    partial[0 * channels + channel] += sum_diff_dst_term;
-                                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                            if (!(opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
-                                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                                for (int64_t row = group; row < group_end; ++row) {
-                                    const int64_t base = row * channels;
-                                    float src_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float diff_dst_block[OPGEN_BLOCK];
-                                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                    float mean_block[OPGEN_BLOCK];
-                                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                                    OPGEN_SIMD_FLOAT
-                                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                        const float src_value = (float)src_block[lane];
-                                        const float diff_dst_value = (float)diff_dst_block[lane];
-                                        const double mean_acc = (double)mean_block[lane];
-                                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                    }
-                                }
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                    sum_diff_dst_group[channel - segment + lane] = 0;
-                                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                    sum_diff_dst_centered_group[channel - segment + lane] = 0;
-                                }
-                            }
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
-                            }
-                        }
-                    }
-                }
-            } else {
-                for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
-                    const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-                    int64_t channel = first;
-                    for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-                        float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_group[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                            double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                            double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                            for (int64_t row = group; row < group_end; ++row) {
-                                const int64_t base = row * channels;
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                                float mean_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(mean_block, mean + channel, 0);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double mean_acc = (double)mean_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                                sum_diff_dst_group[lane] = 0;
-                                partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                                sum_diff_dst_centered_group[lane] = 0;
-                            }
-                        }
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-                        }
-                    }
-                    for (; channel < last; ++channel) {
-                        const double mean_acc = (double)(mean[channel]);
-                        for (int64_t row = group; row < group_end; ++row) {
-                            const int64_t base = row * channels;
                             const float src_value = opgen_f16_to_f32(src[base + channel]);
                             const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
                             const double sum_diff_dst_term = ((double)diff_dst_value);
@@ -6871,31 +3620,153 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                         }
                     }
                 }
+                for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
+                    if (!(opgen_all_finite(sum_diff_dst_centered_group + (channel - segment), OPGEN_BLOCK))) {
+                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                        double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                        double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                        for (int64_t row = group; row < group_end; ++row) {
+                            const int64_t base = row * channels;
+                            float src_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                            float diff_dst_block[OPGEN_BLOCK];
+                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                            float mean_block[OPGEN_BLOCK];
+                            opgen_load_block_f32(mean_block, mean + channel, 0);
+                            OPGEN_SIMD_FLOAT
+                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                                const float src_value = (float)src_block[lane];
+                                const float diff_dst_value = (float)diff_dst_block[lane];
+                                const double mean_acc = (double)mean_block[lane];
+                                const double sum_diff_dst_term = ((double)diff_dst_value);
+                                sum_diff_dst_again[lane] += sum_diff_dst_term;
+                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                            }
+                        }
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                            sum_diff_dst_group[channel - segment + lane] = 0;
+                            partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                            sum_diff_dst_centered_group[channel - segment + lane] = 0;
+                        }
+                    }
+                    OPGEN_SIMD
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_group[channel - segment + lane];
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[channel - segment + lane];
+                    }
+                }
             }
         }
-        opgen_fence();
-    }
-    /* the partial sums, in tile order */
-    for (int64_t slot = 0; slot < 2 * channels; ++slot) {
-        sums[slot] = 0;
-    }
-    for (int64_t tile = 0; tile < (split_channels ? 1 : tiles); ++tile) {
-        for (int64_t slot = 0; slot < 2 * channels; ++slot) {
-            sums[slot] += partials[tile * 2 * channels + slot];
+    } else {
+        for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
+            const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
+            int64_t channel = first;
+            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+                float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+                float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float sum_diff_dst_term = diff_dst_value;
+                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                        sum_diff_dst_group[lane] += sum_diff_dst_term;
+                        sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                    }
+                }
+                if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                    double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                    double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                    for (int64_t row = group; row < group_end; ++row) {
+                        const int64_t base = row * channels;
+                        float src_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                        float diff_dst_block[OPGEN_BLOCK];
+                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                        float mean_block[OPGEN_BLOCK];
+                        opgen_load_block_f32(mean_block, mean + channel, 0);
+                        OPGEN_SIMD_FLOAT
+                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                            const float src_value = (float)src_block[lane];
+                            const float diff_dst_value = (float)diff_dst_block[lane];
+                            const double mean_acc = (double)mean_block[lane];
+                            const double sum_diff_dst_term = ((double)diff_dst_value);
+                            sum_diff_dst_again[lane] += sum_diff_dst_term;
+                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                        }
+                    }
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                        sum_diff_dst_group[lane] = 0;
+                        partial[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                        sum_diff_dst_centered_group[lane] = 0;
+                    }
+                }
+                OPGEN_SIMD
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    partial[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                    partial[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+                }
+            }
+            for (; channel < last; ++channel) {
+                const double mean_acc = (double)(mean[channel]);
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                    const double sum_diff_dst_term = ((double)diff_dst_value);
+                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                    partial[0 * channels + channel] += sum_diff_dst_term;
+                    partial[1 * channels + channel] += sum_diff_dst_centered_term;
+                }
+            }
         }
     }
-    /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
-    for (int64_t first = 0; repeat > 1 && first < 2 * channels; first += repeat) {
-        double opgen_total = sums[first];
-        for (int64_t step = 1; step < repeat; ++step) {
-            opgen_total += sums[first + step];
-        }
-        for (int64_t step = 0; step < repeat; ++step) {
-            sums[first + step] = opgen_total;
-        }
-    }
-    /* per channel: the outputs and the values the element pass needs */
-    for (int64_t channel = 0; channel < channels; ++channel) {
+}
+
+static void batch_norm_training_backward_f16_f32_nxc_sums(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
+                                                          int64_t last, int opgen_in_order, double *partial)
+{
+    batch_norm_training_backward_f16_f32_nxc_sums_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, opgen_in_order, partial);
+}
+
+/* batch_norm_training_backward_f16_f32_nxc: the outputs and the element pass's values of channels [first, last) */
+static inline void batch_norm_training_backward_f16_f32_nxc_values_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
+    for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
@@ -6916,244 +3787,91 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
         channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
         channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
     }
-    /* pass 2: the elementwise outputs, rows split among the threads; with many channels, two
-     * rows block by block, so that the second row finds the block's per-channel values in L1.
-     * One thread runs it in a parallel region too (see team_loop): timed from C, one thread,
-     * 401 408 rows of 64 channels, bf16 7 % faster past the caches and 11 % in them, f16 1 %
-     * and 4 %, f32 unchanged. */
+}
+
+static void batch_norm_training_backward_f16_f32_nxc_values(const opgen_channels_call *call, int64_t first, int64_t last)
+{
+    batch_norm_training_backward_f16_f32_nxc_values_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_f16_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
+ * many channels, two rows block by block, so that the second row finds the block's
+ * per-channel values in L1 */
+static inline void batch_norm_training_backward_f16_f32_nxc_apply_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
     const int paired = channels >= OPGEN_PAIRED_ROWS;
-#if defined(_OPENMP)
-    if (threads > 1 || outer * channels >= OPGEN_PARALLEL_THRESHOLD) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
-                const int64_t row = paired ? 2 * step : step;
-                if (paired && row + 1 < outer) {
-                    const int64_t base = row * channels;
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_f16(diff_src + base + channels + channel, diff_src_block, stream);
-                        }
+    for (int64_t step = opgen_step_first; step < opgen_step_last; ++step) {
+        const int64_t row = paired ? 2 * step : step;
+        if (paired && row + 1 < outer) {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
-                    for (int64_t at = row; at < row + 2; ++at) {
-                        const int64_t base = at * channels;
-                        int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                        for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            float diff_src_block[OPGEN_BLOCK];
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float mean_value = (float)mean_block[lane];
-                                const float scale_value = channel_values[0 * channels + channel + lane];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_block[lane] = (float)diff_src_value;
-                            }
-                            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                        }
-                        if (channel < channels) {
-                            const int64_t tail_first = channel;
-                            float diff_src_part[OPGEN_BLOCK] = {0};
-                            for (; channel < channels; ++channel) {
-                                const float mean_value = mean[channel];
-                                const float scale_value = channel_values[0 * channels + channel];
-                                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                                diff_src_part[channel - tail_first] = (float)diff_src_value;
-                            }
-                            opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                        }
+                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+                }
+                {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_value = (float)mean_block[lane];
+                        const float scale_value = channel_values[0 * channels + channel + lane];
+                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                        diff_src_block[lane] = (float)diff_src_value;
                     }
-                } else {
-                    const int64_t base = row * channels;
-                    int64_t channel = 0;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < channels) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_f16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                    }
+                    opgen_store_block_f16(diff_src + base + channels + channel, diff_src_block, stream);
                 }
             }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t step = 0; step < (paired ? (outer + 1) / 2 : outer); ++step) {
-            const int64_t row = paired ? 2 * step : step;
-            if (paired && row + 1 < outer) {
-                const int64_t base = row * channels;
-                int64_t channel = 0;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f16(diff_src + base + channels + channel, diff_src_block, stream);
-                    }
-                }
-                for (int64_t at = row; at < row + 2; ++at) {
-                    const int64_t base = at * channels;
-                    int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                    for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        float diff_src_block[OPGEN_BLOCK];
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float scale_value = channel_values[0 * channels + channel + lane];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_block[lane] = (float)diff_src_value;
-                        }
-                        opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                    }
-                    if (channel < channels) {
-                        const int64_t tail_first = channel;
-                        float diff_src_part[OPGEN_BLOCK] = {0};
-                        for (; channel < channels; ++channel) {
-                            const float mean_value = mean[channel];
-                            const float scale_value = channel_values[0 * channels + channel];
-                            const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                            const float centered_coefficient_value = channel_values[2 * channels + channel];
-                            const float src_value = opgen_f16_to_f32(src[base + channel]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                            const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                            diff_src_part[channel - tail_first] = (float)diff_src_value;
-                        }
-                        opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                    }
-                }
-            } else {
-                const int64_t base = row * channels;
-                int64_t channel = 0;
+            for (int64_t at = row; at < row + 2; ++at) {
+                const int64_t base = at * channels;
+                int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
                 for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
@@ -7191,7 +3909,249 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
                     opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
                 }
             }
+        } else {
+            const int64_t base = row * channels;
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float scale_value = channel_values[0 * channels + channel + lane];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+            }
+            if (channel < channels) {
+                const int64_t tail_first = channel;
+                float diff_src_part[OPGEN_BLOCK] = {0};
+                for (; channel < channels; ++channel) {
+                    const float mean_value = mean[channel];
+                    const float scale_value = channel_values[0 * channels + channel];
+                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                    const float centered_coefficient_value = channel_values[2 * channels + channel];
+                    const float src_value = opgen_f16_to_f32(src[base + channel]);
+                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                    diff_src_part[channel - tail_first] = (float)diff_src_value;
+                }
+                opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
+            }
         }
-        opgen_fence();
     }
+}
+
+static void batch_norm_training_backward_f16_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last)
+{
+    batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last);
+}
+
+/* batch_norm_training_backward_f16_f32_nxc: sums, values and element pass of channels [first, last), their values still
+ * in cache for the rows */
+static inline void batch_norm_training_backward_f16_f32_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+{
+    (void)src;
+    (void)diff_dst;
+    (void)mean;
+    (void)variance;
+    (void)gamma;
+    (void)epsilon;
+    (void)diff_src;
+    (void)diff_gamma;
+    (void)diff_beta;
+    (void)workspace;
+    (void)outer;
+    (void)channels;
+    (void)repeat;
+    (void)stream;
+    const double count_acc = (double)outer * (double)repeat;
+    double *sums = workspace;
+    float *channel_values = (float *)(void *)(workspace + 2 * channels);
+    (void)count_acc;
+    (void)sums;
+    (void)channel_values;
+    for (int64_t sum = 0; sum < 2; ++sum) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            sums[sum * channels + channel] = 0;
+        }
+    }
+    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
+        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
+        int64_t channel = first;
+        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
+            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
+            for (int64_t row = group; row < group_end; ++row) {
+                const int64_t base = row * channels;
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                float mean_block[OPGEN_BLOCK];
+                opgen_load_block_f32(mean_block, mean + channel, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_value = (float)mean_block[lane];
+                    const float sum_diff_dst_term = diff_dst_value;
+                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+                    sum_diff_dst_group[lane] += sum_diff_dst_term;
+                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
+                }
+            }
+            if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
+                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
+                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
+                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
+                for (int64_t row = group; row < group_end; ++row) {
+                    const int64_t base = row * channels;
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+                    float mean_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(mean_block, mean + channel, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const double mean_acc = (double)mean_block[lane];
+                        const double sum_diff_dst_term = ((double)diff_dst_value);
+                        sum_diff_dst_again[lane] += sum_diff_dst_term;
+                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+                    }
+                }
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
+                    sum_diff_dst_group[lane] = 0;
+                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
+                    sum_diff_dst_centered_group[lane] = 0;
+                }
+            }
+            OPGEN_SIMD
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
+                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
+            }
+        }
+        for (; channel < last; ++channel) {
+            const double mean_acc = (double)(mean[channel]);
+            for (int64_t row = group; row < group_end; ++row) {
+                const int64_t base = row * channels;
+                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                const double sum_diff_dst_term = ((double)diff_dst_value);
+                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+                sums[0 * channels + channel] += sum_diff_dst_term;
+                sums[1 * channels + channel] += sum_diff_dst_centered_term;
+            }
+        }
+    }
+    for (int64_t channel = first; channel < last; ++channel) {
+        const double variance_acc = (double)(variance[channel]);
+        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
+        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
+        const double sum_diff_dst_acc = sums[0 * channels + channel];
+        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
+        const double diff_beta_acc = sum_diff_dst_acc;
+        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
+        const double scale_acc = (gamma_acc * inv_std_acc);
+        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
+        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
+        if (diff_gamma) {
+            diff_gamma[channel] = (float)(diff_gamma_acc);
+        }
+        if (diff_beta) {
+            diff_beta[channel] = (float)(diff_beta_acc);
+        }
+        channel_values[0 * channels + channel] = (float)scale_acc;
+        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
+        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
+    }
+    for (int64_t row = 0; row < outer; ++row) {
+        const int64_t base = row * channels;
+        int64_t channel = first;
+        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
+            float mean_block[OPGEN_BLOCK];
+            opgen_load_block_f32(mean_block, mean + channel, 0);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_value = (float)mean_block[lane];
+                const float scale_value = channel_values[0 * channels + channel + lane];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
+            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
+        }
+        if (channel < last) {
+            const int64_t tail_first = channel;
+            float diff_src_part[OPGEN_BLOCK] = {0};
+            for (; channel < last; ++channel) {
+                const float mean_value = mean[channel];
+                const float scale_value = channel_values[0 * channels + channel];
+                const float mean_diff_dst_value = channel_values[1 * channels + channel];
+                const float centered_coefficient_value = channel_values[2 * channels + channel];
+                const float src_value = opgen_f16_to_f32(src[base + channel]);
+                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+                diff_src_part[channel - tail_first] = (float)diff_src_value;
+            }
+            opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
+        }
+    }
+}
+
+static void batch_norm_training_backward_f16_f32_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last)
+{
+    batch_norm_training_backward_f16_f32_nxc_range_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+}
+
+/* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
+ * (src f16, diff_dst f16, mean f32, variance f32, gamma f32, diff_src f16, diff_gamma f32, diff_beta f32; computed in float; sums in float runs, then double; channel innermost) */
+void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat)
+{
+    static const opgen_channels_twice_kernel kernel = {
+        .sum_count = 2,
+        .value_count = 3,
+        .element_bytes = (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)),
+        .work_per_element = 1,
+        .row_output = 5,
+        .row_output_size = (int64_t)sizeof *diff_src,
+        .sums = batch_norm_training_backward_f16_f32_nxc_sums,
+        .values = batch_norm_training_backward_f16_f32_nxc_values,
+        .apply = batch_norm_training_backward_f16_f32_nxc_apply,
+        .range = batch_norm_training_backward_f16_f32_nxc_range,
+    };
+    void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
+    const float numbers[] = { epsilon };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = repeat;
+    call.workspace = workspace;
+    call.numbers = numbers;
+    opgen_channels_run_twice(&kernel, &call);
 }

@@ -1,6 +1,7 @@
-/* The loop driver of the broadcast_reduce ops (hand-written; opgen copies it into every build
- * that has one).
+/* The loop driver of the broadcast_reduce and reduce_then_apply ops (hand-written; opgen copies
+ * it into every build that has one).
  *
+ * broadcast_reduce (opgen_channels_run):
  * A call is a tensor seen as [outer][channels][inner] (form ncx) or [outer][channels] (form
  * nxc, inner 1), with one operand indexed by the channel: elementwise outputs, and sums of
  * per-element terms into the channel's shape. The driver picks the threads, the tiles and
@@ -15,7 +16,22 @@
  *   finish  the sums of channels [first, last) (sum s of channel c at sums[s * stride + c -
  *           first]) rounded into the channel outputs, or added to the caller's *_sums arrays.
  * Tiles are fixed by the shape alone and their partial sums added up in tile order; a range's
- * channels are summed by one thread: the sums never depend on the thread count. */
+ * channels are summed by one thread: the sums never depend on the thread count.
+ *
+ * reduce_then_apply (opgen_channels_run_twice): the same view; per-channel sums, then values of
+ * each channel from them (and the channel outputs), then an element pass that reads those
+ * values. Microkernels:
+ *   channels (ncx) both passes over each channel of [first, last), back to back, so the second
+ *           finds the channel in cache when it fits;
+ *   sums    (nxc) rows [row_first, row_last), channels [first, last), their terms added to
+ *           `partial` (in memory order across all channels where `in_order`);
+ *   values  (nxc) channels [first, last): their outputs and values, from the workspace's sums;
+ *   apply   (nxc) the element pass over steps [first, last) (a step is a row, or two rows where
+ *           rows are long: see OPGEN_PAIRED_ROWS);
+ *   range   (nxc, few rows of many channels) sums, values and element pass of channels [first,
+ *           last), the range's values still in cache for its rows.
+ * The workspace holds the sums and the values (sum_count + value_count doubles a channel), then
+ * the partial sums of each tile of rows. */
 #ifndef OPGEN_CHANNELS_H
 #define OPGEN_CHANNELS_H
 
@@ -28,8 +44,10 @@ typedef struct opgen_channels_call {
     double *const *sums_into; /* per sum: the caller's array its channels are added to, or NULL */
     int64_t outer;
     int64_t channels;
-    int64_t inner;           /* 1 in form nxc */
+    int64_t inner;           /* 1 in form nxc; reduce_then_apply nxc: `repeat`, runs of as many
+                              * channels that are one (an NCX tensor with short rows) */
     double *workspace;       /* the kernel's <name>_workspace_size() doubles */
+    const float *numbers;    /* the f32 attributes the math reads, in the kernel's order */
     int stream;              /* set by the driver: outputs bigger than the caches go past them */
 } opgen_channels_call;
 
@@ -56,10 +74,31 @@ typedef struct opgen_channels_kernel {
     opgen_channels_finish_function finish;
 } opgen_channels_kernel;
 
+typedef void (*opgen_channels_sums_function)(const opgen_channels_call *call, int64_t row_first, int64_t row_last,
+                                             int64_t first, int64_t last, int in_order, double *partial);
+typedef void (*opgen_channels_span_function)(const opgen_channels_call *call, int64_t first, int64_t last);
+
+typedef struct opgen_channels_twice_kernel {
+    int sum_count;
+    int value_count;           /* per-channel values the element pass reads */
+    int64_t element_bytes;
+    int work_per_element;
+    int row_output;            /* nxc: the index in `tensors` of the tensor output */
+    int64_t row_output_size;
+    opgen_channels_span_function channels;   /* form ncx; NULL in form nxc */
+    opgen_channels_sums_function sums;       /* form nxc */
+    opgen_channels_span_function values;     /* form nxc */
+    opgen_channels_span_function apply;      /* form nxc: steps [first, last) */
+    opgen_channels_span_function range;      /* form nxc */
+} opgen_channels_twice_kernel;
+
 void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channels_call *call);
+void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const opgen_channels_call *call);
 /* Doubles of workspace a call of a kernel with these fields needs (its <name>_workspace_size);
- * `inner` is 1 in form nxc. */
+ * form nxc reads no `inner`. */
 int64_t opgen_channels_workspace(int ncx, int sum_count, int float_sum_count, int64_t segment, int64_t outer,
                                  int64_t channels, int64_t inner);
+/* The same for opgen_channels_run_twice (form nxc; ncx needs none). */
+int64_t opgen_channels_twice_workspace(int sum_count, int value_count, int64_t outer, int64_t channels);
 
 #endif /* OPGEN_CHANNELS_H */

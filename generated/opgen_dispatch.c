@@ -229,7 +229,7 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
 
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, 1);
+    return opgen_channels_workspace(0, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -355,7 +355,7 @@ void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 
 int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, 1);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -481,7 +481,7 @@ void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, 1);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void aclnn_prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -718,9 +718,8 @@ void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const
 
 int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    return (5 + tiles * 2) * channels;
+    (void)inner; /* the nxc loops tile rows alone */
+    return opgen_channels_twice_workspace(2, 3, outer, channels);
 }
 
 void batch_norm_training_backward_bf16_f32_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -805,9 +804,8 @@ void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT 
 
 int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    return (5 + tiles * 2) * channels;
+    (void)inner; /* the nxc loops tile rows alone */
+    return opgen_channels_twice_workspace(2, 3, outer, channels);
 }
 
 void batch_norm_training_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -892,9 +890,8 @@ void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src,
 
 int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    return (5 + tiles * 2) * channels;
+    (void)inner; /* the nxc loops tile rows alone */
+    return opgen_channels_twice_workspace(2, 3, outer, channels);
 }
 
 void batch_norm_training_backward_f16_f32_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -979,9 +976,8 @@ void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT sr
 
 int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loop tiles rows alone */
-    const int64_t tiles = opgen_tile_count(outer, channels, 1);
-    return (5 + tiles * 2) * channels;
+    (void)inner; /* the nxc loops tile rows alone */
+    return opgen_channels_twice_workspace(2, 3, outer, channels);
 }
 
 void divide_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
@@ -2194,7 +2190,7 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
 
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, 1);
+    return opgen_channels_workspace(0, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, inner);
 }
 
 void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -2320,7 +2316,7 @@ void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 
 int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, 1);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -2446,7 +2442,7 @@ void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, 1);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);

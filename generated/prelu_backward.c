@@ -292,7 +292,13 @@ void OPGEN_KERNEL(prelu_backward_f32_ncx)(const float *OPGEN_RESTRICT src, const
     };
     void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
     double *const opgen_sums_into[] = { diff_slope_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -587,7 +593,13 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
     };
     void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
     double *const opgen_sums_into[] = { diff_slope_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = 1;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -1003,7 +1015,13 @@ void OPGEN_KERNEL(prelu_backward_bf16_ncx)(const opgen_bf16 *OPGEN_RESTRICT src,
     };
     void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
     double *const opgen_sums_into[] = { diff_slope_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -1370,7 +1388,13 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
     };
     void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
     double *const opgen_sums_into[] = { diff_slope_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = 1;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -1814,7 +1838,13 @@ void OPGEN_KERNEL(prelu_backward_f16_ncx)(const opgen_f16 *OPGEN_RESTRICT src, c
     };
     void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
     double *const opgen_sums_into[] = { diff_slope_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, inner, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = inner;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 
@@ -2125,7 +2155,13 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
     };
     void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
     double *const opgen_sums_into[] = { diff_slope_sums };
-    const opgen_channels_call call = { tensors, opgen_sums_into, outer, channels, 1, workspace, 0 };
+    opgen_channels_call call = { 0 };
+    call.tensors = tensors;
+    call.sums_into = opgen_sums_into;
+    call.outer = outer;
+    call.channels = channels;
+    call.inner = 1;
+    call.workspace = workspace;
     opgen_channels_run(&kernel, &call);
 }
 

@@ -24,9 +24,10 @@ BUNDLED_OUTPUT = bundle.OUTPUT
 PATTERN_DRIVERS = {
     "along_axes": ("opgen_lines.h", "opgen_lines.c"),
     "broadcast_reduce": ("opgen_channels.h", "opgen_channels.c"),
+    "reduce_then_apply": ("opgen_channels.h", "opgen_channels.c"),
     "binary": ("opgen_binary.h", "opgen_binary.c"),
 }
-DRIVERS = tuple(name for names in PATTERN_DRIVERS.values() for name in names)
+DRIVERS = tuple(dict.fromkeys(name for names in PATTERN_DRIVERS.values() for name in names))
 
 
 class RenderError(RuntimeError):

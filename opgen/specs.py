@@ -183,7 +183,6 @@ _RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
             "group",
             "group_end",
             "head",
-            "inner_blocks",
             "inner_first",
             "inner_last",
             "last",
@@ -192,8 +191,6 @@ _RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
             "part",
             "part_last",
             "partial",
-            "range",
-            "ranges",
             "row_first",
             "row_last",
             "rows",
@@ -206,12 +203,9 @@ _RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
             "share",
             "slot",
             "span",
-            "split_units",
             "stream",
             "tail_first",
             "threads",
-            "tile",
-            "tiles",
             "unit",
             "unit_first",
             "unit_last",
@@ -230,10 +224,6 @@ _RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
             "last",
             "paired",
             "partial",
-            "partials",
-            "range",
-            "range_by_range",
-            "ranges",
             "repeat",
             "row_first",
             "row_last",
@@ -244,14 +234,10 @@ _RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
             "segment_end",
             "segment_length",
             "slot",
-            "split_channels",
             "step",
             "stream",
             "sum",
             "tail_first",
-            "threads",
-            "tile",
-            "tiles",
             "whole_channels",
         )
     ),
@@ -842,9 +828,14 @@ PATTERN_DOCS = {
     "input's rank and dims (`rank_0, dims_0, rank_1, dims_1`). (oneDNN Graph's Add, Subtract, Multiply, Divide, "
     "Maximum, Minimum, SquaredDifference.)",
     "broadcast_reduce": "One channel input broadcast along the reference (its `broadcast` forms); tensor outputs per "
-    "element, and the channel outputs as sums over the elements each channel value met.",
+    "element, and the channel outputs as sums over the elements each channel value met. Each variant's code is "
+    "microkernels of one tile (NCX: a range of (row, channel) units; NXC: a range of rows, or of channels over every "
+    "row) and the sums' rounding; a hand-written driver (`opgen_channels.c`) picks the threads and tiles and adds the "
+    "tiles' sums in a fixed order, so they never depend on the thread count.",
     "reduce_then_apply": "Per-channel sums over the reference, then a per-element pass that reads them (BatchNorm "
-    "backward): `channel`, then `sums`, then `after`, then `elements`.",
+    "backward): `channel`, then `sums`, then `after`, then `elements`. The same driver (`opgen_channels.c`) runs "
+    "each variant's microkernels: NCX, both passes over a range of channels; NXC, a tile's sums, the channels' "
+    "values, the element pass over a range of rows, or all three over a range of channels.",
 }
 # One worked `math` per pattern (docs/spec-language.md; tests/test_spec_docs.py loads each in
 # place of the math of a bundled op of the pattern).

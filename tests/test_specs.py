@@ -321,10 +321,11 @@ def test_nxc_rows_use_only_cheap_line_writers():
     (cheap), bf16 and f16 ones block by block; NCX runs use both writers."""
     source = render_library(BUNDLED_SPECS).files["prelu_backward.c"]
     for dtype in ("f32", "bf16", "f16"):
-        start = source.index(f"OPGEN_KERNEL(prelu_backward_{dtype}_nxc)")
-        nxc = source[start : source.index("OPGEN_KERNEL(", start + 1)]
-        start = source.index(f"OPGEN_KERNEL(prelu_backward_{dtype}_ncx)")
-        ncx = source[start : source.index("OPGEN_KERNEL(", start + 1)]
+        # the microkernels of the variant's rows (nxc) and units (ncx)
+        start = source.index(f"void prelu_backward_{dtype}_nxc_rows_of(")
+        nxc = source[start : source.index(f"void prelu_backward_{dtype}_nxc_rows(", start)]
+        start = source.index(f"void prelu_backward_{dtype}_ncx_units_of(")
+        ncx = source[start : source.index(f"void prelu_backward_{dtype}_ncx_units(", start)]
         assert f"opgen_lines_{dtype}_put(&diff_src_lines" in ncx
         assert (f"opgen_lines_{dtype}_put(&diff_src_lines" in nxc) == (dtype == "f32"), dtype
 
