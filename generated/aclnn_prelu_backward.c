@@ -6,7 +6,7 @@
  * Pattern: an elementwise pass with one broadcast (per-channel) operand, and sums of
  * per-element terms into that operand's shape. The tensor is seen as [outer][channels][inner]
  * (form ncx) or [outer][channels] (form nxc), the operand indexed by the channel; form full
- * (the operand as big as the tensor) is elementwise.
+ * (the operand as big as the tensor) is elementwise, run by the driver in opgen_map.c.
  * Per variant: the microkernels of one tile (ncx: units, nxc: rows or a range of channels) and
  * the sums' finish, run by the driver in opgen_channels.c, which picks threads and tiles and
  * adds the tiles' partial sums in tile order: the result is the same for any number of
@@ -15,6 +15,7 @@
  */
 #include "opgen.h"
 #include "opgen_channels.h"
+#include "opgen_map.h"
 /* aclnn_prelu_backward_f32_ncx: the sums of channels [first, last) (sum s of channel c at
  * sums[s * stride + c - first]) rounded into the outputs, or added to the caller's sums */
 static void aclnn_prelu_backward_f32_ncx_finish(const opgen_channels_call *call, int64_t first, int64_t last, const double *sums, int64_t opgen_stride)
@@ -603,96 +604,92 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
     opgen_channels_run(&kernel, &call);
 }
 
+/* aclnn_prelu_backward_f32_full: whole blocks from element `opgen_first` up to `opgen_last` */
+static inline void aclnn_prelu_backward_f32_full_blocks_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)count;
+    (void)stream;
+    opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start(1);
+    for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+        float grad_output_block[OPGEN_BLOCK];
+        opgen_load_block_f32(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+        float self_block[OPGEN_BLOCK];
+        opgen_load_block_f32(self_block, self + index, OPGEN_PREFETCH_BYTES);
+        float weight_block[OPGEN_BLOCK];
+        opgen_load_block_f32(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+        float grad_input_block[OPGEN_BLOCK];
+        float grad_weight_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float grad_output_value = (float)grad_output_block[lane];
+            const float self_value = (float)self_block[lane];
+            const float weight_value = (float)weight_block[lane];
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+            grad_input_block[lane] = (float)grad_input_value;
+            grad_weight_block[lane] = (float)grad_weight_value;
+        }
+        opgen_store_block_f32(grad_input + index, grad_input_block, stream);
+        opgen_lines_f32_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
+    }
+    opgen_lines_f32_finish(&grad_weight_lines);
+}
+
+static void aclnn_prelu_backward_f32_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    aclnn_prelu_backward_f32_full_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
+/* aclnn_prelu_backward_f32_full: elements [opgen_first, opgen_last) one by one */
+static inline void aclnn_prelu_backward_f32_full_elements_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)count;
+    (void)stream;
+    for (int64_t index = opgen_first; index < opgen_last; ++index) {
+        const float grad_output_value = grad_output[index];
+        const float self_value = self[index];
+        const float weight_value = weight[index];
+        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+        grad_input[index] = grad_input_value;
+        grad_weight[index] = (float)(grad_weight_value);
+    }
+}
+
+static void aclnn_prelu_backward_f32_full_elements(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    aclnn_prelu_backward_f32_full_elements_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
 /* aclnn_prelu_backward_f32_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f32_full)(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count)
 {
-    /* blocks from grad_input's next cache line, so that they do not straddle two */
-    const int64_t head = opgen_min(count, opgen_to_line(grad_input, sizeof *grad_input));
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(count);
-    /* outputs bigger than the caches go straight to memory */
-    const int64_t moved = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float));
-    const int stream = moved >= OPGEN_STREAM_BYTES;
-    (void)stream;
-    (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges */
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
-        {
-            opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start(1);
-            OPGEN_FOR
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float grad_output_block[OPGEN_BLOCK];
-                opgen_load_block_f32(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                float self_block[OPGEN_BLOCK];
-                opgen_load_block_f32(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                float weight_block[OPGEN_BLOCK];
-                opgen_load_block_f32(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                float grad_input_block[OPGEN_BLOCK];
-                float grad_weight_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float grad_output_value = (float)grad_output_block[lane];
-                    const float self_value = (float)self_block[lane];
-                    const float weight_value = (float)weight_block[lane];
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                    grad_input_block[lane] = (float)grad_input_value;
-                    grad_weight_block[lane] = (float)grad_weight_value;
-                }
-                opgen_store_block_f32(grad_input + index, grad_input_block, stream);
-                opgen_lines_f32_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
-            }
-            opgen_lines_f32_finish(&grad_weight_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start(1);
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
-            float grad_output_block[OPGEN_BLOCK];
-            opgen_load_block_f32(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-            float self_block[OPGEN_BLOCK];
-            opgen_load_block_f32(self_block, self + index, OPGEN_PREFETCH_BYTES);
-            float weight_block[OPGEN_BLOCK];
-            opgen_load_block_f32(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-            float grad_input_block[OPGEN_BLOCK];
-            float grad_weight_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float grad_output_value = (float)grad_output_block[lane];
-                const float self_value = (float)self_block[lane];
-                const float weight_value = (float)weight_block[lane];
-                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                grad_input_block[lane] = (float)grad_input_value;
-                grad_weight_block[lane] = (float)grad_weight_value;
-            }
-            opgen_store_block_f32(grad_input + index, grad_input_block, stream);
-            opgen_lines_f32_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
-        }
-        opgen_lines_f32_finish(&grad_weight_lines);
-        opgen_fence();
-    }
-
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
-            const float grad_output_value = grad_output[index];
-            const float self_value = self[index];
-            const float weight_value = weight[index];
-            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-            grad_input[index] = grad_input_value;
-            grad_weight[index] = (float)(grad_weight_value);
-        }
-    }
+    static const opgen_map_kernel kernel = {
+        .element_bytes = (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float)),
+        .work_per_element = 1,
+        .lead = 3,
+        .lead_size = (int64_t)sizeof *grad_input,
+        .blocks = aclnn_prelu_backward_f32_full_blocks,
+        .elements = aclnn_prelu_backward_f32_full_elements,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    const float numbers[] = { 0.0f };
+    opgen_map_call call = { 0 };
+    call.tensors = tensors;
+    call.numbers = numbers;
+    call.count = count;
+    opgen_map_run(&kernel, &call);
 }
 
 /* aclnn_prelu_backward_f16_ncx: the sums of channels [first, last) (sum s of channel c at
@@ -1308,158 +1305,119 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
     opgen_channels_run(&kernel, &call);
 }
 
+/* aclnn_prelu_backward_f16_full: whole blocks from element `opgen_first` up to `opgen_last` */
+static inline void aclnn_prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)count;
+    (void)stream;
+    /* through the line writers that are not cheap only where the data outgrow L2 (in it, they
+     * cost more than they save) */
+    if (count * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_COSTLY_LINES_BYTES) {
+        opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
+        for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+            float grad_output_block[OPGEN_BLOCK];
+            opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+            float self_block[OPGEN_BLOCK];
+            opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+            float weight_block[OPGEN_BLOCK];
+            opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+            float grad_input_block[OPGEN_BLOCK];
+            float grad_weight_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float grad_output_value = (float)grad_output_block[lane];
+                const float self_value = (float)self_block[lane];
+                const float weight_value = (float)weight_block[lane];
+                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                grad_input_block[lane] = (float)grad_input_value;
+                grad_weight_block[lane] = (float)grad_weight_value;
+            }
+            opgen_store_block_f16(grad_input + index, grad_input_block, stream);
+            opgen_lines_f16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
+        }
+        opgen_lines_f16_finish(&grad_weight_lines);
+        return;
+    }
+    for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+        float grad_output_block[OPGEN_BLOCK];
+        opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+        float self_block[OPGEN_BLOCK];
+        opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+        float weight_block[OPGEN_BLOCK];
+        opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+        float grad_input_block[OPGEN_BLOCK];
+        float grad_weight_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float grad_output_value = (float)grad_output_block[lane];
+            const float self_value = (float)self_block[lane];
+            const float weight_value = (float)weight_block[lane];
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+            grad_input_block[lane] = (float)grad_input_value;
+            grad_weight_block[lane] = (float)grad_weight_value;
+        }
+        opgen_store_block_f16(grad_input + index, grad_input_block, stream);
+        opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
+    }
+}
+
+static void aclnn_prelu_backward_f16_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    aclnn_prelu_backward_f16_full_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
+/* aclnn_prelu_backward_f16_full: elements [opgen_first, opgen_last) one by one */
+static inline void aclnn_prelu_backward_f16_full_elements_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)count;
+    (void)stream;
+    for (int64_t index = opgen_first; index < opgen_last; ++index) {
+        const float grad_output_value = opgen_f16_to_f32(grad_output[index]);
+        const float self_value = opgen_f16_to_f32(self[index]);
+        const float weight_value = opgen_f16_to_f32(weight[index]);
+        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+        grad_input[index] = opgen_f32_to_f16(grad_input_value);
+        grad_weight[index] = opgen_f32_to_f16((float)(grad_weight_value));
+    }
+}
+
+static void aclnn_prelu_backward_f16_full_elements(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    aclnn_prelu_backward_f16_full_elements_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
 /* aclnn_prelu_backward_f16_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output f16, self f16, weight f16, grad_input f16, grad_weight f16; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(aclnn_prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count)
 {
-    /* blocks from grad_input's next cache line, so that they do not straddle two */
-    const int64_t head = opgen_min(count, opgen_to_line(grad_input, sizeof *grad_input));
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(count);
-    /* outputs bigger than the caches go straight to memory */
-    const int64_t moved = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
-    const int stream = moved >= OPGEN_STREAM_BYTES;
-    (void)stream;
-    (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges; through the line writers
-     * that are not cheap only where the data outgrow L2 (in it, they cost more than they save) */
-    if (moved >= OPGEN_COSTLY_LINES_BYTES) {
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
-                OPGEN_FOR
-                for (int64_t block = 0; block < blocks; ++block) {
-                    const int64_t index = head + block * OPGEN_BLOCK;
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                    float grad_input_block[OPGEN_BLOCK];
-                    float grad_weight_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        grad_weight_block[lane] = (float)grad_weight_value;
-                    }
-                    opgen_store_block_f16(grad_input + index, grad_input_block, stream);
-                    opgen_lines_f16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
-                }
-                opgen_lines_f16_finish(&grad_weight_lines);
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            opgen_lines_f16 grad_weight_lines = opgen_lines_f16_start(1);
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float grad_output_block[OPGEN_BLOCK];
-                opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                float self_block[OPGEN_BLOCK];
-                opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                float weight_block[OPGEN_BLOCK];
-                opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                float grad_input_block[OPGEN_BLOCK];
-                float grad_weight_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float grad_output_value = (float)grad_output_block[lane];
-                    const float self_value = (float)self_block[lane];
-                    const float weight_value = (float)weight_block[lane];
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                    grad_input_block[lane] = (float)grad_input_value;
-                    grad_weight_block[lane] = (float)grad_weight_value;
-                }
-                opgen_store_block_f16(grad_input + index, grad_input_block, stream);
-                opgen_lines_f16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
-            }
-            opgen_lines_f16_finish(&grad_weight_lines);
-            opgen_fence();
-        }
-    } else {
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                OPGEN_FOR
-                for (int64_t block = 0; block < blocks; ++block) {
-                    const int64_t index = head + block * OPGEN_BLOCK;
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                    float grad_input_block[OPGEN_BLOCK];
-                    float grad_weight_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        grad_weight_block[lane] = (float)grad_weight_value;
-                    }
-                    opgen_store_block_f16(grad_input + index, grad_input_block, stream);
-                    opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float grad_output_block[OPGEN_BLOCK];
-                opgen_load_block_f16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                float self_block[OPGEN_BLOCK];
-                opgen_load_block_f16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                float weight_block[OPGEN_BLOCK];
-                opgen_load_block_f16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                float grad_input_block[OPGEN_BLOCK];
-                float grad_weight_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float grad_output_value = (float)grad_output_block[lane];
-                    const float self_value = (float)self_block[lane];
-                    const float weight_value = (float)weight_block[lane];
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                    grad_input_block[lane] = (float)grad_input_value;
-                    grad_weight_block[lane] = (float)grad_weight_value;
-                }
-                opgen_store_block_f16(grad_input + index, grad_input_block, stream);
-                opgen_store_block_f16(grad_weight + index, grad_weight_block, stream);
-            }
-            opgen_fence();
-        }
-    }
-
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
-            const float grad_output_value = opgen_f16_to_f32(grad_output[index]);
-            const float self_value = opgen_f16_to_f32(self[index]);
-            const float weight_value = opgen_f16_to_f32(weight[index]);
-            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-            grad_input[index] = opgen_f32_to_f16(grad_input_value);
-            grad_weight[index] = opgen_f32_to_f16((float)(grad_weight_value));
-        }
-    }
+    static const opgen_map_kernel kernel = {
+        .element_bytes = (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)),
+        .work_per_element = 1,
+        .lead = 3,
+        .lead_size = (int64_t)sizeof *grad_input,
+        .blocks = aclnn_prelu_backward_f16_full_blocks,
+        .elements = aclnn_prelu_backward_f16_full_elements,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    const float numbers[] = { 0.0f };
+    opgen_map_call call = { 0 };
+    call.tensors = tensors;
+    call.numbers = numbers;
+    call.count = count;
+    opgen_map_run(&kernel, &call);
 }
 
 /* aclnn_prelu_backward_bf16_ncx: the sums of channels [first, last) (sum s of channel c at
@@ -2165,156 +2123,117 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
     opgen_channels_run(&kernel, &call);
 }
 
+/* aclnn_prelu_backward_bf16_full: whole blocks from element `opgen_first` up to `opgen_last` */
+static inline void aclnn_prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)count;
+    (void)stream;
+    /* through the line writers that are not cheap only where the data outgrow L2 (in it, they
+     * cost more than they save) */
+    if (count * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_COSTLY_LINES_BYTES) {
+        opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
+        for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+            float grad_output_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+            float self_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+            float weight_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+            float grad_input_block[OPGEN_BLOCK];
+            float grad_weight_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float grad_output_value = (float)grad_output_block[lane];
+                const float self_value = (float)self_block[lane];
+                const float weight_value = (float)weight_block[lane];
+                const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+                const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+                grad_input_block[lane] = (float)grad_input_value;
+                grad_weight_block[lane] = (float)grad_weight_value;
+            }
+            opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
+            opgen_lines_bf16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
+        }
+        opgen_lines_bf16_finish(&grad_weight_lines);
+        return;
+    }
+    for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+        float grad_output_block[OPGEN_BLOCK];
+        opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
+        float self_block[OPGEN_BLOCK];
+        opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
+        float weight_block[OPGEN_BLOCK];
+        opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
+        float grad_input_block[OPGEN_BLOCK];
+        float grad_weight_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float grad_output_value = (float)grad_output_block[lane];
+            const float self_value = (float)self_block[lane];
+            const float weight_value = (float)weight_block[lane];
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+            grad_input_block[lane] = (float)grad_input_value;
+            grad_weight_block[lane] = (float)grad_weight_value;
+        }
+        opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
+        opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
+    }
+}
+
+static void aclnn_prelu_backward_bf16_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    aclnn_prelu_backward_bf16_full_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
+/* aclnn_prelu_backward_bf16_full: elements [opgen_first, opgen_last) one by one */
+static inline void aclnn_prelu_backward_bf16_full_elements_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)grad_output;
+    (void)self;
+    (void)weight;
+    (void)grad_input;
+    (void)grad_weight;
+    (void)count;
+    (void)stream;
+    for (int64_t index = opgen_first; index < opgen_last; ++index) {
+        const float grad_output_value = opgen_bf16_to_f32(grad_output[index]);
+        const float self_value = opgen_bf16_to_f32(self[index]);
+        const float weight_value = opgen_bf16_to_f32(weight[index]);
+        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
+        grad_input[index] = opgen_f32_to_bf16(grad_input_value);
+        grad_weight[index] = opgen_f32_to_bf16((float)(grad_weight_value));
+    }
+}
+
+static void aclnn_prelu_backward_bf16_full_elements(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    aclnn_prelu_backward_bf16_full_elements_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
 /* aclnn_prelu_backward_bf16_full: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
  * (grad_output bf16, self bf16, weight bf16, grad_input bf16, grad_weight bf16; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(aclnn_prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count)
 {
-    /* blocks from grad_input's next cache line, so that they do not straddle two */
-    const int64_t head = opgen_min(count, opgen_to_line(grad_input, sizeof *grad_input));
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(count);
-    /* outputs bigger than the caches go straight to memory */
-    const int64_t moved = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
-    const int stream = moved >= OPGEN_STREAM_BYTES;
-    (void)stream;
-    (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges; through the line writers
-     * that are not cheap only where the data outgrow L2 (in it, they cost more than they save) */
-    if (moved >= OPGEN_COSTLY_LINES_BYTES) {
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
-                OPGEN_FOR
-                for (int64_t block = 0; block < blocks; ++block) {
-                    const int64_t index = head + block * OPGEN_BLOCK;
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                    float grad_input_block[OPGEN_BLOCK];
-                    float grad_weight_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        grad_weight_block[lane] = (float)grad_weight_value;
-                    }
-                    opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
-                    opgen_lines_bf16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
-                }
-                opgen_lines_bf16_finish(&grad_weight_lines);
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            opgen_lines_bf16 grad_weight_lines = opgen_lines_bf16_start(1);
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float grad_output_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                float self_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                float weight_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                float grad_input_block[OPGEN_BLOCK];
-                float grad_weight_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float grad_output_value = (float)grad_output_block[lane];
-                    const float self_value = (float)self_block[lane];
-                    const float weight_value = (float)weight_block[lane];
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                    grad_input_block[lane] = (float)grad_input_value;
-                    grad_weight_block[lane] = (float)grad_weight_value;
-                }
-                opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
-                opgen_lines_bf16_put(&grad_weight_lines, grad_weight + index, grad_weight_block, stream);
-            }
-            opgen_lines_bf16_finish(&grad_weight_lines);
-            opgen_fence();
-        }
-    } else {
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                OPGEN_FOR
-                for (int64_t block = 0; block < blocks; ++block) {
-                    const int64_t index = head + block * OPGEN_BLOCK;
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                    float weight_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                    float grad_input_block[OPGEN_BLOCK];
-                    float grad_weight_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float weight_value = (float)weight_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        grad_weight_block[lane] = (float)grad_weight_value;
-                    }
-                    opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
-                    opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float grad_output_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(grad_output_block, grad_output + index, OPGEN_PREFETCH_BYTES);
-                float self_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(self_block, self + index, OPGEN_PREFETCH_BYTES);
-                float weight_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(weight_block, weight + index, OPGEN_PREFETCH_BYTES);
-                float grad_input_block[OPGEN_BLOCK];
-                float grad_weight_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float grad_output_value = (float)grad_output_block[lane];
-                    const float self_value = (float)self_block[lane];
-                    const float weight_value = (float)weight_block[lane];
-                    const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                    const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-                    grad_input_block[lane] = (float)grad_input_value;
-                    grad_weight_block[lane] = (float)grad_weight_value;
-                }
-                opgen_store_block_bf16(grad_input + index, grad_input_block, stream);
-                opgen_store_block_bf16(grad_weight + index, grad_weight_block, stream);
-            }
-            opgen_fence();
-        }
-    }
-
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
-            const float grad_output_value = opgen_bf16_to_f32(grad_output[index]);
-            const float self_value = opgen_bf16_to_f32(self[index]);
-            const float weight_value = opgen_bf16_to_f32(weight[index]);
-            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-            const float grad_weight_value = 0.0f + opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value));
-            grad_input[index] = opgen_f32_to_bf16(grad_input_value);
-            grad_weight[index] = opgen_f32_to_bf16((float)(grad_weight_value));
-        }
-    }
+    static const opgen_map_kernel kernel = {
+        .element_bytes = (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)),
+        .work_per_element = 1,
+        .lead = 3,
+        .lead_size = (int64_t)sizeof *grad_input,
+        .blocks = aclnn_prelu_backward_bf16_full_blocks,
+        .elements = aclnn_prelu_backward_bf16_full_elements,
+    };
+    void *const tensors[] = { (void *)grad_output, (void *)self, (void *)weight, grad_input, grad_weight };
+    const float numbers[] = { 0.0f };
+    opgen_map_call call = { 0 };
+    call.tensors = tensors;
+    call.numbers = numbers;
+    call.count = count;
+    opgen_map_run(&kernel, &call);
 }

@@ -6,7 +6,7 @@
  * Pattern: an elementwise pass with one broadcast (per-channel) operand, and sums of
  * per-element terms into that operand's shape. The tensor is seen as [outer][channels][inner]
  * (form ncx) or [outer][channels] (form nxc), the operand indexed by the channel; form full
- * (the operand as big as the tensor) is elementwise.
+ * (the operand as big as the tensor) is elementwise, run by the driver in opgen_map.c.
  * Per variant: the microkernels of one tile (ncx: units, nxc: rows or a range of channels) and
  * the sums' finish, run by the driver in opgen_channels.c, which picks threads and tiles and
  * adds the tiles' partial sums in tile order: the result is the same for any number of
@@ -15,6 +15,7 @@
  */
 #include "opgen.h"
 #include "opgen_channels.h"
+#include "opgen_map.h"
 /* prelu_backward_f32_ncx: the sums of channels [first, last) (sum s of channel c at
  * sums[s * stride + c - first]) rounded into the outputs, or added to the caller's sums */
 static void prelu_backward_f32_ncx_finish(const opgen_channels_call *call, int64_t first, int64_t last, const double *sums, int64_t opgen_stride)
@@ -603,96 +604,92 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
     opgen_channels_run(&kernel, &call);
 }
 
+/* prelu_backward_f32_full: whole blocks from element `opgen_first` up to `opgen_last` */
+static inline void prelu_backward_f32_full_blocks_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)src;
+    (void)slope;
+    (void)diff_dst;
+    (void)diff_src;
+    (void)diff_slope;
+    (void)count;
+    (void)stream;
+    opgen_lines_f32 diff_slope_lines = opgen_lines_f32_start(1);
+    for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
+        float slope_block[OPGEN_BLOCK];
+        opgen_load_block_f32(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+        float diff_src_block[OPGEN_BLOCK];
+        float diff_slope_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float slope_value = (float)slope_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+            diff_src_block[lane] = (float)diff_src_value;
+            diff_slope_block[lane] = (float)diff_slope_value;
+        }
+        opgen_store_block_f32(diff_src + index, diff_src_block, stream);
+        opgen_lines_f32_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
+    }
+    opgen_lines_f32_finish(&diff_slope_lines);
+}
+
+static void prelu_backward_f32_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    prelu_backward_f32_full_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
+/* prelu_backward_f32_full: elements [opgen_first, opgen_last) one by one */
+static inline void prelu_backward_f32_full_elements_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)src;
+    (void)slope;
+    (void)diff_dst;
+    (void)diff_src;
+    (void)diff_slope;
+    (void)count;
+    (void)stream;
+    for (int64_t index = opgen_first; index < opgen_last; ++index) {
+        const float src_value = src[index];
+        const float slope_value = slope[index];
+        const float diff_dst_value = diff_dst[index];
+        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+        diff_src[index] = diff_src_value;
+        diff_slope[index] = (float)(diff_slope_value);
+    }
+}
+
+static void prelu_backward_f32_full_elements(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    prelu_backward_f32_full_elements_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
 /* prelu_backward_f32_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(prelu_backward_f32_full)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count)
 {
-    /* blocks from diff_src's next cache line, so that they do not straddle two */
-    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(count);
-    /* outputs bigger than the caches go straight to memory */
-    const int64_t moved = (count) * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float));
-    const int stream = moved >= OPGEN_STREAM_BYTES;
-    (void)stream;
-    (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges */
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
-        {
-            opgen_lines_f32 diff_slope_lines = opgen_lines_f32_start(1);
-            OPGEN_FOR
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                float slope_block[OPGEN_BLOCK];
-                opgen_load_block_f32(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                float diff_slope_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float slope_value = (float)slope_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                    diff_src_block[lane] = (float)diff_src_value;
-                    diff_slope_block[lane] = (float)diff_slope_value;
-                }
-                opgen_store_block_f32(diff_src + index, diff_src_block, stream);
-                opgen_lines_f32_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
-            }
-            opgen_lines_f32_finish(&diff_slope_lines);
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        opgen_lines_f32 diff_slope_lines = opgen_lines_f32_start(1);
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = head + block * OPGEN_BLOCK;
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
-            float slope_block[OPGEN_BLOCK];
-            opgen_load_block_f32(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-            float diff_src_block[OPGEN_BLOCK];
-            float diff_slope_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float slope_value = (float)slope_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_slope_block[lane] = (float)diff_slope_value;
-            }
-            opgen_store_block_f32(diff_src + index, diff_src_block, stream);
-            opgen_lines_f32_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
-        }
-        opgen_lines_f32_finish(&diff_slope_lines);
-        opgen_fence();
-    }
-
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
-            const float src_value = src[index];
-            const float slope_value = slope[index];
-            const float diff_dst_value = diff_dst[index];
-            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-            diff_src[index] = diff_src_value;
-            diff_slope[index] = (float)(diff_slope_value);
-        }
-    }
+    static const opgen_map_kernel kernel = {
+        .element_bytes = (int64_t)(sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float) + sizeof(float)),
+        .work_per_element = 1,
+        .lead = 3,
+        .lead_size = (int64_t)sizeof *diff_src,
+        .blocks = prelu_backward_f32_full_blocks,
+        .elements = prelu_backward_f32_full_elements,
+    };
+    void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
+    const float numbers[] = { 0.0f };
+    opgen_map_call call = { 0 };
+    call.tensors = tensors;
+    call.numbers = numbers;
+    call.count = count;
+    opgen_map_run(&kernel, &call);
 }
 
 /* prelu_backward_bf16_ncx: the sums of channels [first, last) (sum s of channel c at
@@ -1398,158 +1395,119 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
     opgen_channels_run(&kernel, &call);
 }
 
+/* prelu_backward_bf16_full: whole blocks from element `opgen_first` up to `opgen_last` */
+static inline void prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)src;
+    (void)slope;
+    (void)diff_dst;
+    (void)diff_src;
+    (void)diff_slope;
+    (void)count;
+    (void)stream;
+    /* through the line writers that are not cheap only where the data outgrow L2 (in it, they
+     * cost more than they save) */
+    if (count * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_COSTLY_LINES_BYTES) {
+        opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(1);
+        for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+            float slope_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+            float diff_src_block[OPGEN_BLOCK];
+            float diff_slope_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float slope_value = (float)slope_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_slope_block[lane] = (float)diff_slope_value;
+            }
+            opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+            opgen_lines_bf16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
+        }
+        opgen_lines_bf16_finish(&diff_slope_lines);
+        return;
+    }
+    for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+        float slope_block[OPGEN_BLOCK];
+        opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+        float diff_src_block[OPGEN_BLOCK];
+        float diff_slope_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float slope_value = (float)slope_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+            diff_src_block[lane] = (float)diff_src_value;
+            diff_slope_block[lane] = (float)diff_slope_value;
+        }
+        opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
+        opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
+    }
+}
+
+static void prelu_backward_bf16_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    prelu_backward_bf16_full_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
+/* prelu_backward_bf16_full: elements [opgen_first, opgen_last) one by one */
+static inline void prelu_backward_bf16_full_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)src;
+    (void)slope;
+    (void)diff_dst;
+    (void)diff_src;
+    (void)diff_slope;
+    (void)count;
+    (void)stream;
+    for (int64_t index = opgen_first; index < opgen_last; ++index) {
+        const float src_value = opgen_bf16_to_f32(src[index]);
+        const float slope_value = opgen_bf16_to_f32(slope[index]);
+        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
+        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+        diff_src[index] = opgen_f32_to_bf16(diff_src_value);
+        diff_slope[index] = opgen_f32_to_bf16((float)(diff_slope_value));
+    }
+}
+
+static void prelu_backward_bf16_full_elements(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    prelu_backward_bf16_full_elements_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
 /* prelu_backward_bf16_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src bf16, slope bf16, diff_dst bf16, diff_src bf16, diff_slope bf16; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(prelu_backward_bf16_full)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count)
 {
-    /* blocks from diff_src's next cache line, so that they do not straddle two */
-    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(count);
-    /* outputs bigger than the caches go straight to memory */
-    const int64_t moved = (count) * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
-    const int stream = moved >= OPGEN_STREAM_BYTES;
-    (void)stream;
-    (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges; through the line writers
-     * that are not cheap only where the data outgrow L2 (in it, they cost more than they save) */
-    if (moved >= OPGEN_COSTLY_LINES_BYTES) {
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(1);
-                OPGEN_FOR
-                for (int64_t block = 0; block < blocks; ++block) {
-                    const int64_t index = head + block * OPGEN_BLOCK;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                    float diff_src_block[OPGEN_BLOCK];
-                    float diff_slope_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        diff_slope_block[lane] = (float)diff_slope_value;
-                    }
-                    opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
-                    opgen_lines_bf16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
-                }
-                opgen_lines_bf16_finish(&diff_slope_lines);
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            opgen_lines_bf16 diff_slope_lines = opgen_lines_bf16_start(1);
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                float slope_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                float diff_slope_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float slope_value = (float)slope_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                    diff_src_block[lane] = (float)diff_src_value;
-                    diff_slope_block[lane] = (float)diff_slope_value;
-                }
-                opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
-                opgen_lines_bf16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
-            }
-            opgen_lines_bf16_finish(&diff_slope_lines);
-            opgen_fence();
-        }
-    } else {
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                OPGEN_FOR
-                for (int64_t block = 0; block < blocks; ++block) {
-                    const int64_t index = head + block * OPGEN_BLOCK;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                    float diff_src_block[OPGEN_BLOCK];
-                    float diff_slope_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        diff_slope_block[lane] = (float)diff_slope_value;
-                    }
-                    opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
-                    opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                float slope_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                float diff_slope_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float slope_value = (float)slope_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                    diff_src_block[lane] = (float)diff_src_value;
-                    diff_slope_block[lane] = (float)diff_slope_value;
-                }
-                opgen_store_block_bf16(diff_src + index, diff_src_block, stream);
-                opgen_store_block_bf16(diff_slope + index, diff_slope_block, stream);
-            }
-            opgen_fence();
-        }
-    }
-
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
-            const float src_value = opgen_bf16_to_f32(src[index]);
-            const float slope_value = opgen_bf16_to_f32(slope[index]);
-            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);
-            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-            diff_src[index] = opgen_f32_to_bf16(diff_src_value);
-            diff_slope[index] = opgen_f32_to_bf16((float)(diff_slope_value));
-        }
-    }
+    static const opgen_map_kernel kernel = {
+        .element_bytes = (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)),
+        .work_per_element = 1,
+        .lead = 3,
+        .lead_size = (int64_t)sizeof *diff_src,
+        .blocks = prelu_backward_bf16_full_blocks,
+        .elements = prelu_backward_bf16_full_elements,
+    };
+    void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
+    const float numbers[] = { 0.0f };
+    opgen_map_call call = { 0 };
+    call.tensors = tensors;
+    call.numbers = numbers;
+    call.count = count;
+    opgen_map_run(&kernel, &call);
 }
 
 /* prelu_backward_f16_ncx: the sums of channels [first, last) (sum s of channel c at
@@ -2165,156 +2123,117 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
     opgen_channels_run(&kernel, &call);
 }
 
+/* prelu_backward_f16_full: whole blocks from element `opgen_first` up to `opgen_last` */
+static inline void prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)src;
+    (void)slope;
+    (void)diff_dst;
+    (void)diff_src;
+    (void)diff_slope;
+    (void)count;
+    (void)stream;
+    /* through the line writers that are not cheap only where the data outgrow L2 (in it, they
+     * cost more than they save) */
+    if (count * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_COSTLY_LINES_BYTES) {
+        opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(1);
+        for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+            float slope_block[OPGEN_BLOCK];
+            opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+            float diff_src_block[OPGEN_BLOCK];
+            float diff_slope_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float slope_value = (float)slope_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+                const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_slope_block[lane] = (float)diff_slope_value;
+            }
+            opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+            opgen_lines_f16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
+        }
+        opgen_lines_f16_finish(&diff_slope_lines);
+        return;
+    }
+    for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
+        float slope_block[OPGEN_BLOCK];
+        opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
+        float diff_src_block[OPGEN_BLOCK];
+        float diff_slope_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float slope_value = (float)slope_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+            diff_src_block[lane] = (float)diff_src_value;
+            diff_slope_block[lane] = (float)diff_slope_value;
+        }
+        opgen_store_block_f16(diff_src + index, diff_src_block, stream);
+        opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
+    }
+}
+
+static void prelu_backward_f16_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    prelu_backward_f16_full_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
+/* prelu_backward_f16_full: elements [opgen_first, opgen_last) one by one */
+static inline void prelu_backward_f16_full_elements_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+{
+    (void)src;
+    (void)slope;
+    (void)diff_dst;
+    (void)diff_src;
+    (void)diff_slope;
+    (void)count;
+    (void)stream;
+    for (int64_t index = opgen_first; index < opgen_last; ++index) {
+        const float src_value = opgen_f16_to_f32(src[index]);
+        const float slope_value = opgen_f16_to_f32(slope[index]);
+        const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
+        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
+        diff_src[index] = opgen_f32_to_f16(diff_src_value);
+        diff_slope[index] = opgen_f32_to_f16((float)(diff_slope_value));
+    }
+}
+
+static void prelu_backward_f16_full_elements(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
+{
+    prelu_backward_f16_full_elements_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+}
+
 /* prelu_backward_f16_full: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
  * (src f16, slope f16, diff_dst f16, diff_src f16, diff_slope f16; computed in float; every operand as big as the tensor: one term per sum) */
 void OPGEN_KERNEL(prelu_backward_f16_full)(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count)
 {
-    /* blocks from diff_src's next cache line, so that they do not straddle two */
-    const int64_t head = opgen_min(count, opgen_to_line(diff_src, sizeof *diff_src));
-    const int64_t blocks = (count - head) / OPGEN_BLOCK;
-    const int threads = opgen_threads_for(count);
-    /* outputs bigger than the caches go straight to memory */
-    const int64_t moved = (count) * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
-    const int stream = moved >= OPGEN_STREAM_BYTES;
-    (void)stream;
-    (void)threads;
-    /* whole blocks, split among the threads in contiguous ranges; through the line writers
-     * that are not cheap only where the data outgrow L2 (in it, they cost more than they save) */
-    if (moved >= OPGEN_COSTLY_LINES_BYTES) {
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(1);
-                OPGEN_FOR
-                for (int64_t block = 0; block < blocks; ++block) {
-                    const int64_t index = head + block * OPGEN_BLOCK;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                    float diff_src_block[OPGEN_BLOCK];
-                    float diff_slope_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        diff_slope_block[lane] = (float)diff_slope_value;
-                    }
-                    opgen_store_block_f16(diff_src + index, diff_src_block, stream);
-                    opgen_lines_f16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
-                }
-                opgen_lines_f16_finish(&diff_slope_lines);
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            opgen_lines_f16 diff_slope_lines = opgen_lines_f16_start(1);
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                float slope_block[OPGEN_BLOCK];
-                opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                float diff_slope_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float slope_value = (float)slope_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                    diff_src_block[lane] = (float)diff_src_value;
-                    diff_slope_block[lane] = (float)diff_slope_value;
-                }
-                opgen_store_block_f16(diff_src + index, diff_src_block, stream);
-                opgen_lines_f16_put(&diff_slope_lines, diff_slope + index, diff_slope_block, stream);
-            }
-            opgen_lines_f16_finish(&diff_slope_lines);
-            opgen_fence();
-        }
-    } else {
-#if defined(_OPENMP)
-        if (threads > 1) {
-            OPGEN_PARALLEL(threads)
-            {
-                OPGEN_FOR
-                for (int64_t block = 0; block < blocks; ++block) {
-                    const int64_t index = head + block * OPGEN_BLOCK;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                    float slope_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                    float diff_src_block[OPGEN_BLOCK];
-                    float diff_slope_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float slope_value = (float)slope_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        diff_slope_block[lane] = (float)diff_slope_value;
-                    }
-                    opgen_store_block_f16(diff_src + index, diff_src_block, stream);
-                    opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
-                }
-                opgen_fence();
-            }
-        } else
-#endif
-        {
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = head + block * OPGEN_BLOCK;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
-                float slope_block[OPGEN_BLOCK];
-                opgen_load_block_f16(slope_block, slope + index, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
-                float diff_src_block[OPGEN_BLOCK];
-                float diff_slope_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float slope_value = (float)slope_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                    const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-                    diff_src_block[lane] = (float)diff_src_value;
-                    diff_slope_block[lane] = (float)diff_slope_value;
-                }
-                opgen_store_block_f16(diff_src + index, diff_src_block, stream);
-                opgen_store_block_f16(diff_slope + index, diff_slope_block, stream);
-            }
-            opgen_fence();
-        }
-    }
-
-    /* the elements before the first block (part 0) and after the last one (part 1) */
-    for (int part = 0; part < 2; ++part) {
-        const int64_t part_last = part == 0 ? head : count;
-        for (int64_t index = part == 0 ? 0 : head + blocks * OPGEN_BLOCK; index < part_last; ++index) {
-            const float src_value = opgen_f16_to_f32(src[index]);
-            const float slope_value = opgen_f16_to_f32(slope[index]);
-            const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
-            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-            const float diff_slope_value = 0.0f + opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value));
-            diff_src[index] = opgen_f32_to_f16(diff_src_value);
-            diff_slope[index] = opgen_f32_to_f16((float)(diff_slope_value));
-        }
-    }
+    static const opgen_map_kernel kernel = {
+        .element_bytes = (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)),
+        .work_per_element = 1,
+        .lead = 3,
+        .lead_size = (int64_t)sizeof *diff_src,
+        .blocks = prelu_backward_f16_full_blocks,
+        .elements = prelu_backward_f16_full_elements,
+    };
+    void *const tensors[] = { (void *)src, (void *)slope, (void *)diff_dst, diff_src, diff_slope };
+    const float numbers[] = { 0.0f };
+    opgen_map_call call = { 0 };
+    call.tensors = tensors;
+    call.numbers = numbers;
+    call.count = count;
+    opgen_map_run(&kernel, &call);
 }

@@ -162,13 +162,8 @@ _RESERVED = {
 _RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
     "elementwise": frozenset(
         (
-            "blocks",
             "decay_vector",
-            "head",
-            "part",
-            "part_last",
             "stream",
-            "threads",
         )
     ),
     "along_axes": frozenset(("blocks",)),
@@ -176,20 +171,16 @@ _RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
         (
             "again",
             "base",
-            "blocks",
             "blocks_first",
             "chain",
             "first",
             "group",
             "group_end",
-            "head",
             "inner_first",
             "inner_last",
             "last",
             "one",
             "pair",
-            "part",
-            "part_last",
             "partial",
             "row_first",
             "row_last",
@@ -205,7 +196,6 @@ _RESERVED_BY_PATTERN: dict[str, frozenset[str]] = {
             "span",
             "stream",
             "tail_first",
-            "threads",
             "unit",
             "unit_first",
             "unit_last",

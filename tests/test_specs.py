@@ -228,7 +228,9 @@ def test_template_error_names_template_and_line(tmp_path):
     templates = tmp_path / "templates"
     shutil.copytree(BUNDLED_TEMPLATES, templates)
     path = templates / "elementwise.c.j2"
-    path.write_text(path.read_text().replace("{{ m.comment(k) }}", "{{ k.no_such_key }}"))
+    text = path.read_text()
+    assert "{{ m.map_kernel(k) }}" in text
+    path.write_text(text.replace("{{ m.map_kernel(k) }}", "{{ k.no_such_key }}"))
     with pytest.raises(RenderError) as caught:
         render_library(BUNDLED_SPECS, templates)
     assert "elementwise.c.j2:" in str(caught.value) and "no_such_key" in str(caught.value)
