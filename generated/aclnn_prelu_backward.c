@@ -33,7 +33,7 @@ static void aclnn_prelu_backward_f32_ncx_finish(const opgen_channels_call *call,
 
 /* aclnn_prelu_backward_f32_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
-static inline void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                            int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
     (void)grad_output;
@@ -320,7 +320,7 @@ static void aclnn_prelu_backward_f32_nxc_finish(const opgen_channels_call *call,
 
 /* aclnn_prelu_backward_f32_nxc: rows [row_first, row_last), every channel, the sums' terms added to
  * partial[sum * channels + channel]; in memory order when streamed */
-static inline void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                           double *OPGEN_RESTRICT partial)
 {
     (void)grad_output;
@@ -445,7 +445,7 @@ static void aclnn_prelu_backward_f32_nxc_rows(const opgen_channels_call *call, i
 
 /* aclnn_prelu_backward_f32_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
  * sums in `share` (span each), then finished */
-static inline void aclnn_prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                            int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
     (void)grad_output;
@@ -605,7 +605,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
 }
 
 /* aclnn_prelu_backward_f32_full: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void aclnn_prelu_backward_f32_full_blocks_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_full_blocks_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)grad_output;
     (void)self;
@@ -646,7 +646,7 @@ static void aclnn_prelu_backward_f32_full_blocks(const opgen_map_call *call, int
 }
 
 /* aclnn_prelu_backward_f32_full: elements [opgen_first, opgen_last) one by one */
-static inline void aclnn_prelu_backward_f32_full_elements_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_full_elements_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)grad_output;
     (void)self;
@@ -709,7 +709,7 @@ static void aclnn_prelu_backward_f16_ncx_finish(const opgen_channels_call *call,
 
 /* aclnn_prelu_backward_f16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
-static inline void aclnn_prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                            int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
     (void)grad_output;
@@ -1005,7 +1005,7 @@ static void aclnn_prelu_backward_f16_nxc_finish(const opgen_channels_call *call,
 
 /* aclnn_prelu_backward_f16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
  * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
-static inline void aclnn_prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                           double *OPGEN_RESTRICT partial)
 {
     (void)grad_output;
@@ -1128,7 +1128,7 @@ static void aclnn_prelu_backward_f16_nxc_rows(const opgen_channels_call *call, i
 
 /* aclnn_prelu_backward_f16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
  * sums in `share` (double sums, then float runs, span each), then finished */
-static inline void aclnn_prelu_backward_f16_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                            int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
     (void)grad_output;
@@ -1306,7 +1306,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* aclnn_prelu_backward_f16_full: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void aclnn_prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)grad_output;
     (void)self;
@@ -1374,7 +1374,7 @@ static void aclnn_prelu_backward_f16_full_blocks(const opgen_map_call *call, int
 }
 
 /* aclnn_prelu_backward_f16_full: elements [opgen_first, opgen_last) one by one */
-static inline void aclnn_prelu_backward_f16_full_elements_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_full_elements_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)grad_output;
     (void)self;
@@ -1437,7 +1437,7 @@ static void aclnn_prelu_backward_bf16_ncx_finish(const opgen_channels_call *call
 
 /* aclnn_prelu_backward_bf16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
-static inline void aclnn_prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                             int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
     (void)grad_output;
@@ -1767,7 +1767,7 @@ static void aclnn_prelu_backward_bf16_nxc_finish(const opgen_channels_call *call
 
 /* aclnn_prelu_backward_bf16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
  * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
-static inline void aclnn_prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                            double *OPGEN_RESTRICT partial)
 {
     (void)grad_output;
@@ -1934,7 +1934,7 @@ static void aclnn_prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, 
 
 /* aclnn_prelu_backward_bf16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
  * sums in `share` (double sums, then float runs, span each), then finished */
-static inline void aclnn_prelu_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                             int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
     (void)grad_output;
@@ -2124,7 +2124,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
 }
 
 /* aclnn_prelu_backward_bf16_full: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void aclnn_prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)grad_output;
     (void)self;
@@ -2192,7 +2192,7 @@ static void aclnn_prelu_backward_bf16_full_blocks(const opgen_map_call *call, in
 }
 
 /* aclnn_prelu_backward_bf16_full: elements [opgen_first, opgen_last) one by one */
-static inline void aclnn_prelu_backward_bf16_full_elements_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_full_elements_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)grad_output;
     (void)self;

@@ -17,7 +17,7 @@
 #include "opgen_channels.h"
 
 /* batch_norm_training_backward_f32_ncx: both passes over each channel of [first, last) in turn */
-static inline void batch_norm_training_backward_f32_ncx_channels_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -409,7 +409,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
 
 /* batch_norm_training_backward_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
  * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
-static inline void batch_norm_training_backward_f32_nxc_sums_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_sums_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
                                                                   int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -603,7 +603,7 @@ static void batch_norm_training_backward_f32_nxc_sums(const opgen_channels_call 
 }
 
 /* batch_norm_training_backward_f32_nxc: the outputs and the element pass's values of channels [first, last) */
-static inline void batch_norm_training_backward_f32_nxc_values_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_values_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -656,7 +656,7 @@ static void batch_norm_training_backward_f32_nxc_values(const opgen_channels_cal
 /* batch_norm_training_backward_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
  * many channels, two rows block by block, so that the second row finds the block's
  * per-channel values in L1 */
-static inline void batch_norm_training_backward_f32_nxc_apply_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_apply_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
 {
     (void)src;
     (void)diff_dst;
@@ -818,7 +818,7 @@ static void batch_norm_training_backward_f32_nxc_apply(const opgen_channels_call
 
 /* batch_norm_training_backward_f32_nxc: sums, values and element pass of channels [first, last), their values still
  * in cache for the rows */
-static inline void batch_norm_training_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -1016,7 +1016,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
 }
 
 /* batch_norm_training_backward_bf16_f32_ncx: both passes over each channel of [first, last) in turn */
-static inline void batch_norm_training_backward_bf16_f32_ncx_channels_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -1456,7 +1456,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
 
 /* batch_norm_training_backward_bf16_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
  * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
-static inline void batch_norm_training_backward_bf16_f32_nxc_sums_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_sums_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
                                                                        int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -1650,7 +1650,7 @@ static void batch_norm_training_backward_bf16_f32_nxc_sums(const opgen_channels_
 }
 
 /* batch_norm_training_backward_bf16_f32_nxc: the outputs and the element pass's values of channels [first, last) */
-static inline void batch_norm_training_backward_bf16_f32_nxc_values_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_values_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -1703,7 +1703,7 @@ static void batch_norm_training_backward_bf16_f32_nxc_values(const opgen_channel
 /* batch_norm_training_backward_bf16_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
  * many channels, two rows block by block, so that the second row finds the block's
  * per-channel values in L1 */
-static inline void batch_norm_training_backward_bf16_f32_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
 {
     (void)src;
     (void)diff_dst;
@@ -1865,7 +1865,7 @@ static void batch_norm_training_backward_bf16_f32_nxc_apply(const opgen_channels
 
 /* batch_norm_training_backward_bf16_f32_nxc: sums, values and element pass of channels [first, last), their values still
  * in cache for the rows */
-static inline void batch_norm_training_backward_bf16_f32_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -2063,7 +2063,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
 }
 
 /* batch_norm_training_backward_bf16_ncx: both passes over each channel of [first, last) in turn */
-static inline void batch_norm_training_backward_bf16_ncx_channels_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -2503,7 +2503,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
 
 /* batch_norm_training_backward_bf16_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
  * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
-static inline void batch_norm_training_backward_bf16_nxc_sums_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_sums_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
                                                                    int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -2697,7 +2697,7 @@ static void batch_norm_training_backward_bf16_nxc_sums(const opgen_channels_call
 }
 
 /* batch_norm_training_backward_bf16_nxc: the outputs and the element pass's values of channels [first, last) */
-static inline void batch_norm_training_backward_bf16_nxc_values_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_values_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -2750,7 +2750,7 @@ static void batch_norm_training_backward_bf16_nxc_values(const opgen_channels_ca
 /* batch_norm_training_backward_bf16_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
  * many channels, two rows block by block, so that the second row finds the block's
  * per-channel values in L1 */
-static inline void batch_norm_training_backward_bf16_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
 {
     (void)src;
     (void)diff_dst;
@@ -2912,7 +2912,7 @@ static void batch_norm_training_backward_bf16_nxc_apply(const opgen_channels_cal
 
 /* batch_norm_training_backward_bf16_nxc: sums, values and element pass of channels [first, last), their values still
  * in cache for the rows */
-static inline void batch_norm_training_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -3110,7 +3110,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
 }
 
 /* batch_norm_training_backward_f16_f32_ncx: both passes over each channel of [first, last) in turn */
-static inline void batch_norm_training_backward_f16_f32_ncx_channels_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -3550,7 +3550,7 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
 
 /* batch_norm_training_backward_f16_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
  * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
-static inline void batch_norm_training_backward_f16_f32_nxc_sums_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_sums_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
                                                                       int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -3744,7 +3744,7 @@ static void batch_norm_training_backward_f16_f32_nxc_sums(const opgen_channels_c
 }
 
 /* batch_norm_training_backward_f16_f32_nxc: the outputs and the element pass's values of channels [first, last) */
-static inline void batch_norm_training_backward_f16_f32_nxc_values_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_values_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;
@@ -3797,7 +3797,7 @@ static void batch_norm_training_backward_f16_f32_nxc_values(const opgen_channels
 /* batch_norm_training_backward_f16_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
  * many channels, two rows block by block, so that the second row finds the block's
  * per-channel values in L1 */
-static inline void batch_norm_training_backward_f16_f32_nxc_apply_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_apply_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
 {
     (void)src;
     (void)diff_dst;
@@ -3959,7 +3959,7 @@ static void batch_norm_training_backward_f16_f32_nxc_apply(const opgen_channels_
 
 /* batch_norm_training_backward_f16_f32_nxc: sums, values and element pass of channels [first, last), their values still
  * in cache for the rows */
-static inline void batch_norm_training_backward_f16_f32_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
     (void)src;
     (void)diff_dst;

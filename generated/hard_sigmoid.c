@@ -8,7 +8,7 @@
 #include "opgen_map.h"
 
 /* hard_sigmoid_f32: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void hard_sigmoid_f32_blocks_of(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_f32_blocks_of(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)alpha;
@@ -37,7 +37,7 @@ static void hard_sigmoid_f32_blocks(const opgen_map_call *call, int64_t opgen_fi
 }
 
 /* hard_sigmoid_f32: elements [opgen_first, opgen_last) one by one */
-static inline void hard_sigmoid_f32_elements_of(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_f32_elements_of(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)alpha;
@@ -80,7 +80,7 @@ void OPGEN_KERNEL(hard_sigmoid_f32)(const float *OPGEN_RESTRICT src, float alpha
 }
 
 /* hard_sigmoid_f16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void hard_sigmoid_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)alpha;
@@ -109,7 +109,7 @@ static void hard_sigmoid_f16_blocks(const opgen_map_call *call, int64_t opgen_fi
 }
 
 /* hard_sigmoid_f16: elements [opgen_first, opgen_last) one by one */
-static inline void hard_sigmoid_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)alpha;
@@ -152,7 +152,7 @@ void OPGEN_KERNEL(hard_sigmoid_f16)(const opgen_f16 *OPGEN_RESTRICT src, float a
 }
 
 /* hard_sigmoid_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void hard_sigmoid_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)alpha;
@@ -181,7 +181,7 @@ static void hard_sigmoid_bf16_blocks(const opgen_map_call *call, int64_t opgen_f
 }
 
 /* hard_sigmoid_bf16: elements [opgen_first, opgen_last) one by one */
-static inline void hard_sigmoid_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)alpha;

@@ -8,7 +8,7 @@
 #include "opgen_map.h"
 
 /* hard_sigmoid_backward_f32: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void hard_sigmoid_backward_f32_blocks_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_backward_f32_blocks_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)diff_dst;
@@ -41,7 +41,7 @@ static void hard_sigmoid_backward_f32_blocks(const opgen_map_call *call, int64_t
 }
 
 /* hard_sigmoid_backward_f32: elements [opgen_first, opgen_last) one by one */
-static inline void hard_sigmoid_backward_f32_elements_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_backward_f32_elements_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)diff_dst;
@@ -86,7 +86,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
 }
 
 /* hard_sigmoid_backward_f16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void hard_sigmoid_backward_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_backward_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)diff_dst;
@@ -119,7 +119,7 @@ static void hard_sigmoid_backward_f16_blocks(const opgen_map_call *call, int64_t
 }
 
 /* hard_sigmoid_backward_f16: elements [opgen_first, opgen_last) one by one */
-static inline void hard_sigmoid_backward_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_backward_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)diff_dst;
@@ -164,7 +164,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
 }
 
 /* hard_sigmoid_backward_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void hard_sigmoid_backward_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_backward_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)diff_dst;
@@ -197,7 +197,7 @@ static void hard_sigmoid_backward_bf16_blocks(const opgen_map_call *call, int64_
 }
 
 /* hard_sigmoid_backward_bf16: elements [opgen_first, opgen_last) one by one */
-static inline void hard_sigmoid_backward_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void hard_sigmoid_backward_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)diff_dst;

@@ -33,7 +33,7 @@ static void prelu_backward_f32_ncx_finish(const opgen_channels_call *call, int64
 
 /* prelu_backward_f32_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
-static inline void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                      int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -320,7 +320,7 @@ static void prelu_backward_f32_nxc_finish(const opgen_channels_call *call, int64
 
 /* prelu_backward_f32_nxc: rows [row_first, row_last), every channel, the sums' terms added to
  * partial[sum * channels + channel]; in memory order when streamed */
-static inline void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                     double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -445,7 +445,7 @@ static void prelu_backward_f32_nxc_rows(const opgen_channels_call *call, int64_t
 
 /* prelu_backward_f32_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
  * sums in `share` (span each), then finished */
-static inline void prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+OPGEN_MICROKERNEL void prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                      int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
     (void)src;
@@ -605,7 +605,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
 }
 
 /* prelu_backward_f32_full: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void prelu_backward_f32_full_blocks_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void prelu_backward_f32_full_blocks_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)slope;
@@ -646,7 +646,7 @@ static void prelu_backward_f32_full_blocks(const opgen_map_call *call, int64_t o
 }
 
 /* prelu_backward_f32_full: elements [opgen_first, opgen_last) one by one */
-static inline void prelu_backward_f32_full_elements_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void prelu_backward_f32_full_elements_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)slope;
@@ -709,7 +709,7 @@ static void prelu_backward_bf16_ncx_finish(const opgen_channels_call *call, int6
 
 /* prelu_backward_bf16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
-static inline void prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+OPGEN_MICROKERNEL void prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                       int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -1039,7 +1039,7 @@ static void prelu_backward_bf16_nxc_finish(const opgen_channels_call *call, int6
 
 /* prelu_backward_bf16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
  * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
-static inline void prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                      double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -1206,7 +1206,7 @@ static void prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, int64_
 
 /* prelu_backward_bf16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
  * sums in `share` (double sums, then float runs, span each), then finished */
-static inline void prelu_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+OPGEN_MICROKERNEL void prelu_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                       int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
     (void)src;
@@ -1396,7 +1396,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
 }
 
 /* prelu_backward_bf16_full: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)slope;
@@ -1464,7 +1464,7 @@ static void prelu_backward_bf16_full_blocks(const opgen_map_call *call, int64_t 
 }
 
 /* prelu_backward_bf16_full: elements [opgen_first, opgen_last) one by one */
-static inline void prelu_backward_bf16_full_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void prelu_backward_bf16_full_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)slope;
@@ -1527,7 +1527,7 @@ static void prelu_backward_f16_ncx_finish(const opgen_channels_call *call, int64
 
 /* prelu_backward_f16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
-static inline void prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
+OPGEN_MICROKERNEL void prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                      int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -1823,7 +1823,7 @@ static void prelu_backward_f16_nxc_finish(const opgen_channels_call *call, int64
 
 /* prelu_backward_f16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
  * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
-static inline void prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
+OPGEN_MICROKERNEL void prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                     double *OPGEN_RESTRICT partial)
 {
     (void)src;
@@ -1946,7 +1946,7 @@ static void prelu_backward_f16_nxc_rows(const opgen_channels_call *call, int64_t
 
 /* prelu_backward_f16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
  * sums in `share` (double sums, then float runs, span each), then finished */
-static inline void prelu_backward_f16_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
+OPGEN_MICROKERNEL void prelu_backward_f16_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                      int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
     (void)src;
@@ -2124,7 +2124,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
 }
 
 /* prelu_backward_f16_full: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)slope;
@@ -2192,7 +2192,7 @@ static void prelu_backward_f16_full_blocks(const opgen_map_call *call, int64_t o
 }
 
 /* prelu_backward_f16_full: elements [opgen_first, opgen_last) one by one */
-static inline void prelu_backward_f16_full_elements_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void prelu_backward_f16_full_elements_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)slope;

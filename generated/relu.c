@@ -8,7 +8,7 @@
 #include "opgen_map.h"
 
 /* relu_f32: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void relu_f32_blocks_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_f32_blocks_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -34,7 +34,7 @@ static void relu_f32_blocks(const opgen_map_call *call, int64_t opgen_first, int
 }
 
 /* relu_f32: elements [opgen_first, opgen_last) one by one */
-static inline void relu_f32_elements_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_f32_elements_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -74,7 +74,7 @@ void OPGEN_KERNEL(relu_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRI
 }
 
 /* relu_f16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void relu_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -100,7 +100,7 @@ static void relu_f16_blocks(const opgen_map_call *call, int64_t opgen_first, int
 }
 
 /* relu_f16: elements [opgen_first, opgen_last) one by one */
-static inline void relu_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -140,7 +140,7 @@ void OPGEN_KERNEL(relu_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGE
 }
 
 /* relu_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void relu_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -166,7 +166,7 @@ static void relu_bf16_blocks(const opgen_map_call *call, int64_t opgen_first, in
 }
 
 /* relu_bf16: elements [opgen_first, opgen_last) one by one */
-static inline void relu_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;

@@ -8,7 +8,7 @@
 #include "opgen_map.h"
 
 /* relu_backward_f32: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void relu_backward_f32_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_backward_f32_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -38,7 +38,7 @@ static void relu_backward_f32_blocks(const opgen_map_call *call, int64_t opgen_f
 }
 
 /* relu_backward_f32: elements [opgen_first, opgen_last) one by one */
-static inline void relu_backward_f32_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_backward_f32_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -80,7 +80,7 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
 }
 
 /* relu_backward_f16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void relu_backward_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_backward_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -110,7 +110,7 @@ static void relu_backward_f16_blocks(const opgen_map_call *call, int64_t opgen_f
 }
 
 /* relu_backward_f16: elements [opgen_first, opgen_last) one by one */
-static inline void relu_backward_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_backward_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -152,7 +152,7 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
 }
 
 /* relu_backward_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void relu_backward_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_backward_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -182,7 +182,7 @@ static void relu_backward_bf16_blocks(const opgen_map_call *call, int64_t opgen_
 }
 
 /* relu_backward_bf16: elements [opgen_first, opgen_last) one by one */
-static inline void relu_backward_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void relu_backward_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;

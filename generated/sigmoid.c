@@ -8,7 +8,7 @@
 #include "opgen_map.h"
 
 /* sigmoid_f32: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_f32_blocks_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_f32_blocks_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -35,7 +35,7 @@ static void sigmoid_f32_blocks(const opgen_map_call *call, int64_t opgen_first, 
 }
 
 /* sigmoid_f32: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_f32_elements_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_f32_elements_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -76,7 +76,7 @@ void OPGEN_KERNEL(sigmoid_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RES
 }
 
 /* sigmoid_f16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -103,7 +103,7 @@ static void sigmoid_f16_blocks(const opgen_map_call *call, int64_t opgen_first, 
 }
 
 /* sigmoid_f16: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -144,7 +144,7 @@ void OPGEN_KERNEL(sigmoid_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *O
 }
 
 /* sigmoid_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;
@@ -171,7 +171,7 @@ static void sigmoid_bf16_blocks(const opgen_map_call *call, int64_t opgen_first,
 }
 
 /* sigmoid_bf16: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src;
     (void)dst;

@@ -8,7 +8,7 @@
 #include "opgen_map.h"
 
 /* sigmoid_backward_f32_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_backward_f32_use_dst_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_f32_use_dst_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -38,7 +38,7 @@ static void sigmoid_backward_f32_use_dst_blocks(const opgen_map_call *call, int6
 }
 
 /* sigmoid_backward_f32_use_dst: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_backward_f32_use_dst_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_f32_use_dst_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -80,7 +80,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_
 }
 
 /* sigmoid_backward_f32_no_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_backward_f32_no_use_dst_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_f32_no_use_dst_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -123,7 +123,7 @@ static void sigmoid_backward_f32_no_use_dst_blocks(const opgen_map_call *call, i
 }
 
 /* sigmoid_backward_f32_no_use_dst: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_backward_f32_no_use_dst_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_f32_no_use_dst_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -179,7 +179,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
 }
 
 /* sigmoid_backward_f16_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_backward_f16_use_dst_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_f16_use_dst_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -209,7 +209,7 @@ static void sigmoid_backward_f16_use_dst_blocks(const opgen_map_call *call, int6
 }
 
 /* sigmoid_backward_f16_use_dst: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_backward_f16_use_dst_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_f16_use_dst_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -251,7 +251,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 }
 
 /* sigmoid_backward_f16_no_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_backward_f16_no_use_dst_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_f16_no_use_dst_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -303,7 +303,7 @@ static void sigmoid_backward_f16_no_use_dst_blocks(const opgen_map_call *call, i
 }
 
 /* sigmoid_backward_f16_no_use_dst: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_backward_f16_no_use_dst_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_f16_no_use_dst_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -359,7 +359,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
 }
 
 /* sigmoid_backward_bf16_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_backward_bf16_use_dst_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_bf16_use_dst_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -408,7 +408,7 @@ static void sigmoid_backward_bf16_use_dst_blocks(const opgen_map_call *call, int
 }
 
 /* sigmoid_backward_bf16_use_dst: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_backward_bf16_use_dst_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_bf16_use_dst_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -462,7 +462,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
 }
 
 /* sigmoid_backward_bf16_no_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
-static inline void sigmoid_backward_bf16_no_use_dst_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_bf16_no_use_dst_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
@@ -514,7 +514,7 @@ static void sigmoid_backward_bf16_no_use_dst_blocks(const opgen_map_call *call, 
 }
 
 /* sigmoid_backward_bf16_no_use_dst: elements [opgen_first, opgen_last) one by one */
-static inline void sigmoid_backward_bf16_no_use_dst_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
+OPGEN_MICROKERNEL void sigmoid_backward_bf16_no_use_dst_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
     (void)src_or_dst;
     (void)diff_dst;
