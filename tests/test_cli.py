@@ -148,8 +148,9 @@ def test_compiler_error_shows_file_and_line(tmp_path, monkeypatch):
     monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path / "cache"))
     library = render_library(ops=["relu_backward"], dtypes=["f32"])
     files = dict(library.files)
+    assert "opgen_map_run(&kernel, &call);" in files["relu_backward.c"]
     files["relu_backward.c"] = files["relu_backward.c"].replace(
-        "const int64_t blocks = ", "const int64_t blocks = ;", 1
+        "opgen_map_run(&kernel, &call);", "opgen_map_run(&kernel, &call) +;", 1
     )
     with pytest.raises(BuildError) as caught:
         build_module(dataclasses.replace(library, files=files))
