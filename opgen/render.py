@@ -22,10 +22,10 @@ BUNDLED_TEMPLATES = bundle.TEMPLATES
 BUNDLED_OUTPUT = bundle.OUTPUT
 # Hand-written C in templates/drivers/, copied into builds that have ops of their pattern.
 PATTERN_DRIVERS = {
-    "elementwise": ("opgen_map.h", "opgen_map.c"),
+    "elementwise": ("opgen_team.h", "opgen_map.h", "opgen_map.c"),
     "along_axes": ("opgen_lines.h", "opgen_lines.c"),
-    "broadcast_reduce": ("opgen_channels.h", "opgen_channels.c", "opgen_map.h", "opgen_map.c"),
-    "reduce_then_apply": ("opgen_channels.h", "opgen_channels.c"),
+    "broadcast_reduce": ("opgen_team.h", "opgen_channels.h", "opgen_channels.c", "opgen_map.h", "opgen_map.c"),
+    "reduce_then_apply": ("opgen_team.h", "opgen_channels.h", "opgen_channels.c"),
     "binary": ("opgen_binary.h", "opgen_binary.c"),
 }
 DRIVERS = tuple(dict.fromkeys(name for names in PATTERN_DRIVERS.values() for name in names))

@@ -1,5 +1,6 @@
 /* The loop driver of the broadcast_reduce and reduce_then_apply ops (hand-written): see opgen_channels.h. */
 #include "opgen_channels.h"
+#include "opgen_team.h"
 
 /* What a loop's steps share: the call, with the driver's choices. */
 typedef struct opgen_channels_loop {
@@ -40,32 +41,6 @@ static void opgen_channels_team(const opgen_channels_loop *loop, int threads, in
     for (int64_t index = 0; index < count; ++index) {
         step(loop, index);
     }
-    opgen_fence();
-}
-
-typedef void (*opgen_channels_share)(const opgen_channels_loop *loop, int64_t first, int64_t last);
-
-/* Steps 0..count-1 split among `threads` threads, each taking one contiguous share of them at
- * once. `region`: in a parallel region even on one thread (see opgen_channels_run_twice). */
-static void opgen_channels_team_shares(const opgen_channels_loop *loop, int threads, int region, int64_t count,
-                                       opgen_channels_share share)
-{
-#if defined(_OPENMP)
-    if (threads > 1 || region) {
-        OPGEN_PARALLEL(threads)
-        {
-            const int64_t member = omp_get_thread_num();
-            const int64_t members = omp_get_num_threads();
-            share(loop, count * member / members, count * (member + 1) / members);
-            opgen_fence();
-        }
-        return;
-    }
-#else
-    (void)threads;
-    (void)region;
-#endif
-    share(loop, 0, count);
     opgen_fence();
 }
 
@@ -182,8 +157,9 @@ int64_t opgen_channels_workspace(int ncx, int sum_count, int float_sum_count, in
 
 /* reduce_then_apply */
 
-static void opgen_channels_whole(const opgen_channels_loop *loop, int64_t first, int64_t last)
+static void opgen_channels_whole(const void *context, int64_t first, int64_t last)
 {
+    const opgen_channels_loop *loop = (const opgen_channels_loop *)context;
     loop->twice->channels(loop->call, first, last);
 }
 
@@ -216,8 +192,9 @@ static void opgen_channels_sums_of(const opgen_channels_loop *loop, int64_t rang
     kernel->sums(call, row_first, row_last, first, last, call->stream && !split, partial);
 }
 
-static void opgen_channels_apply_steps(const opgen_channels_loop *loop, int64_t first, int64_t last)
+static void opgen_channels_apply_steps(const void *context, int64_t first, int64_t last)
 {
+    const opgen_channels_loop *loop = (const opgen_channels_loop *)context;
     loop->twice->apply(loop->call, first, last);
 }
 
@@ -232,7 +209,7 @@ void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const o
         /* each thread a share of whole channels; streamed unless (opgen_stream_units) the units
          * end in a tail */
         call.stream = opgen_stream_units(moved, call.inner);
-        opgen_channels_team_shares(&loop, loop.threads, 0, call.channels, opgen_channels_whole);
+        opgen_team_shares(loop.threads, 0, call.channels, opgen_channels_whole, &loop);
         return;
     }
     const int64_t channels = call.channels;
@@ -286,8 +263,8 @@ void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const o
      * parallel region too: timed from C, one thread, 401 408 rows of 64 channels, bf16 7 %
      * faster past the caches and 11 % in them, f16 1 % and 4 %, f32 unchanged. */
     const int64_t steps = channels >= OPGEN_PAIRED_ROWS ? (call.outer + 1) / 2 : call.outer;
-    opgen_channels_team_shares(&loop, loop.threads, call.outer * channels >= OPGEN_PARALLEL_THRESHOLD, steps,
-                               opgen_channels_apply_steps);
+    opgen_team_shares(loop.threads, call.outer * channels >= OPGEN_PARALLEL_THRESHOLD, steps, opgen_channels_apply_steps,
+                      &loop);
 }
 
 int64_t opgen_channels_twice_workspace(int sum_count, int value_count, int64_t outer, int64_t channels)
