@@ -31,19 +31,53 @@ static void aclnn_prelu_backward_f32_ncx_finish(const opgen_channels_call *call,
     }
 }
 
+/* aclnn_prelu_backward_f32_ncx: the `count` (fewer than OPGEN_BLOCK) elements at `at` of channel `channel`, a
+ * unit's tail: the element math and stores, and the sums' terms in the accumulation type: from
+ * OPGEN_TAIL_BLOCK_MIN of them as a block into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_unit_tail(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                             double *OPGEN_RESTRICT grad_weight_lanes, double *OPGEN_RESTRICT grad_weight_total)
+{
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float weight_value = weight[channel];
+    double grad_weight_acc = *grad_weight_total;
+    (void)grad_weight_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float grad_output_block[OPGEN_BLOCK];
+        opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(count - index));
+        float self_block[OPGEN_BLOCK];
+        opgen_load_part_f32(self_block, self + base + index, (int)(count - index));
+        float grad_input_block[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float grad_output_value = (float)grad_output_block[lane];
+            const float self_value = (float)self_block[lane];
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            grad_input_block[lane] = (float)grad_input_value;
+            const double grad_weight_term = lane < count - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+            grad_weight_lanes[lane] += grad_weight_term;
+        }
+        opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(count - index), stream);
+    } else {
+        for (; index < count; ++index) {
+            const float grad_output_value = grad_output[base + index];
+            const float self_value = self[base + index];
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            grad_input[base + index] = grad_input_value;
+            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+            grad_weight_acc += grad_weight_term;
+        }
+    }
+    *grad_weight_total = grad_weight_acc;
+}
+
 /* aclnn_prelu_backward_f32_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                            int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream);
     for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
@@ -76,50 +110,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                 }
                 {
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                        grad_weight_unit_lanes[lane] += grad_weight_term;
-                    }
-                    opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = grad_output[base + index];
-                        const float self_value = self[base + index];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                }
-                grad_weight_acc += grad_weight_unit_lanes[0];
+                aclnn_prelu_backward_f32_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_unit_lanes, &grad_weight_acc);
+                grad_weight_acc += opgen_lanes_total_double(grad_weight_unit_lanes, OPGEN_BLOCK);
             } else {
                 double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                 /* whole blocks: lane l of every block adds to partial sum l */
@@ -215,58 +207,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                         opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_part_f32(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_part_f32(self_block, self + base + index, (int)(inner_last - index));
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                        grad_weight_lanes[lane] += grad_weight_term;
-                    }
-                    opgen_store_part_f32(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = grad_output[base + index];
-                        const float self_value = self[base + index];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = grad_input_value;
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                grad_weight_acc += grad_weight_lanes[0];
+                aclnn_prelu_backward_f32_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_lanes, &grad_weight_acc);
+                grad_weight_acc += opgen_lanes_total_double(grad_weight_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
             }
             partial[0 * channels + channel] += grad_weight_acc;
         }
@@ -323,14 +265,7 @@ static void aclnn_prelu_backward_f32_nxc_finish(const opgen_channels_call *call,
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                           double *OPGEN_RESTRICT partial)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
     if (stream) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
@@ -448,14 +383,7 @@ static void aclnn_prelu_backward_f32_nxc_rows(const opgen_channels_call *call, i
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                            int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     double *const grad_weight_range_sums = share + 0 * span;
     for (int64_t at = 0; at < last - first; ++at) {
         grad_weight_range_sums[at] = 0;
@@ -607,13 +535,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT grad
 /* aclnn_prelu_backward_f32_full: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_full_blocks_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)count;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)count; (void)stream;
     opgen_lines_f32 grad_weight_lines = opgen_lines_f32_start(1);
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float grad_output_block[OPGEN_BLOCK];
@@ -648,13 +570,7 @@ static void aclnn_prelu_backward_f32_full_blocks(const opgen_map_call *call, int
 /* aclnn_prelu_backward_f32_full: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_full_elements_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)count;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float grad_output_value = grad_output[index];
         const float self_value = self[index];
@@ -707,19 +623,53 @@ static void aclnn_prelu_backward_f16_ncx_finish(const opgen_channels_call *call,
     }
 }
 
+/* aclnn_prelu_backward_f16_ncx: the `count` (fewer than OPGEN_BLOCK) elements at `at` of channel `channel`, a
+ * unit's tail: the element math and stores, and the sums' terms in the accumulation type: from
+ * OPGEN_TAIL_BLOCK_MIN of them as a block into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_ncx_unit_tail(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                             double *OPGEN_RESTRICT grad_weight_lanes, double *OPGEN_RESTRICT grad_weight_total)
+{
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float weight_value = opgen_f16_to_f32(weight[channel]);
+    double grad_weight_acc = *grad_weight_total;
+    (void)grad_weight_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float grad_output_block[OPGEN_BLOCK];
+        opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(count - index));
+        float self_block[OPGEN_BLOCK];
+        opgen_load_part_f16(self_block, self + base + index, (int)(count - index));
+        float grad_input_block[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float grad_output_value = (float)grad_output_block[lane];
+            const float self_value = (float)self_block[lane];
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            grad_input_block[lane] = (float)grad_input_value;
+            const double grad_weight_term = lane < count - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
+            grad_weight_lanes[lane] += grad_weight_term;
+        }
+        opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(count - index), stream);
+    } else {
+        for (; index < count; ++index) {
+            const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
+            const float self_value = opgen_f16_to_f32(self[base + index]);
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
+            const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
+            grad_weight_acc += grad_weight_term;
+        }
+    }
+    *grad_weight_total = grad_weight_acc;
+}
+
 /* aclnn_prelu_backward_f16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                            int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_f16 grad_input_lines = opgen_lines_f16_start(stream);
     for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
@@ -756,50 +706,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_ncx_units_of(const opgen_f16 *OP
                         grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
-                        grad_weight_unit_lanes[lane] += grad_weight_term;
-                    }
-                    opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                        const float self_value = opgen_f16_to_f32(self[base + index]);
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                }
-                grad_weight_acc += grad_weight_unit_lanes[0];
+                aclnn_prelu_backward_f16_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_unit_lanes, &grad_weight_acc);
+                grad_weight_acc += opgen_lanes_total_double(grad_weight_unit_lanes, OPGEN_BLOCK);
             } else {
                 double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                 /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
@@ -900,58 +808,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_ncx_units_of(const opgen_f16 *OP
                         grad_weight_lanes[lane] += grad_weight_run[lane];
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(self_block, self + base + index, (int)(inner_last - index));
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = lane < inner_last - index ? ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value))) : 0;
-                        grad_weight_lanes[lane] += grad_weight_term;
-                    }
-                    opgen_store_part_f16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = opgen_f16_to_f32(grad_output[base + index]);
-                        const float self_value = opgen_f16_to_f32(self[base + index]);
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = opgen_f32_to_f16(grad_input_value);
-                        const double grad_weight_term = ((double)opgen_select_float((self_value > 0.0f), 0.0f, (self_value * grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                grad_weight_acc += grad_weight_lanes[0];
+                aclnn_prelu_backward_f16_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_lanes, &grad_weight_acc);
+                grad_weight_acc += opgen_lanes_total_double(grad_weight_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
             }
             partial[0 * channels + channel] += grad_weight_acc;
         }
@@ -1008,14 +866,7 @@ static void aclnn_prelu_backward_f16_nxc_finish(const opgen_channels_call *call,
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                           double *OPGEN_RESTRICT partial)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
@@ -1131,14 +982,7 @@ static void aclnn_prelu_backward_f16_nxc_rows(const opgen_channels_call *call, i
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                            int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     double *const grad_weight_range_sums = share + 0 * span;
     float *const grad_weight_run = (float *)(void *)(share + 1 * span) + 0 * span;
     for (int64_t at = 0; at < last - first; ++at) {
@@ -1308,13 +1152,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT 
 /* aclnn_prelu_backward_f16_full: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)count;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)count; (void)stream;
     /* through the line writers that are not cheap only where the data outgrow L2 (in it, they
      * cost more than they save) */
     if (count * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_COSTLY_LINES_BYTES) {
@@ -1376,13 +1214,7 @@ static void aclnn_prelu_backward_f16_full_blocks(const opgen_map_call *call, int
 /* aclnn_prelu_backward_f16_full: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_full_elements_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)count;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float grad_output_value = opgen_f16_to_f32(grad_output[index]);
         const float self_value = opgen_f16_to_f32(self[index]);
@@ -1435,19 +1267,53 @@ static void aclnn_prelu_backward_bf16_ncx_finish(const opgen_channels_call *call
     }
 }
 
+/* aclnn_prelu_backward_bf16_ncx: the `count` (fewer than OPGEN_BLOCK) elements at `at` of channel `channel`, a
+ * unit's tail: the element math and stores, and the sums' terms in the accumulation type: from
+ * OPGEN_TAIL_BLOCK_MIN of them as a block into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_ncx_unit_tail(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                              double *OPGEN_RESTRICT grad_weight_lanes, double *OPGEN_RESTRICT grad_weight_total)
+{
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float weight_value = opgen_bf16_to_f32(weight[channel]);
+    double grad_weight_acc = *grad_weight_total;
+    (void)grad_weight_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float grad_output_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(count - index));
+        float self_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(self_block, self + base + index, (int)(count - index));
+        float grad_input_block[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float grad_output_value = (float)grad_output_block[lane];
+            const float self_value = (float)self_block[lane];
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            grad_input_block[lane] = (float)grad_input_value;
+            const double grad_weight_term = lane < count - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
+            grad_weight_lanes[lane] += grad_weight_term;
+        }
+        opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(count - index), stream);
+    } else {
+        for (; index < count; ++index) {
+            const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
+            const float self_value = opgen_bf16_to_f32(self[base + index]);
+            const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
+            grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
+            const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
+            grad_weight_acc += grad_weight_term;
+        }
+    }
+    *grad_weight_total = grad_weight_acc;
+}
+
 /* aclnn_prelu_backward_bf16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                             int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_bf16 grad_input_lines = opgen_lines_bf16_start(stream);
     for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
@@ -1500,50 +1366,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_ncx_units_of(const opgen_bf16 *
                         grad_weight_unit_lanes[lane] += grad_weight_unit_run[lane];
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                        grad_weight_unit_lanes[lane] += grad_weight_term;
-                    }
-                    opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                        const float self_value = opgen_bf16_to_f32(self[base + index]);
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                    grad_weight_unit_lanes[lane] += grad_weight_unit_lanes[lane + OPGEN_BLOCK / 16];
-                }
-                grad_weight_acc += grad_weight_unit_lanes[0];
+                aclnn_prelu_backward_bf16_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_unit_lanes, &grad_weight_acc);
+                grad_weight_acc += opgen_lanes_total_double(grad_weight_unit_lanes, OPGEN_BLOCK);
             } else {
                 double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                 /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
@@ -1662,58 +1486,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_ncx_units_of(const opgen_bf16 *
                         grad_weight_lanes[lane] += grad_weight_run[lane];
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float grad_output_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(grad_output_block, grad_output + base + index, (int)(inner_last - index));
-                    float self_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(self_block, self + base + index, (int)(inner_last - index));
-                    float grad_input_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float grad_output_value = (float)grad_output_block[lane];
-                        const float self_value = (float)self_block[lane];
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input_block[lane] = (float)grad_input_value;
-                        const double grad_weight_term = lane < inner_last - index ? opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value))) : 0;
-                        grad_weight_lanes[lane] += grad_weight_term;
-                    }
-                    opgen_store_part_bf16(grad_input + base + index, grad_input_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float grad_output_value = opgen_bf16_to_f32(grad_output[base + index]);
-                        const float self_value = opgen_bf16_to_f32(self[base + index]);
-                        const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
-                        grad_input[base + index] = opgen_f32_to_bf16(grad_input_value);
-                        const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
-                        grad_weight_acc += grad_weight_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    grad_weight_lanes[lane] += grad_weight_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                grad_weight_acc += grad_weight_lanes[0];
+                aclnn_prelu_backward_bf16_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_lanes, &grad_weight_acc);
+                grad_weight_acc += opgen_lanes_total_double(grad_weight_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
             }
             partial[0 * channels + channel] += grad_weight_acc;
         }
@@ -1770,14 +1544,7 @@ static void aclnn_prelu_backward_bf16_nxc_finish(const opgen_channels_call *call
 OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                            double *OPGEN_RESTRICT partial)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
@@ -1937,14 +1704,7 @@ static void aclnn_prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, 
 OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                             int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     double *const grad_weight_range_sums = share + 0 * span;
     float *const grad_weight_run = (float *)(void *)(share + 1 * span) + 0 * span;
     for (int64_t at = 0; at < last - first; ++at) {
@@ -2126,13 +1886,7 @@ void OPGEN_KERNEL(aclnn_prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRIC
 /* aclnn_prelu_backward_bf16_full: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)count;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)count; (void)stream;
     /* through the line writers that are not cheap only where the data outgrow L2 (in it, they
      * cost more than they save) */
     if (count * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_COSTLY_LINES_BYTES) {
@@ -2194,13 +1948,7 @@ static void aclnn_prelu_backward_bf16_full_blocks(const opgen_map_call *call, in
 /* aclnn_prelu_backward_bf16_full: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_full_elements_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)grad_output;
-    (void)self;
-    (void)weight;
-    (void)grad_input;
-    (void)grad_weight;
-    (void)count;
-    (void)stream;
+    (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float grad_output_value = opgen_bf16_to_f32(grad_output[index]);
         const float self_value = opgen_bf16_to_f32(self[index]);

@@ -7,7 +7,7 @@
  * them, then an elementwise pass that reads those values. The tensor is seen as
  * [outer][channels][inner] (form ncx) or [outer][channels] (form nxc).
  * Per variant: the microkernels (ncx: a range of channels; nxc: a tile's sums, the channels' values,
- * the element pass over rows, a range's both passes), run by the driver in opgen_channels.c.
+ * the element pass over rows), run by the driver in opgen_channels.c.
  * Sums run in double in an order fixed by the shape, never by the thread count (terms
  * computed in float first go through float runs, see inner_runs and nxc_rows); `count` is
  * the number of elements per channel. Form nxc also runs NCX tensors with a short inner dim:
@@ -16,157 +16,162 @@
 #include "opgen.h"
 #include "opgen_channels.h"
 
+
+/* batch_norm_training_backward_f32_ncx: the sums' terms of the block at `at` (of channel `channel`), lane l
+ * added to lane l of each sum's `into` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_sum_block(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at,
+                                                                     float *OPGEN_RESTRICT sum_diff_dst_into,
+                                                                     float *OPGEN_RESTRICT sum_diff_dst_centered_into)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float mean_value = mean[channel];
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float sum_diff_dst_term = diff_dst_value;
+        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+        sum_diff_dst_into[lane] += sum_diff_dst_term;
+        sum_diff_dst_centered_into[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_f32_ncx: the float sums' terms of the same block in double (a run summed again), lane l
+ * added to lane l of each one's `again` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_again_block(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at,
+                                                                       double *OPGEN_RESTRICT sum_diff_dst_again,
+                                                                       double *OPGEN_RESTRICT sum_diff_dst_centered_again)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const double mean_acc = (double)(mean[channel]);
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        sum_diff_dst_again[lane] += sum_diff_dst_term;
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_f32_ncx: the sums' terms of the `count` (fewer than OPGEN_BLOCK) elements at `at` of
+ * channel `channel`, in the accumulation type:  one by one into `total` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_sum_tail(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                                    double *OPGEN_RESTRICT sum_diff_dst_lanes, double *OPGEN_RESTRICT sum_diff_dst_total,
+                                                                    double *OPGEN_RESTRICT sum_diff_dst_centered_lanes, double *OPGEN_RESTRICT sum_diff_dst_centered_total)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const double mean_acc = (double)(mean[channel]);
+    double sum_diff_dst_acc = *sum_diff_dst_total;
+    (void)sum_diff_dst_lanes;
+    double sum_diff_dst_centered_acc = *sum_diff_dst_centered_total;
+    (void)sum_diff_dst_centered_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    for (; index < count; ++index) {
+        const float src_value = src[base + index];
+        const float diff_dst_value = diff_dst[base + index];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_acc += sum_diff_dst_term;
+        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+    }
+    *sum_diff_dst_total = sum_diff_dst_acc;
+    *sum_diff_dst_centered_total = sum_diff_dst_centered_acc;
+}
+
 /* batch_norm_training_backward_f32_ncx: both passes over each channel of [first, last) in turn */
 OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
     const double count_acc = (double)outer * (double)inner;
     for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double mean_acc = (double)(mean[channel]);
         double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
         double sum_diff_dst_acc = 0;
         double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        {
-            const float mean_value = mean[channel];
-            /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-             * that many blocks per chain share a run with the next rows' units (run_rows in
-             * all). A run per unit (zeroed, checked and added to the double sums every 49
-             * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-            const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-            const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-            if (run_rows >= 2) {
-                for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                    const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
+         * that many blocks per chain share a run with the next rows' units (run_rows in
+         * all). A run per unit (zeroed, checked and added to the double sums every 49
+         * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+        const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
+        const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
+        if (run_rows >= 2) {
+            for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
+                const int64_t row_last = opgen_min(outer, row_first + run_rows);
+                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                for (int64_t row = row_first; row < row_last; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 2 * OPGEN_BLOCK, sum_diff_dst_run + 2 * OPGEN_BLOCK, sum_diff_dst_centered_run + 2 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 3 * OPGEN_BLOCK, sum_diff_dst_run + 3 * OPGEN_BLOCK, sum_diff_dst_centered_run + 3 * OPGEN_BLOCK);
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, sum_diff_dst_run + chain * OPGEN_BLOCK, sum_diff_dst_centered_run + chain * OPGEN_BLOCK);
+                    }
+                    batch_norm_training_backward_f32_ncx_sum_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, inner - index, sum_diff_dst_lanes, &sum_diff_dst_acc, sum_diff_dst_centered_lanes, &sum_diff_dst_centered_acc);
+                }
+                if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
                     for (int64_t row = row_first; row < row_last; ++row) {
                         const int64_t base = (row * channels + channel) * inner;
-                        int64_t index = 0;
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        for (; index < inner; ++index) {
-                            const float src_value = src[base + index];
-                            const float diff_dst_value = diff_dst[base + index];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_acc += sum_diff_dst_term;
-                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+                        for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            batch_norm_training_backward_f32_ncx_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + again, sum_diff_dst_lanes + chain * OPGEN_BLOCK, sum_diff_dst_centered_lanes + chain * OPGEN_BLOCK);
                         }
                     }
+                    continue;
+                }
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                }
+            }
+        } else
+        {
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 2 * OPGEN_BLOCK, sum_diff_dst_run + 2 * OPGEN_BLOCK, sum_diff_dst_centered_run + 2 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 3 * OPGEN_BLOCK, sum_diff_dst_run + 3 * OPGEN_BLOCK, sum_diff_dst_centered_run + 3 * OPGEN_BLOCK);
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, sum_diff_dst_run + chain * OPGEN_BLOCK, sum_diff_dst_centered_run + chain * OPGEN_BLOCK);
+                    }
                     if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            batch_norm_training_backward_f32_ncx_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + again, sum_diff_dst_lanes + chain * OPGEN_BLOCK, sum_diff_dst_centered_lanes + chain * OPGEN_BLOCK);
                         }
                         continue;
                     }
@@ -175,165 +180,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const fl
                         sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
                 }
-            } else
-            {
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = (row * channels + channel) * inner;
-                    int64_t index = 0;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                    while (index + OPGEN_BLOCK <= inner) {
-                        const int64_t run_first = index;
-                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f32(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                        }
-                    }
-                    for (; index < inner; ++index) {
-                        const float src_value = src[base + index];
-                        const float diff_dst_value = diff_dst[base + index];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_acc += sum_diff_dst_term;
-                        sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                    }
-                }
+                batch_norm_training_backward_f32_ncx_sum_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, inner - index, sum_diff_dst_lanes, &sum_diff_dst_acc, sum_diff_dst_centered_lanes, &sum_diff_dst_centered_acc);
             }
         }
-        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-        }
-        sum_diff_dst_acc += sum_diff_dst_lanes[0];
-        sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
+        sum_diff_dst_acc += opgen_lanes_total_double(sum_diff_dst_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
+        sum_diff_dst_centered_acc += opgen_lanes_total_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         const double diff_beta_acc = sum_diff_dst_acc;
         const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
         const double scale_acc = (gamma_acc * inv_std_acc);
@@ -407,31 +258,109 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_ncx)(const float *OPGEN_RESTR
     opgen_channels_run_twice(&kernel, &call);
 }
 
+
+/* batch_norm_training_backward_f32_nxc: the sums' terms of the block at `at` (the channels from `channel`), lane l
+ * added to lane l of each sum's `into` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_sum_block(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at,
+                                                                     float *OPGEN_RESTRICT sum_diff_dst_into,
+                                                                     float *OPGEN_RESTRICT sum_diff_dst_centered_into)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float mean_value = (float)mean_block[lane];
+        const float sum_diff_dst_term = diff_dst_value;
+        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+        sum_diff_dst_into[lane] += sum_diff_dst_term;
+        sum_diff_dst_centered_into[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_f32_nxc: the float sums' terms of the same block in double (a run summed again), lane l
+ * added to lane l of each one's `again` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_again_block(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at,
+                                                                       double *OPGEN_RESTRICT sum_diff_dst_again,
+                                                                       double *OPGEN_RESTRICT sum_diff_dst_centered_again)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const double mean_acc = (double)mean_block[lane];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        sum_diff_dst_again[lane] += sum_diff_dst_term;
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_f32_nxc: the element pass on the block at `at` of the channels from `channel` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_apply_block(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const float *channel_values = (const float *)(const void *)(workspace + 2 * channels);
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    float diff_src_block[OPGEN_BLOCK];
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float mean_value = (float)mean_block[lane];
+        const float scale_value = channel_values[0 * channels + channel + lane];
+        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+        diff_src_block[lane] = (float)diff_src_value;
+    }
+    opgen_store_block_f32(diff_src + at, diff_src_block, stream);
+}
+
+/* batch_norm_training_backward_f32_nxc: the element pass on channels [tail_first, last) (fewer than a block) of the row
+ * at `base`, one by one, stored as a block is */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_apply_tail(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t tail_first, int64_t last, int64_t base)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const float *channel_values = (const float *)(const void *)(workspace + 2 * channels);
+    float diff_src_part[OPGEN_BLOCK] = {0};
+    for (int64_t channel = tail_first; channel < last; ++channel) {
+        const float mean_value = mean[channel];
+        const float scale_value = channel_values[0 * channels + channel];
+        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+        const float centered_coefficient_value = channel_values[2 * channels + channel];
+        const float src_value = src[base + channel];
+        const float diff_dst_value = diff_dst[base + channel];
+        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+        diff_src_part[channel - tail_first] = (float)diff_src_value;
+    }
+    opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
+}
+
 /* batch_norm_training_backward_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
  * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
 OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_sums_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
                                                                   int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
     if (opgen_in_order) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
@@ -448,22 +377,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_sums_of(const float 
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float sum_diff_dst_term = diff_dst_value;
-                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                            sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                        }
+                        batch_norm_training_backward_f32_nxc_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_group + (channel - segment), sum_diff_dst_centered_group + (channel - segment));
                     }
                     /* the channels after the last whole block, in the last segment */
                     const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
@@ -486,22 +400,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_sums_of(const float 
                         double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                            }
+                            batch_norm_training_backward_f32_nxc_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_again, sum_diff_dst_centered_again);
                         }
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
@@ -527,22 +426,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_sums_of(const float 
                 float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float sum_diff_dst_term = diff_dst_value;
-                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                        sum_diff_dst_group[lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                    }
+                    batch_norm_training_backward_f32_nxc_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_group, sum_diff_dst_centered_group);
                 }
                 if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
                     /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
@@ -550,22 +434,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_sums_of(const float 
                     double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
                     for (int64_t row = group; row < group_end; ++row) {
                         const int64_t base = row * channels;
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double mean_acc = (double)mean_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            sum_diff_dst_again[lane] += sum_diff_dst_term;
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                        }
+                        batch_norm_training_backward_f32_nxc_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_again, sum_diff_dst_centered_again);
                     }
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
@@ -605,26 +474,11 @@ static void batch_norm_training_backward_f32_nxc_sums(const opgen_channels_call 
 /* batch_norm_training_backward_f32_nxc: the outputs and the element pass's values of channels [first, last) */
 OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_values_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
     const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
+    const double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
+    (void)count_acc; (void)sums; (void)channel_values;
     for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -653,338 +507,49 @@ static void batch_norm_training_backward_f32_nxc_values(const opgen_channels_cal
     batch_norm_training_backward_f32_nxc_values_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
 }
 
-/* batch_norm_training_backward_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
- * many channels, two rows block by block, so that the second row finds the block's
- * per-channel values in L1 */
-OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_apply_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+/* batch_norm_training_backward_f32_nxc: the element pass over channels [first, last) of the rows of steps
+ * [opgen_step_first, opgen_step_last): a step is a row, or where `paired` (many channels), two
+ * rows block by block, so that the second row finds the block's per-channel values in L1 (the
+ * driver runs an odd count's last row alone) */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_apply_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last,
+                                                                  int64_t first, int64_t last, int paired)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
-    const int paired = channels >= OPGEN_PAIRED_ROWS;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const int64_t tail_first = first + (last - first) / OPGEN_BLOCK * OPGEN_BLOCK;
+    if (!paired) {
+        for (int64_t row = opgen_step_first; row < opgen_step_last; ++row) {
+            const int64_t base = row * channels;
+            for (int64_t channel = first; channel < tail_first; channel += OPGEN_BLOCK) {
+                batch_norm_training_backward_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel);
+            }
+            if (tail_first < last) {
+                batch_norm_training_backward_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base);
+            }
+        }
+        return;
+    }
     for (int64_t step = opgen_step_first; step < opgen_step_last; ++step) {
-        const int64_t row = paired ? 2 * step : step;
-        if (paired && row + 1 < outer) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                }
-                {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_f32(diff_src + base + channels + channel, diff_src_block, stream);
-                }
-            }
-            for (int64_t at = row; at < row + 2; ++at) {
-                const int64_t base = at * channels;
-                int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-                }
-                if (channel < channels) {
-                    const int64_t tail_first = channel;
-                    float diff_src_part[OPGEN_BLOCK] = {0};
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = src[base + channel];
-                        const float diff_dst_value = diff_dst[base + channel];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_part[channel - tail_first] = (float)diff_src_value;
-                    }
-                    opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                }
-            }
-        } else {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, 0);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float scale_value = channel_values[0 * channels + channel + lane];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-            }
-            if (channel < channels) {
-                const int64_t tail_first = channel;
-                float diff_src_part[OPGEN_BLOCK] = {0};
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = src[base + channel];
-                    const float diff_dst_value = diff_dst[base + channel];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_part[channel - tail_first] = (float)diff_src_value;
-                }
-                opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-            }
+        const int64_t base = 2 * step * channels;
+        for (int64_t channel = first; channel < tail_first; channel += OPGEN_BLOCK) {
+            batch_norm_training_backward_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel);
+            batch_norm_training_backward_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channels + channel);
+        }
+        if (tail_first < last) {
+            batch_norm_training_backward_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base);
+            batch_norm_training_backward_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base + channels);
         }
     }
 }
 
-static void batch_norm_training_backward_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last)
+static void batch_norm_training_backward_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last, int64_t first,
+                                                       int64_t last, int paired)
 {
-    batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last);
-}
-
-/* batch_norm_training_backward_f32_nxc: sums, values and element pass of channels [first, last), their values still
- * in cache for the rows */
-OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
-{
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
-    for (int64_t sum = 0; sum < 2; ++sum) {
-        for (int64_t channel = first; channel < last; ++channel) {
-            sums[sum * channels + channel] = 0;
-        }
+    if (first == 0 && last == call->channels) {
+        /* whole rows (the channel range a constant of the copy) */
+        batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, 0, call->channels, paired);
+        return;
     }
-    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-        int64_t channel = first;
-        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-            for (int64_t row = group; row < group_end; ++row) {
-                const int64_t base = row * channels;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, 0);
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float sum_diff_dst_term = diff_dst_value;
-                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                }
-            }
-            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                for (int64_t row = group; row < group_end; ++row) {
-                    const int64_t base = row * channels;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double mean_acc = (double)mean_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                    }
-                }
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                    sum_diff_dst_group[lane] = 0;
-                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                    sum_diff_dst_centered_group[lane] = 0;
-                }
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-            }
-        }
-        for (; channel < last; ++channel) {
-            const double mean_acc = (double)(mean[channel]);
-            for (int64_t row = group; row < group_end; ++row) {
-                const int64_t base = row * channels;
-                const float src_value = src[base + channel];
-                const float diff_dst_value = diff_dst[base + channel];
-                const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                sums[0 * channels + channel] += sum_diff_dst_term;
-                sums[1 * channels + channel] += sum_diff_dst_centered_term;
-            }
-        }
-    }
-    for (int64_t channel = first; channel < last; ++channel) {
-        const double variance_acc = (double)(variance[channel]);
-        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double sum_diff_dst_acc = sums[0 * channels + channel];
-        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-        const double diff_beta_acc = sum_diff_dst_acc;
-        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-        const double scale_acc = (gamma_acc * inv_std_acc);
-        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-        if (diff_gamma) {
-            diff_gamma[channel] = (float)(diff_gamma_acc);
-        }
-        if (diff_beta) {
-            diff_beta[channel] = (float)(diff_beta_acc);
-        }
-        channel_values[0 * channels + channel] = (float)scale_acc;
-        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-    }
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        int64_t channel = first;
-        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-            float mean_block[OPGEN_BLOCK];
-            opgen_load_block_f32(mean_block, mean + channel, 0);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_value = (float)mean_block[lane];
-                const float scale_value = channel_values[0 * channels + channel + lane];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_block[lane] = (float)diff_src_value;
-            }
-            opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
-        }
-        if (channel < last) {
-            const int64_t tail_first = channel;
-            float diff_src_part[OPGEN_BLOCK] = {0};
-            for (; channel < last; ++channel) {
-                const float mean_value = mean[channel];
-                const float scale_value = channel_values[0 * channels + channel];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                const float src_value = src[base + channel];
-                const float diff_dst_value = diff_dst[base + channel];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_part[channel - tail_first] = (float)diff_src_value;
-            }
-            opgen_store_part_f32(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-        }
-    }
-}
-
-static void batch_norm_training_backward_f32_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last)
-{
-    batch_norm_training_backward_f32_nxc_range_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+    batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
 }
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -1001,7 +566,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
         .sums = batch_norm_training_backward_f32_nxc_sums,
         .values = batch_norm_training_backward_f32_nxc_values,
         .apply = batch_norm_training_backward_f32_nxc_apply,
-        .range = batch_norm_training_backward_f32_nxc_range,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -1015,173 +579,179 @@ void OPGEN_KERNEL(batch_norm_training_backward_f32_nxc)(const float *OPGEN_RESTR
     opgen_channels_run_twice(&kernel, &call);
 }
 
+
+/* batch_norm_training_backward_bf16_f32_ncx: the sums' terms of the block at `at` (of channel `channel`), lane l
+ * added to lane l of each sum's `into` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_sum_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at,
+                                                                          float *OPGEN_RESTRICT sum_diff_dst_into,
+                                                                          float *OPGEN_RESTRICT sum_diff_dst_centered_into)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float mean_value = mean[channel];
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float sum_diff_dst_term = diff_dst_value;
+        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+        sum_diff_dst_into[lane] += sum_diff_dst_term;
+        sum_diff_dst_centered_into[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_bf16_f32_ncx: the float sums' terms of the same block in double (a run summed again), lane l
+ * added to lane l of each one's `again` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_again_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at,
+                                                                            double *OPGEN_RESTRICT sum_diff_dst_again,
+                                                                            double *OPGEN_RESTRICT sum_diff_dst_centered_again)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const double mean_acc = (double)(mean[channel]);
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        sum_diff_dst_again[lane] += sum_diff_dst_term;
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_bf16_f32_ncx: the sums' terms of the `count` (fewer than OPGEN_BLOCK) elements at `at` of
+ * channel `channel`, in the accumulation type: from OPGEN_TAIL_BLOCK_MIN of them as a block
+ * into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_sum_tail(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                                         double *OPGEN_RESTRICT sum_diff_dst_lanes, double *OPGEN_RESTRICT sum_diff_dst_total,
+                                                                         double *OPGEN_RESTRICT sum_diff_dst_centered_lanes, double *OPGEN_RESTRICT sum_diff_dst_centered_total)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const double mean_acc = (double)(mean[channel]);
+    double sum_diff_dst_acc = *sum_diff_dst_total;
+    (void)sum_diff_dst_lanes;
+    double sum_diff_dst_centered_acc = *sum_diff_dst_centered_total;
+    (void)sum_diff_dst_centered_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + base + index, (int)(count - index));
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(count - index));
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const double sum_diff_dst_term = lane < count - index ? ((double)diff_dst_value) : 0;
+            const double sum_diff_dst_centered_term = lane < count - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+        }
+    } else {
+        for (; index < count; ++index) {
+            const float src_value = opgen_bf16_to_f32(src[base + index]);
+            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+            const double sum_diff_dst_term = ((double)diff_dst_value);
+            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+            sum_diff_dst_acc += sum_diff_dst_term;
+            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+        }
+    }
+    *sum_diff_dst_total = sum_diff_dst_acc;
+    *sum_diff_dst_centered_total = sum_diff_dst_centered_acc;
+}
+
 /* batch_norm_training_backward_bf16_f32_ncx: both passes over each channel of [first, last) in turn */
 OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
     const double count_acc = (double)outer * (double)inner;
     for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double mean_acc = (double)(mean[channel]);
         double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
         double sum_diff_dst_acc = 0;
         double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        {
-            const float mean_value = mean[channel];
-            /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-             * that many blocks per chain share a run with the next rows' units (run_rows in
-             * all). A run per unit (zeroed, checked and added to the double sums every 49
-             * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-            const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-            const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-            if (run_rows >= 2) {
-                for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                    const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
+         * that many blocks per chain share a run with the next rows' units (run_rows in
+         * all). A run per unit (zeroed, checked and added to the double sums every 49
+         * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+        const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
+        const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
+        if (run_rows >= 2) {
+            for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
+                const int64_t row_last = opgen_min(outer, row_first + run_rows);
+                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                for (int64_t row = row_first; row < row_last; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 2 * OPGEN_BLOCK, sum_diff_dst_run + 2 * OPGEN_BLOCK, sum_diff_dst_centered_run + 2 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 3 * OPGEN_BLOCK, sum_diff_dst_run + 3 * OPGEN_BLOCK, sum_diff_dst_centered_run + 3 * OPGEN_BLOCK);
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, sum_diff_dst_run + chain * OPGEN_BLOCK, sum_diff_dst_centered_run + chain * OPGEN_BLOCK);
+                    }
+                    batch_norm_training_backward_bf16_f32_ncx_sum_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, inner - index, sum_diff_dst_lanes, &sum_diff_dst_acc, sum_diff_dst_centered_lanes, &sum_diff_dst_centered_acc);
+                }
+                if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
                     for (int64_t row = row_first; row < row_last; ++row) {
                         const int64_t base = (row * channels + channel) * inner;
-                        int64_t index = 0;
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                            }
-                        } else {
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                            }
+                        for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            batch_norm_training_backward_bf16_f32_ncx_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + again, sum_diff_dst_lanes + chain * OPGEN_BLOCK, sum_diff_dst_centered_lanes + chain * OPGEN_BLOCK);
                         }
                     }
+                    continue;
+                }
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                }
+            }
+        } else
+        {
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 2 * OPGEN_BLOCK, sum_diff_dst_run + 2 * OPGEN_BLOCK, sum_diff_dst_centered_run + 2 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 3 * OPGEN_BLOCK, sum_diff_dst_run + 3 * OPGEN_BLOCK, sum_diff_dst_centered_run + 3 * OPGEN_BLOCK);
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, sum_diff_dst_run + chain * OPGEN_BLOCK, sum_diff_dst_centered_run + chain * OPGEN_BLOCK);
+                    }
                     if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            batch_norm_training_backward_bf16_f32_ncx_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + again, sum_diff_dst_lanes + chain * OPGEN_BLOCK, sum_diff_dst_centered_lanes + chain * OPGEN_BLOCK);
                         }
                         continue;
                     }
@@ -1190,181 +760,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(con
                         sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
                 }
-            } else
-            {
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = (row * channels + channel) * inner;
-                    int64_t index = 0;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                    while (index + OPGEN_BLOCK <= inner) {
-                        const int64_t run_first = index;
-                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                        }
-                    }
-                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                            const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                        }
-                    } else {
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_bf16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_acc += sum_diff_dst_term;
-                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                        }
-                    }
-                }
+                batch_norm_training_backward_bf16_f32_ncx_sum_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, inner - index, sum_diff_dst_lanes, &sum_diff_dst_acc, sum_diff_dst_centered_lanes, &sum_diff_dst_centered_acc);
             }
         }
-        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-        }
-        sum_diff_dst_acc += sum_diff_dst_lanes[0];
-        sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
+        sum_diff_dst_acc += opgen_lanes_total_double(sum_diff_dst_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
+        sum_diff_dst_centered_acc += opgen_lanes_total_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         const double diff_beta_acc = sum_diff_dst_acc;
         const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
         const double scale_acc = (gamma_acc * inv_std_acc);
@@ -1454,31 +854,109 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_ncx)(const opgen_bf16 *O
     opgen_channels_run_twice(&kernel, &call);
 }
 
+
+/* batch_norm_training_backward_bf16_f32_nxc: the sums' terms of the block at `at` (the channels from `channel`), lane l
+ * added to lane l of each sum's `into` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_sum_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at,
+                                                                          float *OPGEN_RESTRICT sum_diff_dst_into,
+                                                                          float *OPGEN_RESTRICT sum_diff_dst_centered_into)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float mean_value = (float)mean_block[lane];
+        const float sum_diff_dst_term = diff_dst_value;
+        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+        sum_diff_dst_into[lane] += sum_diff_dst_term;
+        sum_diff_dst_centered_into[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_bf16_f32_nxc: the float sums' terms of the same block in double (a run summed again), lane l
+ * added to lane l of each one's `again` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_again_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at,
+                                                                            double *OPGEN_RESTRICT sum_diff_dst_again,
+                                                                            double *OPGEN_RESTRICT sum_diff_dst_centered_again)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const double mean_acc = (double)mean_block[lane];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        sum_diff_dst_again[lane] += sum_diff_dst_term;
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_bf16_f32_nxc: the element pass on the block at `at` of the channels from `channel` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_apply_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const float *channel_values = (const float *)(const void *)(workspace + 2 * channels);
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    float diff_src_block[OPGEN_BLOCK];
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float mean_value = (float)mean_block[lane];
+        const float scale_value = channel_values[0 * channels + channel + lane];
+        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+        diff_src_block[lane] = (float)diff_src_value;
+    }
+    opgen_store_block_bf16(diff_src + at, diff_src_block, stream);
+}
+
+/* batch_norm_training_backward_bf16_f32_nxc: the element pass on channels [tail_first, last) (fewer than a block) of the row
+ * at `base`, one by one, stored as a block is */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_apply_tail(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t tail_first, int64_t last, int64_t base)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const float *channel_values = (const float *)(const void *)(workspace + 2 * channels);
+    float diff_src_part[OPGEN_BLOCK] = {0};
+    for (int64_t channel = tail_first; channel < last; ++channel) {
+        const float mean_value = mean[channel];
+        const float scale_value = channel_values[0 * channels + channel];
+        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+        const float centered_coefficient_value = channel_values[2 * channels + channel];
+        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+        diff_src_part[channel - tail_first] = (float)diff_src_value;
+    }
+    opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
+}
+
 /* batch_norm_training_backward_bf16_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
  * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
 OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_sums_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
                                                                        int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
     if (opgen_in_order) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
@@ -1495,22 +973,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_sums_of(const o
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float sum_diff_dst_term = diff_dst_value;
-                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                            sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                        }
+                        batch_norm_training_backward_bf16_f32_nxc_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_group + (channel - segment), sum_diff_dst_centered_group + (channel - segment));
                     }
                     /* the channels after the last whole block, in the last segment */
                     const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
@@ -1533,22 +996,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_sums_of(const o
                         double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                            }
+                            batch_norm_training_backward_bf16_f32_nxc_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_again, sum_diff_dst_centered_again);
                         }
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
@@ -1574,22 +1022,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_sums_of(const o
                 float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float sum_diff_dst_term = diff_dst_value;
-                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                        sum_diff_dst_group[lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                    }
+                    batch_norm_training_backward_bf16_f32_nxc_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_group, sum_diff_dst_centered_group);
                 }
                 if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
                     /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
@@ -1597,22 +1030,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_sums_of(const o
                     double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
                     for (int64_t row = group; row < group_end; ++row) {
                         const int64_t base = row * channels;
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double mean_acc = (double)mean_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            sum_diff_dst_again[lane] += sum_diff_dst_term;
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                        }
+                        batch_norm_training_backward_bf16_f32_nxc_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_again, sum_diff_dst_centered_again);
                     }
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
@@ -1652,26 +1070,11 @@ static void batch_norm_training_backward_bf16_f32_nxc_sums(const opgen_channels_
 /* batch_norm_training_backward_bf16_f32_nxc: the outputs and the element pass's values of channels [first, last) */
 OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_values_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
     const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
+    const double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
+    (void)count_acc; (void)sums; (void)channel_values;
     for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -1700,338 +1103,49 @@ static void batch_norm_training_backward_bf16_f32_nxc_values(const opgen_channel
     batch_norm_training_backward_bf16_f32_nxc_values_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
 }
 
-/* batch_norm_training_backward_bf16_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
- * many channels, two rows block by block, so that the second row finds the block's
- * per-channel values in L1 */
-OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+/* batch_norm_training_backward_bf16_f32_nxc: the element pass over channels [first, last) of the rows of steps
+ * [opgen_step_first, opgen_step_last): a step is a row, or where `paired` (many channels), two
+ * rows block by block, so that the second row finds the block's per-channel values in L1 (the
+ * driver runs an odd count's last row alone) */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last,
+                                                                       int64_t first, int64_t last, int paired)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
-    const int paired = channels >= OPGEN_PAIRED_ROWS;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const int64_t tail_first = first + (last - first) / OPGEN_BLOCK * OPGEN_BLOCK;
+    if (!paired) {
+        for (int64_t row = opgen_step_first; row < opgen_step_last; ++row) {
+            const int64_t base = row * channels;
+            for (int64_t channel = first; channel < tail_first; channel += OPGEN_BLOCK) {
+                batch_norm_training_backward_bf16_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel);
+            }
+            if (tail_first < last) {
+                batch_norm_training_backward_bf16_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base);
+            }
+        }
+        return;
+    }
     for (int64_t step = opgen_step_first; step < opgen_step_last; ++step) {
-        const int64_t row = paired ? 2 * step : step;
-        if (paired && row + 1 < outer) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                }
-                {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
-                }
-            }
-            for (int64_t at = row; at < row + 2; ++at) {
-                const int64_t base = at * channels;
-                int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                }
-                if (channel < channels) {
-                    const int64_t tail_first = channel;
-                    float diff_src_part[OPGEN_BLOCK] = {0};
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_part[channel - tail_first] = (float)diff_src_value;
-                    }
-                    opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                }
-            }
-        } else {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, 0);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float scale_value = channel_values[0 * channels + channel + lane];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-            }
-            if (channel < channels) {
-                const int64_t tail_first = channel;
-                float diff_src_part[OPGEN_BLOCK] = {0};
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_part[channel - tail_first] = (float)diff_src_value;
-                }
-                opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-            }
+        const int64_t base = 2 * step * channels;
+        for (int64_t channel = first; channel < tail_first; channel += OPGEN_BLOCK) {
+            batch_norm_training_backward_bf16_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel);
+            batch_norm_training_backward_bf16_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channels + channel);
+        }
+        if (tail_first < last) {
+            batch_norm_training_backward_bf16_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base);
+            batch_norm_training_backward_bf16_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base + channels);
         }
     }
 }
 
-static void batch_norm_training_backward_bf16_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last)
+static void batch_norm_training_backward_bf16_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last, int64_t first,
+                                                            int64_t last, int paired)
 {
-    batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last);
-}
-
-/* batch_norm_training_backward_bf16_f32_nxc: sums, values and element pass of channels [first, last), their values still
- * in cache for the rows */
-OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
-{
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
-    for (int64_t sum = 0; sum < 2; ++sum) {
-        for (int64_t channel = first; channel < last; ++channel) {
-            sums[sum * channels + channel] = 0;
-        }
+    if (first == 0 && last == call->channels) {
+        /* whole rows (the channel range a constant of the copy) */
+        batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, 0, call->channels, paired);
+        return;
     }
-    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-        int64_t channel = first;
-        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-            for (int64_t row = group; row < group_end; ++row) {
-                const int64_t base = row * channels;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, 0);
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float sum_diff_dst_term = diff_dst_value;
-                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                }
-            }
-            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                for (int64_t row = group; row < group_end; ++row) {
-                    const int64_t base = row * channels;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double mean_acc = (double)mean_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                    }
-                }
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                    sum_diff_dst_group[lane] = 0;
-                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                    sum_diff_dst_centered_group[lane] = 0;
-                }
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-            }
-        }
-        for (; channel < last; ++channel) {
-            const double mean_acc = (double)(mean[channel]);
-            for (int64_t row = group; row < group_end; ++row) {
-                const int64_t base = row * channels;
-                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                sums[0 * channels + channel] += sum_diff_dst_term;
-                sums[1 * channels + channel] += sum_diff_dst_centered_term;
-            }
-        }
-    }
-    for (int64_t channel = first; channel < last; ++channel) {
-        const double variance_acc = (double)(variance[channel]);
-        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double sum_diff_dst_acc = sums[0 * channels + channel];
-        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-        const double diff_beta_acc = sum_diff_dst_acc;
-        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-        const double scale_acc = (gamma_acc * inv_std_acc);
-        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-        if (diff_gamma) {
-            diff_gamma[channel] = (float)(diff_gamma_acc);
-        }
-        if (diff_beta) {
-            diff_beta[channel] = (float)(diff_beta_acc);
-        }
-        channel_values[0 * channels + channel] = (float)scale_acc;
-        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-    }
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        int64_t channel = first;
-        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-            float mean_block[OPGEN_BLOCK];
-            opgen_load_block_f32(mean_block, mean + channel, 0);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_value = (float)mean_block[lane];
-                const float scale_value = channel_values[0 * channels + channel + lane];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_block[lane] = (float)diff_src_value;
-            }
-            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-        }
-        if (channel < last) {
-            const int64_t tail_first = channel;
-            float diff_src_part[OPGEN_BLOCK] = {0};
-            for (; channel < last; ++channel) {
-                const float mean_value = mean[channel];
-                const float scale_value = channel_values[0 * channels + channel];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_part[channel - tail_first] = (float)diff_src_value;
-            }
-            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-        }
-    }
-}
-
-static void batch_norm_training_backward_bf16_f32_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last)
-{
-    batch_norm_training_backward_bf16_f32_nxc_range_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+    batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
 }
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -2048,7 +1162,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
         .sums = batch_norm_training_backward_bf16_f32_nxc_sums,
         .values = batch_norm_training_backward_bf16_f32_nxc_values,
         .apply = batch_norm_training_backward_bf16_f32_nxc_apply,
-        .range = batch_norm_training_backward_bf16_f32_nxc_range,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -2062,173 +1175,179 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_f32_nxc)(const opgen_bf16 *O
     opgen_channels_run_twice(&kernel, &call);
 }
 
+
+/* batch_norm_training_backward_bf16_ncx: the sums' terms of the block at `at` (of channel `channel`), lane l
+ * added to lane l of each sum's `into` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_sum_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at,
+                                                                      float *OPGEN_RESTRICT sum_diff_dst_into,
+                                                                      float *OPGEN_RESTRICT sum_diff_dst_centered_into)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float mean_value = opgen_bf16_to_f32(mean[channel]);
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float sum_diff_dst_term = diff_dst_value;
+        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+        sum_diff_dst_into[lane] += sum_diff_dst_term;
+        sum_diff_dst_centered_into[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_bf16_ncx: the float sums' terms of the same block in double (a run summed again), lane l
+ * added to lane l of each one's `again` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_again_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at,
+                                                                        double *OPGEN_RESTRICT sum_diff_dst_again,
+                                                                        double *OPGEN_RESTRICT sum_diff_dst_centered_again)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        sum_diff_dst_again[lane] += sum_diff_dst_term;
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_bf16_ncx: the sums' terms of the `count` (fewer than OPGEN_BLOCK) elements at `at` of
+ * channel `channel`, in the accumulation type: from OPGEN_TAIL_BLOCK_MIN of them as a block
+ * into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_sum_tail(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                                     double *OPGEN_RESTRICT sum_diff_dst_lanes, double *OPGEN_RESTRICT sum_diff_dst_total,
+                                                                     double *OPGEN_RESTRICT sum_diff_dst_centered_lanes, double *OPGEN_RESTRICT sum_diff_dst_centered_total)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
+    double sum_diff_dst_acc = *sum_diff_dst_total;
+    (void)sum_diff_dst_lanes;
+    double sum_diff_dst_centered_acc = *sum_diff_dst_centered_total;
+    (void)sum_diff_dst_centered_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + base + index, (int)(count - index));
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(count - index));
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const double sum_diff_dst_term = lane < count - index ? ((double)diff_dst_value) : 0;
+            const double sum_diff_dst_centered_term = lane < count - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+        }
+    } else {
+        for (; index < count; ++index) {
+            const float src_value = opgen_bf16_to_f32(src[base + index]);
+            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+            const double sum_diff_dst_term = ((double)diff_dst_value);
+            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+            sum_diff_dst_acc += sum_diff_dst_term;
+            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+        }
+    }
+    *sum_diff_dst_total = sum_diff_dst_acc;
+    *sum_diff_dst_centered_total = sum_diff_dst_centered_acc;
+}
+
 /* batch_norm_training_backward_bf16_ncx: both passes over each channel of [first, last) in turn */
 OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
     const double count_acc = (double)outer * (double)inner;
     for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
         const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
         double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
         double sum_diff_dst_acc = 0;
         double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        {
-            const float mean_value = opgen_bf16_to_f32(mean[channel]);
-            /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-             * that many blocks per chain share a run with the next rows' units (run_rows in
-             * all). A run per unit (zeroed, checked and added to the double sums every 49
-             * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-            const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-            const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-            if (run_rows >= 2) {
-                for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                    const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
+         * that many blocks per chain share a run with the next rows' units (run_rows in
+         * all). A run per unit (zeroed, checked and added to the double sums every 49
+         * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+        const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
+        const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
+        if (run_rows >= 2) {
+            for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
+                const int64_t row_last = opgen_min(outer, row_first + run_rows);
+                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                for (int64_t row = row_first; row < row_last; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 2 * OPGEN_BLOCK, sum_diff_dst_run + 2 * OPGEN_BLOCK, sum_diff_dst_centered_run + 2 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 3 * OPGEN_BLOCK, sum_diff_dst_run + 3 * OPGEN_BLOCK, sum_diff_dst_centered_run + 3 * OPGEN_BLOCK);
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, sum_diff_dst_run + chain * OPGEN_BLOCK, sum_diff_dst_centered_run + chain * OPGEN_BLOCK);
+                    }
+                    batch_norm_training_backward_bf16_ncx_sum_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, inner - index, sum_diff_dst_lanes, &sum_diff_dst_acc, sum_diff_dst_centered_lanes, &sum_diff_dst_centered_acc);
+                }
+                if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
                     for (int64_t row = row_first; row < row_last; ++row) {
                         const int64_t base = (row * channels + channel) * inner;
-                        int64_t index = 0;
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                            }
-                        } else {
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_bf16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                            }
+                        for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            batch_norm_training_backward_bf16_ncx_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + again, sum_diff_dst_lanes + chain * OPGEN_BLOCK, sum_diff_dst_centered_lanes + chain * OPGEN_BLOCK);
                         }
                     }
+                    continue;
+                }
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                }
+            }
+        } else
+        {
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 2 * OPGEN_BLOCK, sum_diff_dst_run + 2 * OPGEN_BLOCK, sum_diff_dst_centered_run + 2 * OPGEN_BLOCK);
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 3 * OPGEN_BLOCK, sum_diff_dst_run + 3 * OPGEN_BLOCK, sum_diff_dst_centered_run + 3 * OPGEN_BLOCK);
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, sum_diff_dst_run + chain * OPGEN_BLOCK, sum_diff_dst_centered_run + chain * OPGEN_BLOCK);
+                    }
                     if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            batch_norm_training_backward_bf16_ncx_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + again, sum_diff_dst_lanes + chain * OPGEN_BLOCK, sum_diff_dst_centered_lanes + chain * OPGEN_BLOCK);
                         }
                         continue;
                     }
@@ -2237,181 +1356,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const o
                         sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
                 }
-            } else
-            {
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = (row * channels + channel) * inner;
-                    int64_t index = 0;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                    while (index + OPGEN_BLOCK <= inner) {
-                        const int64_t run_first = index;
-                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_bf16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                        }
-                    }
-                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_part_bf16(src_block, src + base + index, (int)(inner - index));
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                            const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                        }
-                    } else {
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_bf16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_acc += sum_diff_dst_term;
-                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                        }
-                    }
-                }
+                batch_norm_training_backward_bf16_ncx_sum_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, inner - index, sum_diff_dst_lanes, &sum_diff_dst_acc, sum_diff_dst_centered_lanes, &sum_diff_dst_centered_acc);
             }
         }
-        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-        }
-        sum_diff_dst_acc += sum_diff_dst_lanes[0];
-        sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
+        sum_diff_dst_acc += opgen_lanes_total_double(sum_diff_dst_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
+        sum_diff_dst_centered_acc += opgen_lanes_total_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         const double diff_beta_acc = sum_diff_dst_acc;
         const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
         const double scale_acc = (gamma_acc * inv_std_acc);
@@ -2501,31 +1450,109 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_ncx)(const opgen_bf16 *OPGEN
     opgen_channels_run_twice(&kernel, &call);
 }
 
+
+/* batch_norm_training_backward_bf16_nxc: the sums' terms of the block at `at` (the channels from `channel`), lane l
+ * added to lane l of each sum's `into` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_sum_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at,
+                                                                      float *OPGEN_RESTRICT sum_diff_dst_into,
+                                                                      float *OPGEN_RESTRICT sum_diff_dst_centered_into)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(mean_block, mean + channel, 0);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float mean_value = (float)mean_block[lane];
+        const float sum_diff_dst_term = diff_dst_value;
+        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+        sum_diff_dst_into[lane] += sum_diff_dst_term;
+        sum_diff_dst_centered_into[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_bf16_nxc: the float sums' terms of the same block in double (a run summed again), lane l
+ * added to lane l of each one's `again` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_again_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at,
+                                                                        double *OPGEN_RESTRICT sum_diff_dst_again,
+                                                                        double *OPGEN_RESTRICT sum_diff_dst_centered_again)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(mean_block, mean + channel, 0);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const double mean_acc = (double)mean_block[lane];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        sum_diff_dst_again[lane] += sum_diff_dst_term;
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_bf16_nxc: the element pass on the block at `at` of the channels from `channel` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_apply_block(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const float *channel_values = (const float *)(const void *)(workspace + 2 * channels);
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_bf16(mean_block, mean + channel, 0);
+    float diff_src_block[OPGEN_BLOCK];
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float mean_value = (float)mean_block[lane];
+        const float scale_value = channel_values[0 * channels + channel + lane];
+        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+        diff_src_block[lane] = (float)diff_src_value;
+    }
+    opgen_store_block_bf16(diff_src + at, diff_src_block, stream);
+}
+
+/* batch_norm_training_backward_bf16_nxc: the element pass on channels [tail_first, last) (fewer than a block) of the row
+ * at `base`, one by one, stored as a block is */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_apply_tail(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t tail_first, int64_t last, int64_t base)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const float *channel_values = (const float *)(const void *)(workspace + 2 * channels);
+    float diff_src_part[OPGEN_BLOCK] = {0};
+    for (int64_t channel = tail_first; channel < last; ++channel) {
+        const float mean_value = opgen_bf16_to_f32(mean[channel]);
+        const float scale_value = channel_values[0 * channels + channel];
+        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+        const float centered_coefficient_value = channel_values[2 * channels + channel];
+        const float src_value = opgen_bf16_to_f32(src[base + channel]);
+        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
+        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+        diff_src_part[channel - tail_first] = (float)diff_src_value;
+    }
+    opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
+}
+
 /* batch_norm_training_backward_bf16_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
  * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
 OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_sums_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
                                                                    int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
     if (opgen_in_order) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
@@ -2542,22 +1569,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_sums_of(const opgen
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, 0);
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float sum_diff_dst_term = diff_dst_value;
-                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                            sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                        }
+                        batch_norm_training_backward_bf16_nxc_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_group + (channel - segment), sum_diff_dst_centered_group + (channel - segment));
                     }
                     /* the channels after the last whole block, in the last segment */
                     const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
@@ -2580,22 +1592,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_sums_of(const opgen
                         double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_bf16(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                            }
+                            batch_norm_training_backward_bf16_nxc_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_again, sum_diff_dst_centered_again);
                         }
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
@@ -2621,22 +1618,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_sums_of(const opgen
                 float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float sum_diff_dst_term = diff_dst_value;
-                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                        sum_diff_dst_group[lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                    }
+                    batch_norm_training_backward_bf16_nxc_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_group, sum_diff_dst_centered_group);
                 }
                 if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
                     /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
@@ -2644,22 +1626,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_sums_of(const opgen
                     double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
                     for (int64_t row = group; row < group_end; ++row) {
                         const int64_t base = row * channels;
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_bf16(mean_block, mean + channel, 0);
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double mean_acc = (double)mean_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            sum_diff_dst_again[lane] += sum_diff_dst_term;
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                        }
+                        batch_norm_training_backward_bf16_nxc_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_again, sum_diff_dst_centered_again);
                     }
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
@@ -2699,26 +1666,11 @@ static void batch_norm_training_backward_bf16_nxc_sums(const opgen_channels_call
 /* batch_norm_training_backward_bf16_nxc: the outputs and the element pass's values of channels [first, last) */
 OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_values_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
     const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
+    const double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
+    (void)count_acc; (void)sums; (void)channel_values;
     for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
         const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
@@ -2747,338 +1699,49 @@ static void batch_norm_training_backward_bf16_nxc_values(const opgen_channels_ca
     batch_norm_training_backward_bf16_nxc_values_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
 }
 
-/* batch_norm_training_backward_bf16_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
- * many channels, two rows block by block, so that the second row finds the block's
- * per-channel values in L1 */
-OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+/* batch_norm_training_backward_bf16_nxc: the element pass over channels [first, last) of the rows of steps
+ * [opgen_step_first, opgen_step_last): a step is a row, or where `paired` (many channels), two
+ * rows block by block, so that the second row finds the block's per-channel values in L1 (the
+ * driver runs an odd count's last row alone) */
+OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_apply_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last,
+                                                                   int64_t first, int64_t last, int paired)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
-    const int paired = channels >= OPGEN_PAIRED_ROWS;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const int64_t tail_first = first + (last - first) / OPGEN_BLOCK * OPGEN_BLOCK;
+    if (!paired) {
+        for (int64_t row = opgen_step_first; row < opgen_step_last; ++row) {
+            const int64_t base = row * channels;
+            for (int64_t channel = first; channel < tail_first; channel += OPGEN_BLOCK) {
+                batch_norm_training_backward_bf16_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel);
+            }
+            if (tail_first < last) {
+                batch_norm_training_backward_bf16_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base);
+            }
+        }
+        return;
+    }
     for (int64_t step = opgen_step_first; step < opgen_step_last; ++step) {
-        const int64_t row = paired ? 2 * step : step;
-        if (paired && row + 1 < outer) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                }
-                {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_bf16(diff_src + base + channels + channel, diff_src_block, stream);
-                }
-            }
-            for (int64_t at = row; at < row + 2; ++at) {
-                const int64_t base = at * channels;
-                int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-                }
-                if (channel < channels) {
-                    const int64_t tail_first = channel;
-                    float diff_src_part[OPGEN_BLOCK] = {0};
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_part[channel - tail_first] = (float)diff_src_value;
-                    }
-                    opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                }
-            }
-        } else {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(mean_block, mean + channel, 0);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float scale_value = channel_values[0 * channels + channel + lane];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-            }
-            if (channel < channels) {
-                const int64_t tail_first = channel;
-                float diff_src_part[OPGEN_BLOCK] = {0};
-                for (; channel < channels; ++channel) {
-                    const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_part[channel - tail_first] = (float)diff_src_value;
-                }
-                opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-            }
+        const int64_t base = 2 * step * channels;
+        for (int64_t channel = first; channel < tail_first; channel += OPGEN_BLOCK) {
+            batch_norm_training_backward_bf16_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel);
+            batch_norm_training_backward_bf16_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channels + channel);
+        }
+        if (tail_first < last) {
+            batch_norm_training_backward_bf16_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base);
+            batch_norm_training_backward_bf16_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base + channels);
         }
     }
 }
 
-static void batch_norm_training_backward_bf16_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last)
+static void batch_norm_training_backward_bf16_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last, int64_t first,
+                                                        int64_t last, int paired)
 {
-    batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last);
-}
-
-/* batch_norm_training_backward_bf16_nxc: sums, values and element pass of channels [first, last), their values still
- * in cache for the rows */
-OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
-{
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
-    for (int64_t sum = 0; sum < 2; ++sum) {
-        for (int64_t channel = first; channel < last; ++channel) {
-            sums[sum * channels + channel] = 0;
-        }
+    if (first == 0 && last == call->channels) {
+        /* whole rows (the channel range a constant of the copy) */
+        batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, 0, call->channels, paired);
+        return;
     }
-    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-        int64_t channel = first;
-        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-            for (int64_t row = group; row < group_end; ++row) {
-                const int64_t base = row * channels;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_bf16(mean_block, mean + channel, 0);
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float sum_diff_dst_term = diff_dst_value;
-                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                }
-            }
-            if (!(opgen_all_finite(sum_diff_dst_group, OPGEN_BLOCK) && opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                for (int64_t row = group; row < group_end; ++row) {
-                    const int64_t base = row * channels;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_bf16(mean_block, mean + channel, 0);
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double mean_acc = (double)mean_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                    }
-                }
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                    sum_diff_dst_group[lane] = 0;
-                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                    sum_diff_dst_centered_group[lane] = 0;
-                }
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-            }
-        }
-        for (; channel < last; ++channel) {
-            const double mean_acc = (double)(opgen_bf16_to_f32(mean[channel]));
-            for (int64_t row = group; row < group_end; ++row) {
-                const int64_t base = row * channels;
-                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                sums[0 * channels + channel] += sum_diff_dst_term;
-                sums[1 * channels + channel] += sum_diff_dst_centered_term;
-            }
-        }
-    }
-    for (int64_t channel = first; channel < last; ++channel) {
-        const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
-        const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
-        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double sum_diff_dst_acc = sums[0 * channels + channel];
-        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-        const double diff_beta_acc = sum_diff_dst_acc;
-        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-        const double scale_acc = (gamma_acc * inv_std_acc);
-        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-        if (diff_gamma) {
-            diff_gamma[channel] = opgen_f32_to_bf16((float)(diff_gamma_acc));
-        }
-        if (diff_beta) {
-            diff_beta[channel] = opgen_f32_to_bf16((float)(diff_beta_acc));
-        }
-        channel_values[0 * channels + channel] = (float)scale_acc;
-        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-    }
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        int64_t channel = first;
-        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-            float mean_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(mean_block, mean + channel, 0);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_value = (float)mean_block[lane];
-                const float scale_value = channel_values[0 * channels + channel + lane];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_block[lane] = (float)diff_src_value;
-            }
-            opgen_store_block_bf16(diff_src + base + channel, diff_src_block, stream);
-        }
-        if (channel < last) {
-            const int64_t tail_first = channel;
-            float diff_src_part[OPGEN_BLOCK] = {0};
-            for (; channel < last; ++channel) {
-                const float mean_value = opgen_bf16_to_f32(mean[channel]);
-                const float scale_value = channel_values[0 * channels + channel];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                const float src_value = opgen_bf16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + channel]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_part[channel - tail_first] = (float)diff_src_value;
-            }
-            opgen_store_part_bf16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-        }
-    }
-}
-
-static void batch_norm_training_backward_bf16_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last)
-{
-    batch_norm_training_backward_bf16_nxc_range_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+    batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
 }
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -3095,7 +1758,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
         .sums = batch_norm_training_backward_bf16_nxc_sums,
         .values = batch_norm_training_backward_bf16_nxc_values,
         .apply = batch_norm_training_backward_bf16_nxc_apply,
-        .range = batch_norm_training_backward_bf16_nxc_range,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -3109,173 +1771,179 @@ void OPGEN_KERNEL(batch_norm_training_backward_bf16_nxc)(const opgen_bf16 *OPGEN
     opgen_channels_run_twice(&kernel, &call);
 }
 
+
+/* batch_norm_training_backward_f16_f32_ncx: the sums' terms of the block at `at` (of channel `channel`), lane l
+ * added to lane l of each sum's `into` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_sum_block(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at,
+                                                                         float *OPGEN_RESTRICT sum_diff_dst_into,
+                                                                         float *OPGEN_RESTRICT sum_diff_dst_centered_into)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float mean_value = mean[channel];
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float sum_diff_dst_term = diff_dst_value;
+        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+        sum_diff_dst_into[lane] += sum_diff_dst_term;
+        sum_diff_dst_centered_into[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_f16_f32_ncx: the float sums' terms of the same block in double (a run summed again), lane l
+ * added to lane l of each one's `again` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_again_block(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at,
+                                                                           double *OPGEN_RESTRICT sum_diff_dst_again,
+                                                                           double *OPGEN_RESTRICT sum_diff_dst_centered_again)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const double mean_acc = (double)(mean[channel]);
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        sum_diff_dst_again[lane] += sum_diff_dst_term;
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_f16_f32_ncx: the sums' terms of the `count` (fewer than OPGEN_BLOCK) elements at `at` of
+ * channel `channel`, in the accumulation type: from OPGEN_TAIL_BLOCK_MIN of them as a block
+ * into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_sum_tail(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                                        double *OPGEN_RESTRICT sum_diff_dst_lanes, double *OPGEN_RESTRICT sum_diff_dst_total,
+                                                                        double *OPGEN_RESTRICT sum_diff_dst_centered_lanes, double *OPGEN_RESTRICT sum_diff_dst_centered_total)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
+    const double mean_acc = (double)(mean[channel]);
+    double sum_diff_dst_acc = *sum_diff_dst_total;
+    (void)sum_diff_dst_lanes;
+    double sum_diff_dst_centered_acc = *sum_diff_dst_centered_total;
+    (void)sum_diff_dst_centered_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + base + index, (int)(count - index));
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(count - index));
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const double sum_diff_dst_term = lane < count - index ? ((double)diff_dst_value) : 0;
+            const double sum_diff_dst_centered_term = lane < count - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
+            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
+            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
+        }
+    } else {
+        for (; index < count; ++index) {
+            const float src_value = opgen_f16_to_f32(src[base + index]);
+            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+            const double sum_diff_dst_term = ((double)diff_dst_value);
+            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+            sum_diff_dst_acc += sum_diff_dst_term;
+            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
+        }
+    }
+    *sum_diff_dst_total = sum_diff_dst_acc;
+    *sum_diff_dst_centered_total = sum_diff_dst_centered_acc;
+}
+
 /* batch_norm_training_backward_f16_f32_ncx: both passes over each channel of [first, last) in turn */
 OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)inner; (void)stream;
     const double count_acc = (double)outer * (double)inner;
     for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double mean_acc = (double)(mean[channel]);
         double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
         double sum_diff_dst_acc = 0;
         double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        {
-            const float mean_value = mean[channel];
-            /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-             * that many blocks per chain share a run with the next rows' units (run_rows in
-             * all). A run per unit (zeroed, checked and added to the double sums every 49
-             * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
-            const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
-            const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
-            if (run_rows >= 2) {
-                for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
-                    const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
+         * that many blocks per chain share a run with the next rows' units (run_rows in
+         * all). A run per unit (zeroed, checked and added to the double sums every 49
+         * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+        const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
+        const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
+        if (run_rows >= 2) {
+            for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
+                const int64_t row_last = opgen_min(outer, row_first + run_rows);
+                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                for (int64_t row = row_first; row < row_last; ++row) {
+                    const int64_t base = (row * channels + channel) * inner;
+                    int64_t index = 0;
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 2 * OPGEN_BLOCK, sum_diff_dst_run + 2 * OPGEN_BLOCK, sum_diff_dst_centered_run + 2 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 3 * OPGEN_BLOCK, sum_diff_dst_run + 3 * OPGEN_BLOCK, sum_diff_dst_centered_run + 3 * OPGEN_BLOCK);
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, sum_diff_dst_run + chain * OPGEN_BLOCK, sum_diff_dst_centered_run + chain * OPGEN_BLOCK);
+                    }
+                    batch_norm_training_backward_f16_f32_ncx_sum_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, inner - index, sum_diff_dst_lanes, &sum_diff_dst_acc, sum_diff_dst_centered_lanes, &sum_diff_dst_centered_acc);
+                }
+                if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
+                    /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
                     for (int64_t row = row_first; row < row_last; ++row) {
                         const int64_t base = (row * channels + channel) * inner;
-                        int64_t index = 0;
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= inner; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                            OPGEN_SIMD
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                                const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                                sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                            }
-                        } else {
-                            for (; index < inner; ++index) {
-                                const float src_value = opgen_f16_to_f32(src[base + index]);
-                                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_acc += sum_diff_dst_term;
-                                sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                            }
+                        for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            batch_norm_training_backward_f16_f32_ncx_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + again, sum_diff_dst_lanes + chain * OPGEN_BLOCK, sum_diff_dst_centered_lanes + chain * OPGEN_BLOCK);
                         }
                     }
+                    continue;
+                }
+                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
+                    sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
+                    sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
+                }
+            }
+        } else
+        {
+            for (int64_t row = 0; row < outer; ++row) {
+                const int64_t base = (row * channels + channel) * inner;
+                int64_t index = 0;
+                /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
+                 * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
+                while (index + OPGEN_BLOCK <= inner) {
+                    const int64_t run_first = index;
+                    const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
+                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 2 * OPGEN_BLOCK, sum_diff_dst_run + 2 * OPGEN_BLOCK, sum_diff_dst_centered_run + 2 * OPGEN_BLOCK);
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 3 * OPGEN_BLOCK, sum_diff_dst_run + 3 * OPGEN_BLOCK, sum_diff_dst_centered_run + 3 * OPGEN_BLOCK);
+                    }
+                    for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
+                        batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, sum_diff_dst_run + chain * OPGEN_BLOCK, sum_diff_dst_centered_run + chain * OPGEN_BLOCK);
+                    }
                     if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                        /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                        for (int64_t row = row_first; row < row_last; ++row) {
-                            const int64_t base = (row * channels + channel) * inner;
-                            for (int64_t again = 0, chain = 0; again + OPGEN_BLOCK <= inner; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
+                        /* a float sum overflowed, or met an infinity or NaN: this run again in double */
+                        for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
+                            batch_norm_training_backward_f16_f32_ncx_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + again, sum_diff_dst_lanes + chain * OPGEN_BLOCK, sum_diff_dst_centered_lanes + chain * OPGEN_BLOCK);
                         }
                         continue;
                     }
@@ -3284,181 +1952,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(cons
                         sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
                     }
                 }
-            } else
-            {
-                for (int64_t row = 0; row < outer; ++row) {
-                    const int64_t base = (row * channels + channel) * inner;
-                    int64_t index = 0;
-                    /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
-                     * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
-                    while (index + OPGEN_BLOCK <= inner) {
-                        const int64_t run_first = index;
-                        const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                        float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                        /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                         * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
-                        for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 0 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[0 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 1 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[1 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 2 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[2 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + index + 3 * OPGEN_BLOCK, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const float sum_diff_dst_term = diff_dst_value;
-                                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                    sum_diff_dst_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    sum_diff_dst_centered_run[3 * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                        }
-                        for (int chain = 0; index + OPGEN_BLOCK <= run_last; index += OPGEN_BLOCK, ++chain) {
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + index, OPGEN_PREFETCH_BYTES);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const float sum_diff_dst_term = diff_dst_value;
-                                const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                                sum_diff_dst_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                sum_diff_dst_centered_run[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                            }
-                        }
-                        if (!(opgen_all_finite(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK))) {
-                            /* a float sum overflowed, or met an infinity or NaN: this run again in double */
-                            for (int64_t again = run_first, chain = 0; again + OPGEN_BLOCK <= index; again += OPGEN_BLOCK, chain = (chain + 1) % OPGEN_CHAINS) {
-                                float src_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(src_block, src + base + again, OPGEN_PREFETCH_BYTES);
-                                float diff_dst_block[OPGEN_BLOCK];
-                                opgen_load_block_f16(diff_dst_block, diff_dst + base + again, OPGEN_PREFETCH_BYTES);
-                                OPGEN_SIMD_FLOAT
-                                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                    const float src_value = (float)src_block[lane];
-                                    const float diff_dst_value = (float)diff_dst_block[lane];
-                                    const double sum_diff_dst_term = ((double)diff_dst_value);
-                                    sum_diff_dst_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_term;
-                                    const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                    sum_diff_dst_centered_lanes[chain * OPGEN_BLOCK + lane] += sum_diff_dst_centered_term;
-                                }
-                            }
-                            continue;
-                        }
-                        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK; ++lane) {
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_run[lane];
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_run[lane];
-                        }
-                    }
-                    if (inner - index >= OPGEN_TAIL_BLOCK_MIN) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_part_f16(src_block, src + base + index, (int)(inner - index));
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner - index));
-                        OPGEN_SIMD
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double sum_diff_dst_term = lane < inner - index ? ((double)diff_dst_value) : 0;
-                            const double sum_diff_dst_centered_term = lane < inner - index ? (((double)diff_dst_value) * (((double)src_value) - mean_acc)) : 0;
-                            sum_diff_dst_lanes[lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_term;
-                        }
-                    } else {
-                        for (; index < inner; ++index) {
-                            const float src_value = opgen_f16_to_f32(src[base + index]);
-                            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_acc += sum_diff_dst_term;
-                            sum_diff_dst_centered_acc += sum_diff_dst_centered_term;
-                        }
-                    }
-                }
+                batch_norm_training_backward_f16_f32_ncx_sum_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index, inner - index, sum_diff_dst_lanes, &sum_diff_dst_acc, sum_diff_dst_centered_lanes, &sum_diff_dst_centered_acc);
             }
         }
-        /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-        }
-        OPGEN_SIMD
-        for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-            sum_diff_dst_lanes[lane] += sum_diff_dst_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-            sum_diff_dst_centered_lanes[lane] += sum_diff_dst_centered_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-        }
-        sum_diff_dst_acc += sum_diff_dst_lanes[0];
-        sum_diff_dst_centered_acc += sum_diff_dst_centered_lanes[0];
+        sum_diff_dst_acc += opgen_lanes_total_double(sum_diff_dst_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
+        sum_diff_dst_centered_acc += opgen_lanes_total_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         const double diff_beta_acc = sum_diff_dst_acc;
         const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
         const double scale_acc = (gamma_acc * inv_std_acc);
@@ -3548,31 +2046,109 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_ncx)(const opgen_f16 *OPG
     opgen_channels_run_twice(&kernel, &call);
 }
 
+
+/* batch_norm_training_backward_f16_f32_nxc: the sums' terms of the block at `at` (the channels from `channel`), lane l
+ * added to lane l of each sum's `into` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_sum_block(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at,
+                                                                         float *OPGEN_RESTRICT sum_diff_dst_into,
+                                                                         float *OPGEN_RESTRICT sum_diff_dst_centered_into)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float mean_value = (float)mean_block[lane];
+        const float sum_diff_dst_term = diff_dst_value;
+        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
+        sum_diff_dst_into[lane] += sum_diff_dst_term;
+        sum_diff_dst_centered_into[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_f16_f32_nxc: the float sums' terms of the same block in double (a run summed again), lane l
+ * added to lane l of each one's `again` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_again_block(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at,
+                                                                           double *OPGEN_RESTRICT sum_diff_dst_again,
+                                                                           double *OPGEN_RESTRICT sum_diff_dst_centered_again)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const double mean_acc = (double)mean_block[lane];
+        const double sum_diff_dst_term = ((double)diff_dst_value);
+        sum_diff_dst_again[lane] += sum_diff_dst_term;
+        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
+        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
+    }
+}
+
+/* batch_norm_training_backward_f16_f32_nxc: the element pass on the block at `at` of the channels from `channel` */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_apply_block(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t channel, int64_t at)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const float *channel_values = (const float *)(const void *)(workspace + 2 * channels);
+    float src_block[OPGEN_BLOCK];
+    opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+    float diff_dst_block[OPGEN_BLOCK];
+    opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+    float mean_block[OPGEN_BLOCK];
+    opgen_load_block_f32(mean_block, mean + channel, 0);
+    float diff_src_block[OPGEN_BLOCK];
+    OPGEN_SIMD_FLOAT
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        const float src_value = (float)src_block[lane];
+        const float diff_dst_value = (float)diff_dst_block[lane];
+        const float mean_value = (float)mean_block[lane];
+        const float scale_value = channel_values[0 * channels + channel + lane];
+        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
+        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
+        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+        diff_src_block[lane] = (float)diff_src_value;
+    }
+    opgen_store_block_f16(diff_src + at, diff_src_block, stream);
+}
+
+/* batch_norm_training_backward_f16_f32_nxc: the element pass on channels [tail_first, last) (fewer than a block) of the row
+ * at `base`, one by one, stored as a block is */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_apply_tail(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t tail_first, int64_t last, int64_t base)
+{
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const float *channel_values = (const float *)(const void *)(workspace + 2 * channels);
+    float diff_src_part[OPGEN_BLOCK] = {0};
+    for (int64_t channel = tail_first; channel < last; ++channel) {
+        const float mean_value = mean[channel];
+        const float scale_value = channel_values[0 * channels + channel];
+        const float mean_diff_dst_value = channel_values[1 * channels + channel];
+        const float centered_coefficient_value = channel_values[2 * channels + channel];
+        const float src_value = opgen_f16_to_f32(src[base + channel]);
+        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
+        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
+        diff_src_part[channel - tail_first] = (float)diff_src_value;
+    }
+    opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
+}
+
 /* batch_norm_training_backward_f16_f32_nxc: rows [row_first, row_last), channels [first, last), the sums' terms added to
  * partial[sum * channels + channel]; every channel in memory order where `opgen_in_order` */
 OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_sums_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t row_first, int64_t row_last,
                                                                       int64_t first, int64_t last, int opgen_in_order, double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
     if (opgen_in_order) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
@@ -3589,22 +2165,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_sums_of(const op
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
                     for (int64_t channel = segment; channel < segment_end; channel += OPGEN_BLOCK) {
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const float mean_value = (float)mean_block[lane];
-                            const float sum_diff_dst_term = diff_dst_value;
-                            const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                            sum_diff_dst_group[channel - segment + lane] += sum_diff_dst_term;
-                            sum_diff_dst_centered_group[channel - segment + lane] += sum_diff_dst_centered_term;
-                        }
+                        batch_norm_training_backward_f16_f32_nxc_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_group + (channel - segment), sum_diff_dst_centered_group + (channel - segment));
                     }
                     /* the channels after the last whole block, in the last segment */
                     const int64_t tail_first = segment + segment_length >= channels ? whole_channels : channels;
@@ -3627,22 +2188,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_sums_of(const op
                         double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
                         for (int64_t row = group; row < group_end; ++row) {
                             const int64_t base = row * channels;
-                            float src_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                            float diff_dst_block[OPGEN_BLOCK];
-                            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                            float mean_block[OPGEN_BLOCK];
-                            opgen_load_block_f32(mean_block, mean + channel, 0);
-                            OPGEN_SIMD_FLOAT
-                            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                                const float src_value = (float)src_block[lane];
-                                const float diff_dst_value = (float)diff_dst_block[lane];
-                                const double mean_acc = (double)mean_block[lane];
-                                const double sum_diff_dst_term = ((double)diff_dst_value);
-                                sum_diff_dst_again[lane] += sum_diff_dst_term;
-                                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                                sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                            }
+                            batch_norm_training_backward_f16_f32_nxc_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_again, sum_diff_dst_centered_again);
                         }
                         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                             partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
@@ -3668,22 +2214,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_sums_of(const op
                 float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float sum_diff_dst_term = diff_dst_value;
-                        const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                        sum_diff_dst_group[lane] += sum_diff_dst_term;
-                        sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                    }
+                    batch_norm_training_backward_f16_f32_nxc_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_group, sum_diff_dst_centered_group);
                 }
                 if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
                     /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
@@ -3691,22 +2222,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_sums_of(const op
                     double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
                     for (int64_t row = group; row < group_end; ++row) {
                         const int64_t base = row * channels;
-                        float src_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                        float diff_dst_block[OPGEN_BLOCK];
-                        opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                        float mean_block[OPGEN_BLOCK];
-                        opgen_load_block_f32(mean_block, mean + channel, 0);
-                        OPGEN_SIMD_FLOAT
-                        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                            const float src_value = (float)src_block[lane];
-                            const float diff_dst_value = (float)diff_dst_block[lane];
-                            const double mean_acc = (double)mean_block[lane];
-                            const double sum_diff_dst_term = ((double)diff_dst_value);
-                            sum_diff_dst_again[lane] += sum_diff_dst_term;
-                            const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                            sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                        }
+                        batch_norm_training_backward_f16_f32_nxc_again_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel, sum_diff_dst_again, sum_diff_dst_centered_again);
                     }
                     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                         partial[0 * channels + channel + lane] += sum_diff_dst_again[lane];
@@ -3746,26 +2262,11 @@ static void batch_norm_training_backward_f16_f32_nxc_sums(const opgen_channels_c
 /* batch_norm_training_backward_f16_f32_nxc: the outputs and the element pass's values of channels [first, last) */
 OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_values_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
     const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
+    const double *sums = workspace;
     float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
+    (void)count_acc; (void)sums; (void)channel_values;
     for (int64_t channel = first; channel < last; ++channel) {
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
@@ -3794,338 +2295,49 @@ static void batch_norm_training_backward_f16_f32_nxc_values(const opgen_channels
     batch_norm_training_backward_f16_f32_nxc_values_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
 }
 
-/* batch_norm_training_backward_f16_f32_nxc: the element pass over steps [opgen_step_first, opgen_step_last): a step is a row, or with
- * many channels, two rows block by block, so that the second row finds the block's
- * per-channel values in L1 */
-OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_apply_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last)
+/* batch_norm_training_backward_f16_f32_nxc: the element pass over channels [first, last) of the rows of steps
+ * [opgen_step_first, opgen_step_last): a step is a row, or where `paired` (many channels), two
+ * rows block by block, so that the second row finds the block's per-channel values in L1 (the
+ * driver runs an odd count's last row alone) */
+OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_apply_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t opgen_step_first, int64_t opgen_step_last,
+                                                                      int64_t first, int64_t last, int paired)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
-    const int paired = channels >= OPGEN_PAIRED_ROWS;
+    (void)src; (void)diff_dst; (void)mean; (void)variance; (void)gamma; (void)epsilon; (void)diff_src; (void)diff_gamma; (void)diff_beta; (void)workspace; (void)outer; (void)channels; (void)repeat; (void)stream;
+    const int64_t tail_first = first + (last - first) / OPGEN_BLOCK * OPGEN_BLOCK;
+    if (!paired) {
+        for (int64_t row = opgen_step_first; row < opgen_step_last; ++row) {
+            const int64_t base = row * channels;
+            for (int64_t channel = first; channel < tail_first; channel += OPGEN_BLOCK) {
+                batch_norm_training_backward_f16_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel);
+            }
+            if (tail_first < last) {
+                batch_norm_training_backward_f16_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base);
+            }
+        }
+        return;
+    }
     for (int64_t step = opgen_step_first; step < opgen_step_last; ++step) {
-        const int64_t row = paired ? 2 * step : step;
-        if (paired && row + 1 < outer) {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                }
-                {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channels + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_f16(diff_src + base + channels + channel, diff_src_block, stream);
-                }
-            }
-            for (int64_t at = row; at < row + 2; ++at) {
-                const int64_t base = at * channels;
-                int64_t channel = channels / OPGEN_BLOCK * OPGEN_BLOCK;
-                for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float mean_value = (float)mean_block[lane];
-                        const float scale_value = channel_values[0 * channels + channel + lane];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_block[lane] = (float)diff_src_value;
-                    }
-                    opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-                }
-                if (channel < channels) {
-                    const int64_t tail_first = channel;
-                    float diff_src_part[OPGEN_BLOCK] = {0};
-                    for (; channel < channels; ++channel) {
-                        const float mean_value = mean[channel];
-                        const float scale_value = channel_values[0 * channels + channel];
-                        const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                        const float centered_coefficient_value = channel_values[2 * channels + channel];
-                        const float src_value = opgen_f16_to_f32(src[base + channel]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                        const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                        diff_src_part[channel - tail_first] = (float)diff_src_value;
-                    }
-                    opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-                }
-            }
-        } else {
-            const int64_t base = row * channels;
-            int64_t channel = 0;
-            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, 0);
-                float diff_src_block[OPGEN_BLOCK];
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float scale_value = channel_values[0 * channels + channel + lane];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_block[lane] = (float)diff_src_value;
-                }
-                opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-            }
-            if (channel < channels) {
-                const int64_t tail_first = channel;
-                float diff_src_part[OPGEN_BLOCK] = {0};
-                for (; channel < channels; ++channel) {
-                    const float mean_value = mean[channel];
-                    const float scale_value = channel_values[0 * channels + channel];
-                    const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                    const float centered_coefficient_value = channel_values[2 * channels + channel];
-                    const float src_value = opgen_f16_to_f32(src[base + channel]);
-                    const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                    const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                    diff_src_part[channel - tail_first] = (float)diff_src_value;
-                }
-                opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(channels - tail_first), stream);
-            }
+        const int64_t base = 2 * step * channels;
+        for (int64_t channel = first; channel < tail_first; channel += OPGEN_BLOCK) {
+            batch_norm_training_backward_f16_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channel);
+            batch_norm_training_backward_f16_f32_nxc_apply_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, channel, base + channels + channel);
+        }
+        if (tail_first < last) {
+            batch_norm_training_backward_f16_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base);
+            batch_norm_training_backward_f16_f32_nxc_apply_tail(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, repeat, stream, tail_first, last, base + channels);
         }
     }
 }
 
-static void batch_norm_training_backward_f16_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last)
+static void batch_norm_training_backward_f16_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last, int64_t first,
+                                                           int64_t last, int paired)
 {
-    batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last);
-}
-
-/* batch_norm_training_backward_f16_f32_nxc: sums, values and element pass of channels [first, last), their values still
- * in cache for the rows */
-OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t repeat, int stream, int64_t first, int64_t last)
-{
-    (void)src;
-    (void)diff_dst;
-    (void)mean;
-    (void)variance;
-    (void)gamma;
-    (void)epsilon;
-    (void)diff_src;
-    (void)diff_gamma;
-    (void)diff_beta;
-    (void)workspace;
-    (void)outer;
-    (void)channels;
-    (void)repeat;
-    (void)stream;
-    const double count_acc = (double)outer * (double)repeat;
-    double *sums = workspace;
-    float *channel_values = (float *)(void *)(workspace + 2 * channels);
-    (void)count_acc;
-    (void)sums;
-    (void)channel_values;
-    for (int64_t sum = 0; sum < 2; ++sum) {
-        for (int64_t channel = first; channel < last; ++channel) {
-            sums[sum * channels + channel] = 0;
-        }
+    if (first == 0 && last == call->channels) {
+        /* whole rows (the channel range a constant of the copy) */
+        batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, 0, call->channels, paired);
+        return;
     }
-    for (int64_t group = 0; group < outer; group += OPGEN_ROW_GROUP) {
-        const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, outer);
-        int64_t channel = first;
-        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-            float sum_diff_dst_group[OPGEN_BLOCK] = {0};
-            float sum_diff_dst_centered_group[OPGEN_BLOCK] = {0};
-            for (int64_t row = group; row < group_end; ++row) {
-                const int64_t base = row * channels;
-                float src_block[OPGEN_BLOCK];
-                opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                float diff_dst_block[OPGEN_BLOCK];
-                opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                float mean_block[OPGEN_BLOCK];
-                opgen_load_block_f32(mean_block, mean + channel, 0);
-                OPGEN_SIMD_FLOAT
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    const float src_value = (float)src_block[lane];
-                    const float diff_dst_value = (float)diff_dst_block[lane];
-                    const float mean_value = (float)mean_block[lane];
-                    const float sum_diff_dst_term = diff_dst_value;
-                    const float sum_diff_dst_centered_term = (diff_dst_value * (src_value - mean_value));
-                    sum_diff_dst_group[lane] += sum_diff_dst_term;
-                    sum_diff_dst_centered_group[lane] += sum_diff_dst_centered_term;
-                }
-            }
-            if (!(opgen_all_finite(sum_diff_dst_centered_group, OPGEN_BLOCK))) {
-                /* a float sum overflowed, or met an infinity or NaN: these rows again in double */
-                double sum_diff_dst_again[OPGEN_BLOCK] = {0};
-                double sum_diff_dst_centered_again[OPGEN_BLOCK] = {0};
-                for (int64_t row = group; row < group_end; ++row) {
-                    const int64_t base = row * channels;
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-                    float mean_block[OPGEN_BLOCK];
-                    opgen_load_block_f32(mean_block, mean + channel, 0);
-                    OPGEN_SIMD_FLOAT
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const double mean_acc = (double)mean_block[lane];
-                        const double sum_diff_dst_term = ((double)diff_dst_value);
-                        sum_diff_dst_again[lane] += sum_diff_dst_term;
-                        const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                        sum_diff_dst_centered_again[lane] += sum_diff_dst_centered_term;
-                    }
-                }
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    sums[0 * channels + channel + lane] += sum_diff_dst_again[lane];
-                    sum_diff_dst_group[lane] = 0;
-                    sums[1 * channels + channel + lane] += sum_diff_dst_centered_again[lane];
-                    sum_diff_dst_centered_group[lane] = 0;
-                }
-            }
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                sums[0 * channels + channel + lane] += sum_diff_dst_group[lane];
-                sums[1 * channels + channel + lane] += sum_diff_dst_centered_group[lane];
-            }
-        }
-        for (; channel < last; ++channel) {
-            const double mean_acc = (double)(mean[channel]);
-            for (int64_t row = group; row < group_end; ++row) {
-                const int64_t base = row * channels;
-                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                const double sum_diff_dst_term = ((double)diff_dst_value);
-                const double sum_diff_dst_centered_term = (((double)diff_dst_value) * (((double)src_value) - mean_acc));
-                sums[0 * channels + channel] += sum_diff_dst_term;
-                sums[1 * channels + channel] += sum_diff_dst_centered_term;
-            }
-        }
-    }
-    for (int64_t channel = first; channel < last; ++channel) {
-        const double variance_acc = (double)(variance[channel]);
-        const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
-        const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        const double sum_diff_dst_acc = sums[0 * channels + channel];
-        const double sum_diff_dst_centered_acc = sums[1 * channels + channel];
-        const double diff_beta_acc = sum_diff_dst_acc;
-        const double diff_gamma_acc = (sum_diff_dst_centered_acc * inv_std_acc);
-        const double scale_acc = (gamma_acc * inv_std_acc);
-        const double mean_diff_dst_acc = (sum_diff_dst_acc / count_acc);
-        const double centered_coefficient_acc = (((inv_std_acc * inv_std_acc) * sum_diff_dst_centered_acc) / count_acc);
-        if (diff_gamma) {
-            diff_gamma[channel] = (float)(diff_gamma_acc);
-        }
-        if (diff_beta) {
-            diff_beta[channel] = (float)(diff_beta_acc);
-        }
-        channel_values[0 * channels + channel] = (float)scale_acc;
-        channel_values[1 * channels + channel] = (float)mean_diff_dst_acc;
-        channel_values[2 * channels + channel] = (float)centered_coefficient_acc;
-    }
-    for (int64_t row = 0; row < outer; ++row) {
-        const int64_t base = row * channels;
-        int64_t channel = first;
-        for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + base + channel, OPGEN_PREFETCH_BYTES);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + base + channel, OPGEN_PREFETCH_BYTES);
-            float mean_block[OPGEN_BLOCK];
-            opgen_load_block_f32(mean_block, mean + channel, 0);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_value = (float)mean_block[lane];
-                const float scale_value = channel_values[0 * channels + channel + lane];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel + lane];
-                const float centered_coefficient_value = channel_values[2 * channels + channel + lane];
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_block[lane] = (float)diff_src_value;
-            }
-            opgen_store_block_f16(diff_src + base + channel, diff_src_block, stream);
-        }
-        if (channel < last) {
-            const int64_t tail_first = channel;
-            float diff_src_part[OPGEN_BLOCK] = {0};
-            for (; channel < last; ++channel) {
-                const float mean_value = mean[channel];
-                const float scale_value = channel_values[0 * channels + channel];
-                const float mean_diff_dst_value = channel_values[1 * channels + channel];
-                const float centered_coefficient_value = channel_values[2 * channels + channel];
-                const float src_value = opgen_f16_to_f32(src[base + channel]);
-                const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + channel]);
-                const float diff_src_value = (scale_value * ((diff_dst_value - mean_diff_dst_value) - ((src_value - mean_value) * centered_coefficient_value)));
-                diff_src_part[channel - tail_first] = (float)diff_src_value;
-            }
-            opgen_store_part_f16(diff_src + base + tail_first, diff_src_part, (int)(last - tail_first), stream);
-        }
-    }
-}
-
-static void batch_norm_training_backward_f16_f32_nxc_range(const opgen_channels_call *call, int64_t first, int64_t last)
-{
-    batch_norm_training_backward_f16_f32_nxc_range_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+    batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
 }
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -4142,7 +2354,6 @@ void OPGEN_KERNEL(batch_norm_training_backward_f16_f32_nxc)(const opgen_f16 *OPG
         .sums = batch_norm_training_backward_f16_f32_nxc_sums,
         .values = batch_norm_training_backward_f16_f32_nxc_values,
         .apply = batch_norm_training_backward_f16_f32_nxc_apply,
-        .range = batch_norm_training_backward_f16_f32_nxc_range,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };

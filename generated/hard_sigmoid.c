@@ -10,12 +10,7 @@
 /* hard_sigmoid_f32: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void hard_sigmoid_f32_blocks_of(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)alpha;
-    (void)beta;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)alpha; (void)beta; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -39,12 +34,7 @@ static void hard_sigmoid_f32_blocks(const opgen_map_call *call, int64_t opgen_fi
 /* hard_sigmoid_f32: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void hard_sigmoid_f32_elements_of(const float *OPGEN_RESTRICT src, float alpha, float beta, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)alpha;
-    (void)beta;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)alpha; (void)beta; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const double src_value = (double)(src[index]);
         const double linear_value = ((((double)alpha) * src_value) + ((double)beta));
@@ -82,12 +72,7 @@ void OPGEN_KERNEL(hard_sigmoid_f32)(const float *OPGEN_RESTRICT src, float alpha
 /* hard_sigmoid_f16: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void hard_sigmoid_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)alpha;
-    (void)beta;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)alpha; (void)beta; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -111,12 +96,7 @@ static void hard_sigmoid_f16_blocks(const opgen_map_call *call, int64_t opgen_fi
 /* hard_sigmoid_f16: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void hard_sigmoid_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)alpha;
-    (void)beta;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)alpha; (void)beta; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = opgen_f16_to_f32(src[index]);
         const float linear_value = ((alpha * src_value) + beta);
@@ -154,12 +134,7 @@ void OPGEN_KERNEL(hard_sigmoid_f16)(const opgen_f16 *OPGEN_RESTRICT src, float a
 /* hard_sigmoid_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void hard_sigmoid_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)alpha;
-    (void)beta;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)alpha; (void)beta; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -183,12 +158,7 @@ static void hard_sigmoid_bf16_blocks(const opgen_map_call *call, int64_t opgen_f
 /* hard_sigmoid_bf16: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void hard_sigmoid_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)alpha;
-    (void)beta;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)alpha; (void)beta; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const double src_value = (double)(opgen_bf16_to_f32(src[index]));
         const double linear_value = ((((double)alpha) * src_value) + ((double)beta));

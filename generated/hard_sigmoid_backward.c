@@ -10,13 +10,7 @@
 /* hard_sigmoid_backward_f32: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void hard_sigmoid_backward_f32_blocks_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)alpha;
-    (void)beta;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)alpha; (void)beta; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -43,13 +37,7 @@ static void hard_sigmoid_backward_f32_blocks(const opgen_map_call *call, int64_t
 /* hard_sigmoid_backward_f32: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void hard_sigmoid_backward_f32_elements_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT diff_dst, float alpha, float beta, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)alpha;
-    (void)beta;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)alpha; (void)beta; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = src[index];
         const float diff_dst_value = diff_dst[index];
@@ -88,13 +76,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f32)(const float *OPGEN_RESTRICT src, co
 /* hard_sigmoid_backward_f16: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void hard_sigmoid_backward_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)alpha;
-    (void)beta;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)alpha; (void)beta; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -121,13 +103,7 @@ static void hard_sigmoid_backward_f16_blocks(const opgen_map_call *call, int64_t
 /* hard_sigmoid_backward_f16: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void hard_sigmoid_backward_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)alpha;
-    (void)beta;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)alpha; (void)beta; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = opgen_f16_to_f32(src[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
@@ -166,13 +142,7 @@ void OPGEN_KERNEL(hard_sigmoid_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src
 /* hard_sigmoid_backward_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void hard_sigmoid_backward_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)alpha;
-    (void)beta;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)alpha; (void)beta; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -199,13 +169,7 @@ static void hard_sigmoid_backward_bf16_blocks(const opgen_map_call *call, int64_
 /* hard_sigmoid_backward_bf16: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void hard_sigmoid_backward_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, float alpha, float beta, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)diff_dst;
-    (void)alpha;
-    (void)beta;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src; (void)diff_dst; (void)alpha; (void)beta; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = opgen_bf16_to_f32(src[index]);
         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);

@@ -26,10 +26,10 @@
  *   sums    (nxc) rows [row_first, row_last), channels [first, last), their terms added to
  *           `partial` (in memory order across all channels where `in_order`);
  *   values  (nxc) channels [first, last): their outputs and values, from the workspace's sums;
- *   apply   (nxc) the element pass over steps [first, last) (a step is a row, or two rows where
- *           rows are long: see OPGEN_PAIRED_ROWS);
- *   range   (nxc, few rows of many channels) sums, values and element pass of channels [first,
- *           last), the range's values still in cache for its rows.
+ *   apply   (nxc) the element pass over channels [first, last) of steps [step_first,
+ *           step_last) (a step is a row, or two rows where `paired`: see OPGEN_PAIRED_ROWS).
+ * With few rows of many channels, each range of channels runs sums, values and apply in turn,
+ * its values still in cache for its rows.
  * The workspace holds the sums and the values (sum_count + value_count doubles a channel), then
  * the partial sums of each tile of rows. */
 #ifndef OPGEN_CHANNELS_H
@@ -77,6 +77,9 @@ typedef struct opgen_channels_kernel {
 typedef void (*opgen_channels_sums_function)(const opgen_channels_call *call, int64_t row_first, int64_t row_last,
                                              int64_t first, int64_t last, int in_order, double *partial);
 typedef void (*opgen_channels_span_function)(const opgen_channels_call *call, int64_t first, int64_t last);
+/* channels [first, last) of the rows of steps [step_first, step_last); a step is two rows where `paired` */
+typedef void (*opgen_channels_apply_function)(const opgen_channels_call *call, int64_t step_first, int64_t step_last,
+                                              int64_t first, int64_t last, int paired);
 
 typedef struct opgen_channels_twice_kernel {
     int sum_count;
@@ -88,8 +91,7 @@ typedef struct opgen_channels_twice_kernel {
     opgen_channels_span_function channels;   /* form ncx; NULL in form nxc */
     opgen_channels_sums_function sums;       /* form nxc */
     opgen_channels_span_function values;     /* form nxc */
-    opgen_channels_span_function apply;      /* form nxc: steps [first, last) */
-    opgen_channels_span_function range;      /* form nxc */
+    opgen_channels_apply_function apply;     /* form nxc */
 } opgen_channels_twice_kernel;
 
 void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channels_call *call);

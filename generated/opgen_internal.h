@@ -104,8 +104,8 @@
 /* Independent sets of lane sums a reduction rotates through, block by block, so the
  * additions of consecutive blocks do not wait for each other. */
 #define OPGEN_CHAINS 4
-#if OPGEN_CHAINS != 4 || OPGEN_CHAINS * OPGEN_BLOCK != 64
-#error "chain_blocks and lanes_total (templates/_macros.j2) write out 4 chains of 16 lanes"
+#if OPGEN_CHAINS != 4
+#error "chain_blocks (templates/_macros.j2) and chains (templates/reduce_then_apply.c.j2) write out 4 chains"
 #endif
 /* Rows of an nxc reduction summed in registers before the partial sums in memory. */
 #define OPGEN_ROW_GROUP 16
@@ -223,6 +223,39 @@ static inline int opgen_team_member(int threads)
 /* Defined in opgen_dispatch.c. */
 int opgen_threads_for(int64_t elements);
 int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner);
+
+/* A loop of a few iterations the compiler is to write out (a constant trip count after inlining). */
+#if defined(__GNUC__)
+#define OPGEN_UNROLLED _Pragma("GCC unroll 8")
+#else
+#define OPGEN_UNROLLED
+#endif
+
+/* The `count` (a power of two) partial sums `lanes` of a sum added in a fixed tree, lane l adding
+ * lane l + width as the width halves (`lanes` is overwritten): vector adds, not a chain of
+ * `count` dependent ones, which cost more than a short sum itself. */
+OPGEN_MICROKERNEL float opgen_lanes_total_float(float *lanes, int count)
+{
+    OPGEN_UNROLLED
+    for (int width = count / 2; width >= 1; width /= 2) {
+        OPGEN_SIMD
+        for (int lane = 0; lane < width; ++lane) {
+            lanes[lane] += lanes[lane + width];
+        }
+    }
+    return lanes[0];
+}
+OPGEN_MICROKERNEL double opgen_lanes_total_double(double *lanes, int count)
+{
+    OPGEN_UNROLLED
+    for (int width = count / 2; width >= 1; width /= 2) {
+        OPGEN_SIMD
+        for (int lane = 0; lane < width; ++lane) {
+            lanes[lane] += lanes[lane + width];
+        }
+    }
+    return lanes[0];
+}
 
 /* No infinity or NaN among `count` floats: no exponent field is all ones. (On the bits, as a
  * maximum, so that the loop vectorizes.) */

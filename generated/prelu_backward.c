@@ -31,19 +31,53 @@ static void prelu_backward_f32_ncx_finish(const opgen_channels_call *call, int64
     }
 }
 
+/* prelu_backward_f32_ncx: the `count` (fewer than OPGEN_BLOCK) elements at `at` of channel `channel`, a
+ * unit's tail: the element math and stores, and the sums' terms in the accumulation type: from
+ * OPGEN_TAIL_BLOCK_MIN of them as a block into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void prelu_backward_f32_ncx_unit_tail(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                       double *OPGEN_RESTRICT diff_slope_lanes, double *OPGEN_RESTRICT diff_slope_total)
+{
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float slope_value = slope[channel];
+    double diff_slope_acc = *diff_slope_total;
+    (void)diff_slope_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + base + index, (int)(count - index));
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(diff_dst_block, diff_dst + base + index, (int)(count - index));
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            diff_src_block[lane] = (float)diff_src_value;
+            const double diff_slope_term = lane < count - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+            diff_slope_lanes[lane] += diff_slope_term;
+        }
+        opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(count - index), stream);
+    } else {
+        for (; index < count; ++index) {
+            const float src_value = src[base + index];
+            const float diff_dst_value = diff_dst[base + index];
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            diff_src[base + index] = diff_src_value;
+            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+            diff_slope_acc += diff_slope_term;
+        }
+    }
+    *diff_slope_total = diff_slope_acc;
+}
+
 /* prelu_backward_f32_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
 OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                      int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream);
     for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
@@ -76,50 +110,8 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                 }
                 {
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_f32(src_block, src + base + index, (int)(inner_last - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_f32(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
-                        diff_slope_unit_lanes[lane] += diff_slope_term;
-                    }
-                    opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float src_value = src[base + index];
-                        const float diff_dst_value = diff_dst[base + index];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
-                }
-                diff_slope_acc += diff_slope_unit_lanes[0];
+                prelu_backward_f32_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_unit_lanes, &diff_slope_acc);
+                diff_slope_acc += opgen_lanes_total_double(diff_slope_unit_lanes, OPGEN_BLOCK);
             } else {
                 double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                 /* whole blocks: lane l of every block adds to partial sum l */
@@ -215,58 +207,8 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                         opgen_lines_f32_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_f32(src_block, src + base + index, (int)(inner_last - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_f32(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
-                        diff_slope_lanes[lane] += diff_slope_term;
-                    }
-                    opgen_store_part_f32(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float src_value = src[base + index];
-                        const float diff_dst_value = diff_dst[base + index];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = diff_src_value;
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                diff_slope_acc += diff_slope_lanes[0];
+                prelu_backward_f32_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_lanes, &diff_slope_acc);
+                diff_slope_acc += opgen_lanes_total_double(diff_slope_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
             }
             partial[0 * channels + channel] += diff_slope_acc;
         }
@@ -323,14 +265,7 @@ static void prelu_backward_f32_nxc_finish(const opgen_channels_call *call, int64
 OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                     double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
     if (stream) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
@@ -448,14 +383,7 @@ static void prelu_backward_f32_nxc_rows(const opgen_channels_call *call, int64_t
 OPGEN_MICROKERNEL void prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                      int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     double *const diff_slope_range_sums = share + 0 * span;
     for (int64_t at = 0; at < last - first; ++at) {
         diff_slope_range_sums[at] = 0;
@@ -607,13 +535,7 @@ void OPGEN_KERNEL(prelu_backward_f32_nxc)(const float *OPGEN_RESTRICT src, const
 /* prelu_backward_f32_full: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void prelu_backward_f32_full_blocks_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)count;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)count; (void)stream;
     opgen_lines_f32 diff_slope_lines = opgen_lines_f32_start(1);
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
@@ -648,13 +570,7 @@ static void prelu_backward_f32_full_blocks(const opgen_map_call *call, int64_t o
 /* prelu_backward_f32_full: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void prelu_backward_f32_full_elements_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)count;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = src[index];
         const float slope_value = slope[index];
@@ -707,19 +623,53 @@ static void prelu_backward_bf16_ncx_finish(const opgen_channels_call *call, int6
     }
 }
 
+/* prelu_backward_bf16_ncx: the `count` (fewer than OPGEN_BLOCK) elements at `at` of channel `channel`, a
+ * unit's tail: the element math and stores, and the sums' terms in the accumulation type: from
+ * OPGEN_TAIL_BLOCK_MIN of them as a block into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void prelu_backward_bf16_ncx_unit_tail(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                        double *OPGEN_RESTRICT diff_slope_lanes, double *OPGEN_RESTRICT diff_slope_total)
+{
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float slope_value = opgen_bf16_to_f32(slope[channel]);
+    double diff_slope_acc = *diff_slope_total;
+    (void)diff_slope_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + base + index, (int)(count - index));
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(count - index));
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            diff_src_block[lane] = (float)diff_src_value;
+            const double diff_slope_term = lane < count - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
+            diff_slope_lanes[lane] += diff_slope_term;
+        }
+        opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(count - index), stream);
+    } else {
+        for (; index < count; ++index) {
+            const float src_value = opgen_bf16_to_f32(src[base + index]);
+            const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
+            const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
+            diff_slope_acc += diff_slope_term;
+        }
+    }
+    *diff_slope_total = diff_slope_acc;
+}
+
 /* prelu_backward_bf16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
 OPGEN_MICROKERNEL void prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                       int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_bf16 diff_src_lines = opgen_lines_bf16_start(stream);
     for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
@@ -772,50 +722,8 @@ OPGEN_MICROKERNEL void prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_
                         diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner_last - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
-                        diff_slope_unit_lanes[lane] += diff_slope_term;
-                    }
-                    opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
-                }
-                diff_slope_acc += diff_slope_unit_lanes[0];
+                prelu_backward_bf16_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_unit_lanes, &diff_slope_acc);
+                diff_slope_acc += opgen_lanes_total_double(diff_slope_unit_lanes, OPGEN_BLOCK);
             } else {
                 double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                 /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
@@ -934,58 +842,8 @@ OPGEN_MICROKERNEL void prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_
                         diff_slope_lanes[lane] += diff_slope_run[lane];
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(src_block, src + base + index, (int)(inner_last - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_bf16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = lane < inner_last - index ? opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value))) : 0;
-                        diff_slope_lanes[lane] += diff_slope_term;
-                    }
-                    opgen_store_part_bf16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float src_value = opgen_bf16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_bf16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = opgen_f32_to_bf16(diff_src_value);
-                        const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                diff_slope_acc += diff_slope_lanes[0];
+                prelu_backward_bf16_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_lanes, &diff_slope_acc);
+                diff_slope_acc += opgen_lanes_total_double(diff_slope_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
             }
             partial[0 * channels + channel] += diff_slope_acc;
         }
@@ -1042,14 +900,7 @@ static void prelu_backward_bf16_nxc_finish(const opgen_channels_call *call, int6
 OPGEN_MICROKERNEL void prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                      double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
@@ -1209,14 +1060,7 @@ static void prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, int64_
 OPGEN_MICROKERNEL void prelu_backward_bf16_nxc_range_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                       int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     double *const diff_slope_range_sums = share + 0 * span;
     float *const diff_slope_run = (float *)(void *)(share + 1 * span) + 0 * span;
     for (int64_t at = 0; at < last - first; ++at) {
@@ -1398,13 +1242,7 @@ void OPGEN_KERNEL(prelu_backward_bf16_nxc)(const opgen_bf16 *OPGEN_RESTRICT src,
 /* prelu_backward_bf16_full: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)count;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)count; (void)stream;
     /* through the line writers that are not cheap only where the data outgrow L2 (in it, they
      * cost more than they save) */
     if (count * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16)) >= OPGEN_COSTLY_LINES_BYTES) {
@@ -1466,13 +1304,7 @@ static void prelu_backward_bf16_full_blocks(const opgen_map_call *call, int64_t 
 /* prelu_backward_bf16_full: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void prelu_backward_bf16_full_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)count;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = opgen_bf16_to_f32(src[index]);
         const float slope_value = opgen_bf16_to_f32(slope[index]);
@@ -1525,19 +1357,53 @@ static void prelu_backward_f16_ncx_finish(const opgen_channels_call *call, int64
     }
 }
 
+/* prelu_backward_f16_ncx: the `count` (fewer than OPGEN_BLOCK) elements at `at` of channel `channel`, a
+ * unit's tail: the element math and stores, and the sums' terms in the accumulation type: from
+ * OPGEN_TAIL_BLOCK_MIN of them as a block into `lanes`, fewer one by one into `total` */
+OPGEN_MICROKERNEL void prelu_backward_f16_ncx_unit_tail(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t channel, int64_t at, int64_t count,
+                                                       double *OPGEN_RESTRICT diff_slope_lanes, double *OPGEN_RESTRICT diff_slope_total)
+{
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
+    const float slope_value = opgen_f16_to_f32(slope[channel]);
+    double diff_slope_acc = *diff_slope_total;
+    (void)diff_slope_lanes;
+    const int64_t base = at;
+    int64_t index = 0;
+    if (count - index >= OPGEN_TAIL_BLOCK_MIN) {
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + base + index, (int)(count - index));
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(count - index));
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            diff_src_block[lane] = (float)diff_src_value;
+            const double diff_slope_term = lane < count - index ? ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value))) : 0;
+            diff_slope_lanes[lane] += diff_slope_term;
+        }
+        opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(count - index), stream);
+    } else {
+        for (; index < count; ++index) {
+            const float src_value = opgen_f16_to_f32(src[base + index]);
+            const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
+            const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
+            diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
+            const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
+            diff_slope_acc += diff_slope_term;
+        }
+    }
+    *diff_slope_total = diff_slope_acc;
+}
+
 /* prelu_backward_f16_ncx: (row, channel) units [unit_first, unit_last), their elements [inner_first,
  * inner_last), the sums' terms added to partial[sum * channels + channel] */
 OPGEN_MICROKERNEL void prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t unit_first, int64_t unit_last,
                                                      int64_t inner_first, int64_t inner_last, double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_f16 diff_src_lines = opgen_lines_f16_start(stream);
     for (int64_t unit = unit_first; unit < unit_last; ++unit) {
         {
@@ -1574,50 +1440,8 @@ OPGEN_MICROKERNEL void prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RE
                         diff_slope_unit_lanes[lane] += diff_slope_unit_run[lane];
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(src_block, src + base + index, (int)(inner_last - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = lane < inner_last - index ? ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value))) : 0;
-                        diff_slope_unit_lanes[lane] += diff_slope_term;
-                    }
-                    opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float src_value = opgen_f16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 2; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 4; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 8; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK / 16; ++lane) {
-                    diff_slope_unit_lanes[lane] += diff_slope_unit_lanes[lane + OPGEN_BLOCK / 16];
-                }
-                diff_slope_acc += diff_slope_unit_lanes[0];
+                prelu_backward_f16_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_unit_lanes, &diff_slope_acc);
+                diff_slope_acc += opgen_lanes_total_double(diff_slope_unit_lanes, OPGEN_BLOCK);
             } else {
                 double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
                 /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
@@ -1718,58 +1542,8 @@ OPGEN_MICROKERNEL void prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RE
                         diff_slope_lanes[lane] += diff_slope_run[lane];
                     }
                 }
-                if (inner_last - index >= OPGEN_TAIL_BLOCK_MIN) {
-                    float src_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(src_block, src + base + index, (int)(inner_last - index));
-                    float diff_dst_block[OPGEN_BLOCK];
-                    opgen_load_part_f16(diff_dst_block, diff_dst + base + index, (int)(inner_last - index));
-                    float diff_src_block[OPGEN_BLOCK];
-                    OPGEN_SIMD
-                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                        const float src_value = (float)src_block[lane];
-                        const float diff_dst_value = (float)diff_dst_block[lane];
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src_block[lane] = (float)diff_src_value;
-                        const double diff_slope_term = lane < inner_last - index ? ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value))) : 0;
-                        diff_slope_lanes[lane] += diff_slope_term;
-                    }
-                    opgen_store_part_f16(diff_src + base + index, diff_src_block, (int)(inner_last - index), stream);
-                } else {
-                    for (; index < inner_last; ++index) {
-                        const float src_value = opgen_f16_to_f32(src[base + index]);
-                        const float diff_dst_value = opgen_f16_to_f32(diff_dst[base + index]);
-                        const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
-                        diff_src[base + index] = opgen_f32_to_f16(diff_src_value);
-                        const double diff_slope_term = ((double)opgen_select_float((src_value > 0.0f), 0.0f, (src_value * diff_dst_value)));
-                        diff_slope_acc += diff_slope_term;
-                    }
-                }
-                /* the lanes' partial sums in a fixed tree: lane l adds lane l + width, the width halving */
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 2; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 2];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 4; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 4];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 8; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 8];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 16; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 16];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 32; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 32];
-                }
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_CHAINS * OPGEN_BLOCK / 64; ++lane) {
-                    diff_slope_lanes[lane] += diff_slope_lanes[lane + OPGEN_CHAINS * OPGEN_BLOCK / 64];
-                }
-                diff_slope_acc += diff_slope_lanes[0];
+                prelu_backward_f16_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_lanes, &diff_slope_acc);
+                diff_slope_acc += opgen_lanes_total_double(diff_slope_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
             }
             partial[0 * channels + channel] += diff_slope_acc;
         }
@@ -1826,14 +1600,7 @@ static void prelu_backward_f16_nxc_finish(const opgen_channels_call *call, int64
 OPGEN_MICROKERNEL void prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
                                                     double *OPGEN_RESTRICT partial)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
@@ -1949,14 +1716,7 @@ static void prelu_backward_f16_nxc_rows(const opgen_channels_call *call, int64_t
 OPGEN_MICROKERNEL void prelu_backward_f16_nxc_range_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t first, int64_t last,
                                                      int64_t blocks_first, double *OPGEN_RESTRICT share, int64_t span)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)outer;
-    (void)inner;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     double *const diff_slope_range_sums = share + 0 * span;
     float *const diff_slope_run = (float *)(void *)(share + 1 * span) + 0 * span;
     for (int64_t at = 0; at < last - first; ++at) {
@@ -2126,13 +1886,7 @@ void OPGEN_KERNEL(prelu_backward_f16_nxc)(const opgen_f16 *OPGEN_RESTRICT src, c
 /* prelu_backward_f16_full: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)count;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)count; (void)stream;
     /* through the line writers that are not cheap only where the data outgrow L2 (in it, they
      * cost more than they save) */
     if (count * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16)) >= OPGEN_COSTLY_LINES_BYTES) {
@@ -2194,13 +1948,7 @@ static void prelu_backward_f16_full_blocks(const opgen_map_call *call, int64_t o
 /* prelu_backward_f16_full: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void prelu_backward_f16_full_elements_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)slope;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)diff_slope;
-    (void)count;
-    (void)stream;
+    (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = opgen_f16_to_f32(src[index]);
         const float slope_value = opgen_f16_to_f32(slope[index]);

@@ -10,10 +10,7 @@
 /* relu_f32: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void relu_f32_blocks_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -36,10 +33,7 @@ static void relu_f32_blocks(const opgen_map_call *call, int64_t opgen_first, int
 /* relu_f32: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void relu_f32_elements_of(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = src[index];
         const float dst_value = opgen_select_float((src_value <= 0.0f), 0.0f, src_value);
@@ -76,10 +70,7 @@ void OPGEN_KERNEL(relu_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RESTRI
 /* relu_f16: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void relu_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -102,10 +93,7 @@ static void relu_f16_blocks(const opgen_map_call *call, int64_t opgen_first, int
 /* relu_f16: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void relu_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = opgen_f16_to_f32(src[index]);
         const float dst_value = opgen_select_float((src_value <= 0.0f), 0.0f, src_value);
@@ -142,10 +130,7 @@ void OPGEN_KERNEL(relu_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *OPGE
 /* relu_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void relu_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + index, OPGEN_PREFETCH_BYTES);
@@ -168,10 +153,7 @@ static void relu_bf16_blocks(const opgen_map_call *call, int64_t opgen_first, in
 /* relu_bf16: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void relu_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf16 *OPGEN_RESTRICT dst, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src;
-    (void)dst;
-    (void)count;
-    (void)stream;
+    (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = opgen_bf16_to_f32(src[index]);
         const float dst_value = opgen_select_float((src_value <= 0.0f), 0.0f, src_value);

@@ -10,11 +10,7 @@
 /* relu_backward_f32: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void relu_backward_f32_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -40,11 +36,7 @@ static void relu_backward_f32_blocks(const opgen_map_call *call, int64_t opgen_f
 /* relu_backward_f32: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void relu_backward_f32_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_or_dst_value = src_or_dst[index];
         const float diff_dst_value = diff_dst[index];
@@ -82,11 +74,7 @@ void OPGEN_KERNEL(relu_backward_f32)(const float *OPGEN_RESTRICT src_or_dst, con
 /* relu_backward_f16: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void relu_backward_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -112,11 +100,7 @@ static void relu_backward_f16_blocks(const opgen_map_call *call, int64_t opgen_f
 /* relu_backward_f16: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void relu_backward_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
@@ -154,11 +138,7 @@ void OPGEN_KERNEL(relu_backward_f16)(const opgen_f16 *OPGEN_RESTRICT src_or_dst,
 /* relu_backward_bf16: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void relu_backward_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -184,11 +164,7 @@ static void relu_backward_bf16_blocks(const opgen_map_call *call, int64_t opgen_
 /* relu_backward_bf16: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void relu_backward_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_or_dst_value = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_bf16_to_f32(diff_dst[index]);

@@ -10,11 +10,7 @@
 /* sigmoid_backward_f32_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void sigmoid_backward_f32_use_dst_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -40,11 +36,7 @@ static void sigmoid_backward_f32_use_dst_blocks(const opgen_map_call *call, int6
 /* sigmoid_backward_f32_use_dst: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void sigmoid_backward_f32_use_dst_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const double src_or_dst_value = (double)(src_or_dst[index]);
         const double diff_dst_value = (double)(diff_dst[index]);
@@ -82,11 +74,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_use_dst)(const float *OPGEN_RESTRICT src_
 /* sigmoid_backward_f32_no_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void sigmoid_backward_f32_no_use_dst_blocks_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -125,11 +113,7 @@ static void sigmoid_backward_f32_no_use_dst_blocks(const opgen_map_call *call, i
 /* sigmoid_backward_f32_no_use_dst: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void sigmoid_backward_f32_no_use_dst_elements_of(const float *OPGEN_RESTRICT src_or_dst, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_or_dst_float = src_or_dst[index];
         const float diff_dst_float = diff_dst[index];
@@ -181,11 +165,7 @@ void OPGEN_KERNEL(sigmoid_backward_f32_no_use_dst)(const float *OPGEN_RESTRICT s
 /* sigmoid_backward_f16_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void sigmoid_backward_f16_use_dst_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -211,11 +191,7 @@ static void sigmoid_backward_f16_use_dst_blocks(const opgen_map_call *call, int6
 /* sigmoid_backward_f16_use_dst: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void sigmoid_backward_f16_use_dst_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_or_dst_value = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_value = opgen_f16_to_f32(diff_dst[index]);
@@ -253,11 +229,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_use_dst)(const opgen_f16 *OPGEN_RESTRICT 
 /* sigmoid_backward_f16_no_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void sigmoid_backward_f16_no_use_dst_blocks_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -305,11 +277,7 @@ static void sigmoid_backward_f16_no_use_dst_blocks(const opgen_map_call *call, i
 /* sigmoid_backward_f16_no_use_dst: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void sigmoid_backward_f16_no_use_dst_elements_of(const opgen_f16 *OPGEN_RESTRICT src_or_dst, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_or_dst_float = opgen_f16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_f16_to_f32(diff_dst[index]);
@@ -361,11 +329,7 @@ void OPGEN_KERNEL(sigmoid_backward_f16_no_use_dst)(const opgen_f16 *OPGEN_RESTRI
 /* sigmoid_backward_bf16_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void sigmoid_backward_bf16_use_dst_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -410,11 +374,7 @@ static void sigmoid_backward_bf16_use_dst_blocks(const opgen_map_call *call, int
 /* sigmoid_backward_bf16_use_dst: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void sigmoid_backward_bf16_use_dst_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);
@@ -464,11 +424,7 @@ void OPGEN_KERNEL(sigmoid_backward_bf16_use_dst)(const opgen_bf16 *OPGEN_RESTRIC
 /* sigmoid_backward_bf16_no_use_dst: whole blocks from element `opgen_first` up to `opgen_last` */
 OPGEN_MICROKERNEL void sigmoid_backward_bf16_no_use_dst_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; index += OPGEN_BLOCK) {
         float src_or_dst_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_or_dst_block, src_or_dst + index, OPGEN_PREFETCH_BYTES);
@@ -516,11 +472,7 @@ static void sigmoid_backward_bf16_no_use_dst_blocks(const opgen_map_call *call, 
 /* sigmoid_backward_bf16_no_use_dst: elements [opgen_first, opgen_last) one by one */
 OPGEN_MICROKERNEL void sigmoid_backward_bf16_no_use_dst_elements_of(const opgen_bf16 *OPGEN_RESTRICT src_or_dst, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, int64_t count, int stream, int64_t opgen_first, int64_t opgen_last)
 {
-    (void)src_or_dst;
-    (void)diff_dst;
-    (void)diff_src;
-    (void)count;
-    (void)stream;
+    (void)src_or_dst; (void)diff_dst; (void)diff_src; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_or_dst_float = opgen_bf16_to_f32(src_or_dst[index]);
         const float diff_dst_float = opgen_bf16_to_f32(diff_dst[index]);

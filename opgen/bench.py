@@ -128,7 +128,6 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
     """((opgen function, args, kwargs), NumPy call or None, torch call or None, bytes moved, probe mix)."""
     np_dtype = DTYPES[dtype]
     shape = _logical_shape(size, layout)
-    channels = size[1]
     x = rng.standard_normal(shape).astype(np_dtype)
     d = rng.standard_normal(shape).astype(np_dtype)
     out = np.empty(shape, np_dtype)
@@ -150,62 +149,81 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
             "2r1w",
         )
     if op == "prelu_backward":
-        axis = 1 if layout == "NCX" else len(shape) - 1
-        slope_shape = {"per_channel": (channels,), "per_tensor": (1,), "full": shape[1:]}[form]
-        slope = (rng.random(slope_shape) * 0.5).astype(np_dtype)
-        diff_slope = np.empty(slope_shape, np_dtype)
-        numpy_call = None
-        if x32 is not None:
-            view = [1] * len(shape)
-            if form == "per_channel":
-                view[axis] = channels
-            elif form == "full":
-                view = [1, *slope_shape]
-            axes = tuple(i for i, s in enumerate(view) if s == 1)
-            slope_view = slope.reshape(view)
-
-            def numpy_call() -> None:
-                positive = x32 > 0
-                np.multiply(d32, slope_view, out=out32)
-                np.copyto(out32, d32, where=positive)
-                np.sum(np.where(positive, 0, x32 * d32), axis=axes).reshape(slope_shape)
-
-        torch_call = _torch_call(op, x, d, slope) if form == "per_channel" and layout == "NCX" else None
-
-        call = (opgen.prelu_backward, (x, slope, d), {"data_format": layout, "out": (out, diff_slope)})
-        return call, numpy_call, torch_call, 3 * tensor_bytes + 2 * slope.nbytes, "2r1w"
+        return _prelu_case(x, d, out, dtype == "f32", layout, form, rng)
     if op == "batch_norm_training_backward":
-        axis = 1 if layout == "NCX" else len(shape) - 1
-        axes = tuple(i for i in range(len(shape)) if i != axis)
-        stats = [rng.standard_normal(channels).astype(np.float32) for _ in range(2)]
-        mean, gamma = stats
-        variance = (rng.random(channels) + 0.5).astype(np.float32)
-        diff_gamma, diff_beta = np.empty(channels, np.float32), np.empty(channels, np.float32)
-
-        call = (
-            opgen.batch_norm_training_backward,
-            (x, d, mean, variance, gamma),
-            {"epsilon": 1e-5, "data_format": layout, "out": (out, diff_gamma, diff_beta)},
-        )
-
-        numpy_call = None
-        if x32 is not None:
-            view = [1] * len(shape)
-            view[axis] = channels
-
-            def numpy_call() -> None:
-                inv_std = (1 / np.sqrt(variance + 1e-5)).reshape(view)
-                x_hat = (x32 - mean.reshape(view)) * inv_std
-                beta_sum = d32.sum(axis=axes, keepdims=True)
-                gamma_sum = (d32 * x_hat).sum(axis=axes, keepdims=True)
-                count = x32.size // channels
-                np.multiply(
-                    gamma.reshape(view) * inv_std, d32 - beta_sum / count - x_hat * gamma_sum / count, out=out32
-                )
-
-        torch_call = _torch_call(op, x, d, (mean, variance, gamma)) if layout == "NCX" else None
-        return call, numpy_call, torch_call, 5 * tensor_bytes, "bn"
+        return _batch_norm_case(x, d, out, dtype == "f32", layout, rng)
     raise ValueError(f"no benchmark for {op}")
+
+
+def _prelu_case(
+    x: np.ndarray, d: np.ndarray, out: np.ndarray, f32: bool, layout: str, form: str, rng: np.random.Generator
+) -> tuple[Any, ...]:
+    """_make_case for PReLU backward; `form`: the slope's shape."""
+    shape, channels = x.shape, x.shape[1 if layout == "NCX" else -1]
+    np_dtype = x.dtype
+    tensor_bytes = x.nbytes
+    x32, d32, out32 = (x, d, out) if f32 else (None, None, None)
+    axis = 1 if layout == "NCX" else len(shape) - 1
+    slope_shape = {"per_channel": (channels,), "per_tensor": (1,), "full": shape[1:]}[form]
+    slope = (rng.random(slope_shape) * 0.5).astype(np_dtype)
+    diff_slope = np.empty(slope_shape, np_dtype)
+    numpy_call = None
+    if x32 is not None:
+        view = [1] * len(shape)
+        if form == "per_channel":
+            view[axis] = channels
+        elif form == "full":
+            view = [1, *slope_shape]
+        axes = tuple(i for i, s in enumerate(view) if s == 1)
+        slope_view = slope.reshape(view)
+
+        def numpy_call() -> None:
+            positive = x32 > 0
+            np.multiply(d32, slope_view, out=out32)
+            np.copyto(out32, d32, where=positive)
+            np.sum(np.where(positive, 0, x32 * d32), axis=axes).reshape(slope_shape)
+
+    torch_call = _torch_call("prelu_backward", x, d, slope) if form == "per_channel" and layout == "NCX" else None
+
+    call = (opgen.prelu_backward, (x, slope, d), {"data_format": layout, "out": (out, diff_slope)})
+    return call, numpy_call, torch_call, 3 * tensor_bytes + 2 * slope.nbytes, "2r1w"
+
+
+def _batch_norm_case(
+    x: np.ndarray, d: np.ndarray, out: np.ndarray, f32: bool, layout: str, rng: np.random.Generator
+) -> tuple[Any, ...]:
+    """_make_case for BatchNorm training backward."""
+    shape, channels = x.shape, x.shape[1 if layout == "NCX" else -1]
+    tensor_bytes = x.nbytes
+    x32, d32, out32 = (x, d, out) if f32 else (None, None, None)
+    axis = 1 if layout == "NCX" else len(shape) - 1
+    axes = tuple(i for i in range(len(shape)) if i != axis)
+    stats = [rng.standard_normal(channels).astype(np.float32) for _ in range(2)]
+    mean, gamma = stats
+    variance = (rng.random(channels) + 0.5).astype(np.float32)
+    diff_gamma, diff_beta = np.empty(channels, np.float32), np.empty(channels, np.float32)
+
+    call = (
+        opgen.batch_norm_training_backward,
+        (x, d, mean, variance, gamma),
+        {"epsilon": 1e-5, "data_format": layout, "out": (out, diff_gamma, diff_beta)},
+    )
+
+    numpy_call = None
+    if x32 is not None:
+        view = [1] * len(shape)
+        view[axis] = channels
+
+        def numpy_call() -> None:
+            inv_std = (1 / np.sqrt(variance + 1e-5)).reshape(view)
+            x_hat = (x32 - mean.reshape(view)) * inv_std
+            beta_sum = d32.sum(axis=axes, keepdims=True)
+            gamma_sum = (d32 * x_hat).sum(axis=axes, keepdims=True)
+            count = x32.size // channels
+            np.multiply(gamma.reshape(view) * inv_std, d32 - beta_sum / count - x_hat * gamma_sum / count, out=out32)
+
+    torch_call = _torch_call("batch_norm_training_backward", x, d, (mean, variance, gamma)) if layout == "NCX" else None
+    return call, numpy_call, torch_call, 5 * tensor_bytes, "bn"
 
 
 def _numpy_elementwise(op: str, x: np.ndarray, d: np.ndarray, out: np.ndarray, from_src: bool) -> Callable[[], Any]:
@@ -311,29 +329,12 @@ def run(
                     )
                     case = Case(op, dtype, layout, form, size_name, thread_count, bytes=nbytes)
                     python_call = functools.partial(function, *args, **kwargs)
-                    if count <= C_CALL_MAX_ELEMENTS:
-                        # short calls: many runs, the C entry point in turn with the Python call
-                        both = [python_call, c_entry_call(function, *args, **kwargs)]
-                        case.seconds, case.c_seconds = _median_times(both, min_time, SHORT_CALL_RUNS)
-                    elif nbytes > PAIRED_PROBE_BYTES:
-                        # PyTorch's call in the same turn too: its ratio is then of the same moment
-                        probe_call, probe_bytes = probe_calls[write_probe]
-                        turn = [python_call, probe_call] + ([torch_call] if baselines and torch_call else [])
-                        case.seconds, probe_seconds, *torch_seconds = _median_times(turn, min_time)
-                        case.torch_seconds = torch_seconds[0] if torch_seconds else None
-                        case.extra["probe"] = write_probe
-                        case.extra["probe_gbps"] = probe_bytes / probe_seconds / 1e9
-                    else:
-                        case.seconds = _median_time(python_call, min_time)
+                    probe = probe_calls[write_probe] + (write_probe,)
+                    _time_case(case, python_call, numpy_call, torch_call, probe, count, min_time, baselines)
                     if count > C_CALL_MAX_ELEMENTS:
                         # what a caller without out= sees: fresh outputs, their pages faulted in
                         fresh = {name: value for name, value in kwargs.items() if name != "out"}
                         case.allocated_seconds = _median_time(functools.partial(function, *args, **fresh), min_time / 2)
-                    case.gbps = nbytes / case.seconds / 1e9
-                    if baselines and numpy_call is not None and thread_count == 1:
-                        case.numpy_seconds = _median_time(numpy_call, min_time / 4, max_runs=5)
-                    if baselines and torch_call is not None and case.torch_seconds is None:
-                        case.torch_seconds = _median_time(torch_call, min_time / 4, max_runs=20)
                     case.extra["pattern"] = pattern
                     rows.append(case)
                     progress(format_row(case))
@@ -357,6 +358,40 @@ def run(
         "probes_gbps": probes,
         "cases": [asdict(case) for case in rows],
     }
+
+
+def _time_case(
+    case: Case,
+    python_call: functools.partial,
+    numpy_call: Callable[[], Any] | None,
+    torch_call: Callable[[], Any] | None,
+    probe: tuple[Callable[[], Any], int, str],
+    count: int,
+    min_time: float,
+    baselines: bool,
+) -> None:
+    """Times `case` (its Python call, the C call or the write probe `probe` in turn with it, the
+    baselines) into its fields."""
+    if count <= C_CALL_MAX_ELEMENTS:
+        # short calls: many runs, the C entry point in turn with the Python call
+        function, args, kwargs = python_call.func, python_call.args, python_call.keywords
+        both = [python_call, c_entry_call(function, *args, **kwargs)]
+        case.seconds, case.c_seconds = _median_times(both, min_time, SHORT_CALL_RUNS)
+    elif case.bytes > PAIRED_PROBE_BYTES:
+        # PyTorch's call in the same turn too: its ratio is then of the same moment
+        probe_call, probe_bytes, write_probe = probe
+        turn = [python_call, probe_call] + ([torch_call] if baselines and torch_call else [])
+        case.seconds, probe_seconds, *torch_seconds = _median_times(turn, min_time)
+        case.torch_seconds = torch_seconds[0] if torch_seconds else None
+        case.extra["probe"] = write_probe
+        case.extra["probe_gbps"] = probe_bytes / probe_seconds / 1e9
+    else:
+        case.seconds = _median_time(python_call, min_time)
+    case.gbps = case.bytes / case.seconds / 1e9
+    if baselines and numpy_call is not None and case.threads == 1:
+        case.numpy_seconds = _median_time(numpy_call, min_time / 4, max_runs=5)
+    if baselines and torch_call is not None and case.torch_seconds is None:
+        case.torch_seconds = _median_time(torch_call, min_time / 4, max_runs=20)
 
 
 def _share(case: Case, probe: dict[str, float]) -> float:

@@ -104,73 +104,12 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         raise ValueError(f"{spec.name}: more than {MAX_OPERANDS} inputs and outputs")
     index = {t.name: i for i, t in enumerate(tensors)}
     numbers = [a.name for a in spec.attributes if a.type == "f32"]
-    operands = []
-    for position, tensor in enumerate(tensors):
-        is_input = position < len(spec.inputs)
-        forms = list(tensor.broadcast)
-        rules = "; or ".join(
-            shapes.FORM_RULES[f].format(reference=spec.reference) for f in forms if f in shapes.FORM_RULES
-        )
-        operands.append(
-            {
-                "name": tensor.name,
-                "doc": tensor.doc,
-                "input": is_input,
-                "channel": tensor.kind == "channel",
-                "optional": tensor.optional or bool(tensor.requested_by),
-                "ignored": bool(tensor.ignored_unless),
-                "requested": bool(tensor.requested_by),
-                "like": index[tensor.like] if tensor.like else -1,
-                "axes_kind": AXES_KINDS.get(tensor.kind, "OPGEN_AXES_TENSOR"),
-                "forms": [FORM_CODES[f] for f in forms],
-                "rules": rules,
-                "camel": _camel(tensor.name),
-            }
-        )
-    layout = spec.layout_attribute
+    operands = [_operand(spec, tensor, position, index) for position, tensor in enumerate(tensors)]
     axis = next((a for a in spec.attributes if a.type in ("int", "int list")), None)
-    attributes = []
-    slot = 0  # in _with_arrays' doubles: one per attribute, 1 + MAX_RANK for an int list
-    for attribute in spec.attributes:
-        entry = {
-            "name": attribute.name,
-            "type": attribute.type,
-            "c_type": _c_type(attribute.type, attribute.name),
-            "doc": attribute.doc,
-            "default": attribute.default,
-            "minimum_exclusive": attribute.minimum_exclusive,
-            "members": [(enum_value(attribute.name, v), v) for v in attribute.allowed],
-            "layout": attribute is layout,
-            "keep_dims": attribute.role == KEEP_DIMS_ROLE,
-            "broadcast": attribute.role == "broadcast",
-            "default_text": _default_text(attribute.name, attribute.type, attribute.default),
-            "slot": slot,
-        }
-        slot += 1 + MAX_RANK if attribute.type == "int list" else 1
-        attributes.append(entry)
+    attributes = _attributes(spec)
     rows = [[dtype_code(row[t.name]) for t in tensors] for row in spec.dtypes]
     rows_text = "; ".join(", ".join(f"{t.name} {row[t.name]}" for t in tensors) for row in spec.dtypes)
-    adapters = []
-    for kernel in kernels:
-        arguments = []
-        for c_type, name in kernel["params"]:
-            if name == "workspace":
-                arguments.append("workspace")
-            elif kernel["pattern"] == "binary" and name in SHAPES:
-                arguments.append(SHAPES[name])
-            elif name in DIMS:
-                arguments.append(f"opgen_dims[{DIMS[name]}]")
-            elif name == "blocks":  # along_axes over a set of axes: after outer, length, inner
-                arguments.append("opgen_dims + 3")
-            elif "*" not in c_type:
-                arguments.append(f"numbers[{numbers.index(name)}]")
-            else:
-                if name.endswith("_sums") and name not in index:  # an operand's sums: after the operands
-                    at = f"OPGEN_MAX_OPERANDS + {index[name[: -len('_sums')]]}"
-                else:
-                    at = str(index[name])
-                arguments.append(f"({c_type.strip()})tensors[{at}]")
-        adapters.append({"kernel": kernel["name"], "arguments": arguments, "pattern": kernel["pattern"]})
+    adapters = [_adapter(kernel, index, numbers) for kernel in kernels]
     aclnn_parameters = [f"{'const ' if o['input'] else ''}aclTensor *{o['camel']}" for o in operands]
     parameters = [f"const opgen_tensor *{t.name}" for t in tensors]
     parameters += [f"{a['c_type']} {a['name']}" for a in attributes]
@@ -208,3 +147,73 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         # the attribute messages name: along_axes' axis, binary's broadcast rule
         "axis_name": axis.name if axis else next((a.name for a in spec.attributes if a.role == "broadcast"), ""),
     }
+
+
+def _operand(spec: OpSpec, tensor: Any, position: int, index: dict[str, int]) -> dict[str, Any]:
+    """What the op API's tables say of operand `tensor` (number `position`)."""
+    forms = list(tensor.broadcast)
+    rules = "; or ".join(shapes.FORM_RULES[f].format(reference=spec.reference) for f in forms if f in shapes.FORM_RULES)
+    return {
+        "name": tensor.name,
+        "doc": tensor.doc,
+        "input": position < len(spec.inputs),
+        "channel": tensor.kind == "channel",
+        "optional": tensor.optional or bool(tensor.requested_by),
+        "ignored": bool(tensor.ignored_unless),
+        "requested": bool(tensor.requested_by),
+        "like": index[tensor.like] if tensor.like else -1,
+        "axes_kind": AXES_KINDS.get(tensor.kind, "OPGEN_AXES_TENSOR"),
+        "forms": [FORM_CODES[f] for f in forms],
+        "rules": rules,
+        "camel": _camel(tensor.name),
+    }
+
+
+def _attributes(spec: OpSpec) -> list[dict[str, Any]]:
+    """What the op API's tables say of each attribute; `slot`: its first double in _with_arrays'
+    array (one per attribute, 1 + MAX_RANK for an int list)."""
+    layout = spec.layout_attribute
+    attributes = []
+    slot = 0
+    for attribute in spec.attributes:
+        entry = {
+            "name": attribute.name,
+            "type": attribute.type,
+            "c_type": _c_type(attribute.type, attribute.name),
+            "doc": attribute.doc,
+            "default": attribute.default,
+            "minimum_exclusive": attribute.minimum_exclusive,
+            "members": [(enum_value(attribute.name, v), v) for v in attribute.allowed],
+            "layout": attribute is layout,
+            "keep_dims": attribute.role == KEEP_DIMS_ROLE,
+            "broadcast": attribute.role == "broadcast",
+            "default_text": _default_text(attribute.name, attribute.type, attribute.default),
+            "slot": slot,
+        }
+        slot += 1 + MAX_RANK if attribute.type == "int list" else 1
+        attributes.append(entry)
+    return attributes
+
+
+def _adapter(kernel: dict[str, Any], index: dict[str, int], numbers: list[str]) -> dict[str, Any]:
+    """How the op API calls `kernel`: each of its C parameters from the call's operands, sizes
+    and numbers."""
+    arguments = []
+    for c_type, name in kernel["params"]:
+        if name == "workspace":
+            arguments.append("workspace")
+        elif kernel["pattern"] == "binary" and name in SHAPES:
+            arguments.append(SHAPES[name])
+        elif name in DIMS:
+            arguments.append(f"opgen_dims[{DIMS[name]}]")
+        elif name == "blocks":  # along_axes over a set of axes: after outer, length, inner
+            arguments.append("opgen_dims + 3")
+        elif "*" not in c_type:
+            arguments.append(f"numbers[{numbers.index(name)}]")
+        else:
+            if name.endswith("_sums") and name not in index:  # an operand's sums: after the operands
+                at = f"OPGEN_MAX_OPERANDS + {index[name[: -len('_sums')]]}"
+            else:
+                at = str(index[name])
+            arguments.append(f"({c_type.strip()})tensors[{at}]")
+    return {"kernel": kernel["name"], "arguments": arguments, "pattern": kernel["pattern"]}

@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from opgen import expr
-from opgen.specs import AXES_ROLE, DType, DTypeTable, OpSpec
+from opgen.specs import AXES_ROLE, ComputeType, DType, DTypeTable, OpSpec
 
 
 @dataclass(frozen=True)
@@ -152,18 +153,35 @@ def line_groups(spec: OpSpec) -> tuple[dict[str, int], dict[str, int]]:
     return groups, passes
 
 
-def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bool], table: DTypeTable) -> LinesKernel:
-    """The plan of variant `name` of along_axes op `spec` for dtype row `row`."""
-    from opgen import plan  # plan imports this module: its tuning constants, read at call time
+@dataclass
+class _Writer:
+    """How a kernel's math is written in C: the types' literal and math suffixes, the slots of
+    the line values, and how element code spells each name (entries add theirs as they come)."""
 
-    dtypes = {tensor: table.dtypes[dtype] for tensor, dtype in row.items()}
-    reference = dtypes[spec.reference]
-    compute = reference.wide_compute if spec.compute == "wide" else reference.compute
-    accumulate = reference.accumulate
-    style = {kind: table.compute_types[kind] for kind in (compute, accumulate)}
-    tensors = [*spec.inputs, *spec.outputs]
+    style: dict[str, ComputeType]
+    slots: dict[str, int]
+    numbers: tuple[str, ...]
+    element_spelling: dict[str, str]
+
+    def c_text(self, tree: ast.expr, kind: str, spelled: dict[str, str] | None = None) -> str:
+        """`tree` in C in type `kind`, its names as `spelled` (element code by default)."""
+        names = self.element_spelling if spelled is None else spelled
+        variables = {n: names[n] for n in expr.names(tree)}
+        style = self.style[kind]
+        return expr.to_c(tree, variables, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
+
+    def line_spelling(self, kind: str) -> dict[str, str]:
+        """Names in scalar line code: line values, numbers and count, in type `kind`."""
+        spelled = {n: f"values[{s}]" for n, s in self.slots.items()}
+        spelled |= {n: f"(({kind})call->numbers[{self.numbers.index(n)}])" for n in self.numbers}
+        spelled["count"] = f"(({kind})call->count)"
+        return spelled
+
+
+def _operands(spec: OpSpec, dtypes: dict[str, DType], compute: str, table: DTypeTable) -> dict[str, Operand]:
+    """Every operand of `spec`, inputs then outputs, with its loads and stores."""
     operands = {}
-    for index, tensor in enumerate(tensors):
+    for index, tensor in enumerate([*spec.inputs, *spec.outputs]):
         dtype = dtypes[tensor.name]
         operands[tensor.name] = Operand(
             name=tensor.name,
@@ -179,31 +197,32 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
             optional=tensor.optional or bool(tensor.requested_by),
             default="" if tensor.default is None else _literal(tensor.default, compute, table),
         )
+    return operands
+
+
+def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bool], table: DTypeTable) -> LinesKernel:
+    """The plan of variant `name` of along_axes op `spec` for dtype row `row`."""
+    from opgen import plan  # plan imports this module: its tuning constants, read at call time
+
+    dtypes = {tensor: table.dtypes[dtype] for tensor, dtype in row.items()}
+    reference = dtypes[spec.reference]
+    compute = reference.wide_compute if spec.compute == "wide" else reference.compute
+    accumulate = reference.accumulate
+    operands = _operands(spec, dtypes, compute, table)
     numbers = tuple(a.name for a in spec.attributes if a.type == "f32")
 
     def parse(text: str) -> ast.expr:
         return expr.fold(expr.parse(text), constants)
 
-    groups, pass_of = line_groups(spec)
     slots = {t.name: i for i, t in enumerate(t for t in spec.inputs if t.kind == "line")}
     for entry, _ in spec.math.get("line", ()):
         slots[entry] = len(slots)
-
-    def c_text(tree: ast.expr, kind: str, spelled: dict[str, str]) -> str:
-        variables = {n: spelled[n] for n in expr.names(tree)}
-        return expr.to_c(tree, variables, style[kind].literal_suffix, style[kind].math_suffix, f"opgen_select_{kind}")
-
-    def line_spelling(kind: str) -> dict[str, str]:
-        """Names in scalar line code: line values, numbers and count, in type `kind`."""
-        spelled = {n: f"values[{s}]" for n, s in slots.items()}
-        spelled |= {n: f"(({kind})call->numbers[{numbers.index(n)}])" for n in numbers}
-        spelled["count"] = f"(({kind})call->count)"
-        return spelled
-
     element_spelling = {t.name: f"{t.name}_value" for t in spec.inputs if t.kind != "line"}
     element_spelling |= {n: f"{n}_line" for n in slots}
     element_spelling |= {n: n for n in numbers}
     element_spelling["count"] = "count"
+    style = {kind: table.compute_types[kind] for kind in (compute, accumulate)}
+    writer = _Writer(style, slots, numbers, element_spelling)
 
     def operand_reads(trees: list[ast.expr]) -> tuple[tuple[Operand, ...], tuple[tuple[str, int], ...]]:
         read = set().union(*(expr.names(t) for t in trees)) if trees else set()
@@ -211,6 +230,118 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         lines = tuple((n, s) for n, s in slots.items() if n in read)
         return inputs, lines
 
+    before, reductions, after = _line_steps(spec, operands, writer, parse, compute, accumulate)
+    pass_count = len(reductions)
+    passes = []
+    for k in range(1, pass_count + 1):
+        reads, line_reads = operand_reads([tree for _, tree in reductions[k]])
+        passes.append(Pass(k, tuple(r for r, _ in reductions[k]), reads, line_reads, tuple(after[k])))
+
+    output_operands = {t.name: operands[t.name] for t in spec.outputs}
+    element_trees = _live_elements(spec, parse)
+    kept = _kept_terms(spec, dtypes, compute, element_trees, reductions.get(pass_count, []), slots)
+    if kept:
+        passes[-1] = dataclasses.replace(passes[-1], keeps=tuple((operands[o], r) for o, r in kept.items()))
+        element_trees = _reading_kept(element_trees, kept, element_spelling)
+    across_trees = [(n, parse(expr.split_reduction(text)[1])) for n, text in spec.math.get("across", ())]
+    element_reads, element_line_reads = operand_reads([t for _, t in element_trees + across_trees])
+    across = tuple(
+        Reduction(n, k, "across_sum", accumulate, f"({accumulate})0", writer.c_text(t, compute), compute)
+        for k, (n, t) in enumerate(across_trees)
+    )
+    elements = _elements(element_trees, writer, compute, output_operands)
+    over_axes = any(a.role == AXES_ROLE for a in spec.attributes)
+    all_trees = [t for _, t in element_trees] + [
+        parse(expr.split_reduction(text)[1]) for _, text in spec.math.get("line", ())
+    ]
+    exps = sum(expr.calls(t, "exp") for t in all_trees)
+    return LinesKernel(
+        name=name,
+        op=spec.name,
+        summary=spec.summary,
+        detail=_detail(row, constants, compute, accumulate, pass_count),
+        compute=compute,
+        accumulate=accumulate,
+        params=_parameters(spec, operands, numbers, bool(across), over_axes),
+        inputs=tuple(operands[t.name] for t in spec.inputs),
+        outputs=tuple(output_operands.values()),
+        numbers=numbers,
+        value_count=len(slots),
+        before=tuple(before),
+        passes=tuple(passes),
+        element_reads=element_reads,
+        kept_reads=tuple(operands[o] for o in kept),
+        element_line_reads=element_line_reads,
+        elements=tuple(elements),
+        line_outputs=tuple((output_operands[t.name], slots[t.name]) for t in spec.outputs if t.kind == "line"),
+        across=across,
+        across_outputs=tuple(output_operands[r.name] for r in across),
+        # each pass costs a walk over the line; an exp as plan.EXP_WORK elements of arithmetic
+        work_per_element=(1 + pass_count) * (1 + plan.EXP_WORK * exps),
+        combined=passes[0].reductions[0] if over_axes else None,
+    )
+
+
+def _reading_kept(
+    element_trees: list[tuple[str, ast.expr]], kept: dict[str, str], element_spelling: dict[str, str]
+) -> list[tuple[str, ast.expr]]:
+    """The element entries with the terms the last pass keeps (_kept_terms) read from there."""
+    result = []
+    for entry, tree in element_trees:
+        if entry in kept:
+            assert isinstance(tree, ast.BinOp)
+            tree = ast.BinOp(ast.Name(f"{entry}_kept"), tree.op, tree.right)
+            element_spelling[f"{entry}_kept"] = f"{entry}_kept_value"
+        result.append((entry, tree))
+    return result
+
+
+def _elements(
+    element_trees: list[tuple[str, ast.expr]], writer: _Writer, compute: str, outputs: dict[str, Operand]
+) -> list[Element]:
+    """The element entries in C, in order: each later one reads the earlier ones' values."""
+    elements = []
+    for entry, tree in element_trees:
+        elements.append(Element(entry, writer.c_text(tree, compute), outputs.get(entry)))
+        writer.element_spelling[entry] = f"{entry}_value"
+    return elements
+
+
+def _live_elements(spec: OpSpec, parse: Callable[[str], ast.expr]) -> list[tuple[str, ast.expr]]:
+    """`math.elements` parsed, without the entries no tensor output reads."""
+    element_trees = [(n, parse(text)) for n, text in spec.math.get("elements", ())]
+    live = {t.name for t in spec.outputs if t.kind == "tensor"}
+    for entry, tree in reversed(element_trees):
+        if entry in live:
+            live |= expr.names(tree)
+    return [(n, t) for n, t in element_trees if n in live]
+
+
+def _detail(row: dict[str, str], constants: dict[str, bool], compute: str, accumulate: str, pass_count: int) -> str:
+    """The kernel's comment line: dtypes, types, passes and specialized attributes."""
+    return "; ".join(
+        [
+            ", ".join(f"{n} {d}" for n, d in row.items()),
+            f"computed in {compute}, sums in {accumulate}",
+            f"{pass_count} reduction pass{'es' if pass_count != 1 else ''} and an element pass per line",
+            *(f"{n}={'true' if v else 'false'}" for n, v in constants.items()),
+        ]
+    )
+
+
+def _line_steps(
+    spec: OpSpec,
+    operands: dict[str, Operand],
+    writer: _Writer,
+    parse: Callable[[str], ast.expr],
+    compute: str,
+    accumulate: str,
+) -> tuple[list[LineStep], dict[int, list[tuple[Reduction, ast.expr]]], dict[int, list[LineStep]]]:
+    """`math.line` in passes: the line values before the first reduction pass (line inputs,
+    values of no reduction), each pass's reductions (with their terms' trees), and the values
+    computed after each pass."""
+    groups, pass_of = line_groups(spec)
+    slots = writer.slots
     before = [
         LineStep(
             t.name,
@@ -229,7 +360,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         reduction, argument = expr.split_reduction(text)
         tree = parse(argument)
         if reduction is None:
-            step = LineStep(entry, slots[entry], c_text(tree, accumulate, line_spelling(accumulate)))
+            step = LineStep(entry, slots[entry], writer.c_text(tree, accumulate, writer.line_spelling(accumulate)))
             (before if groups[entry] == 0 else after[groups[entry]]).append(step)
             continue
         accumulated = reduction in ("line_sum", "line_prod")  # in the accumulation type
@@ -237,87 +368,26 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         infinity = "INFINITY" if reduction == "line_min" else "-INFINITY"
         empty = 1 if reduction == "line_prod" else 0  # the value of no terms
         start = f"({lane_type}){empty}" if accumulated else f"({lane_type}){infinity}"
-        term = c_text(tree, compute, element_spelling)
+        term = writer.c_text(tree, compute)
         reductions[pass_of[entry]].append(
             (Reduction(entry, slots[entry], reduction, lane_type, start, term, compute), tree)
         )
-    passes = []
-    for k in range(1, pass_count + 1):
-        reads, line_reads = operand_reads([tree for _, tree in reductions[k]])
-        passes.append(Pass(k, tuple(r for r, _ in reductions[k]), reads, line_reads, tuple(after[k])))
+    return before, reductions, after
 
-    output_operands = {t.name: operands[t.name] for t in spec.outputs}
-    element_trees = [(n, parse(text)) for n, text in spec.math.get("elements", ())]
-    live = {t.name for t in spec.outputs if t.kind == "tensor"}
-    for entry, tree in reversed(element_trees):
-        if entry in live:
-            live |= expr.names(tree)
-    element_trees = [(n, t) for n, t in element_trees if n in live]
-    kept = _kept_terms(spec, dtypes, compute, element_trees, reductions.get(pass_count, []), slots)
-    if kept:
-        passes[-1] = dataclasses.replace(passes[-1], keeps=tuple((operands[o], r) for o, r in kept.items()))
-        for index, (entry, tree) in enumerate(element_trees):
-            if entry in kept:
-                assert isinstance(tree, ast.BinOp)
-                element_trees[index] = (entry, ast.BinOp(ast.Name(f"{entry}_kept"), tree.op, tree.right))
-                element_spelling[f"{entry}_kept"] = f"{entry}_kept_value"
-    across_trees = [(n, parse(expr.split_reduction(text)[1])) for n, text in spec.math.get("across", ())]
-    element_reads, element_line_reads = operand_reads([t for _, t in element_trees + across_trees])
-    across = tuple(
-        Reduction(n, k, "across_sum", accumulate, f"({accumulate})0", c_text(t, compute, element_spelling), compute)
-        for k, (n, t) in enumerate(across_trees)
-    )
-    elements = []
-    for entry, tree in element_trees:
-        elements.append(Element(entry, c_text(tree, compute, element_spelling), output_operands.get(entry)))
-        element_spelling[entry] = f"{entry}_value"  # later entries read it
 
+def _parameters(
+    spec: OpSpec, operands: dict[str, Operand], numbers: tuple[str, ...], across: bool, over_axes: bool
+) -> tuple[tuple[str, str], ...]:
+    """The kernel's C parameters, (type, name)."""
     params: list[tuple[str, str]] = [(f"const {operands[t.name].c_type} *", t.name) for t in spec.inputs]
     params += [(f"{operands[t.name].c_type} *", t.name) for t in spec.outputs]
     params += [("float ", n) for n in numbers]
     if across:  # the chunks' partial sums across lines
         params.append(("double *", "workspace"))
     params += [("int64_t ", "outer"), ("int64_t ", "length"), ("int64_t ", "inner")]
-    over_axes = any(a.role == AXES_ROLE for a in spec.attributes)
     if over_axes:  # the blocks of axes before the line's (opgen_lines.h)
         params.append(("const int64_t *", "blocks"))
-    all_trees = [t for _, t in element_trees] + [
-        parse(expr.split_reduction(text)[1]) for _, text in spec.math.get("line", ())
-    ]
-    exps = sum(expr.calls(t, "exp") for t in all_trees)
-    detail = "; ".join(
-        [
-            ", ".join(f"{n} {d}" for n, d in row.items()),
-            f"computed in {compute}, sums in {accumulate}",
-            f"{pass_count} reduction pass{'es' if pass_count != 1 else ''} and an element pass per line",
-            *(f"{n}={'true' if v else 'false'}" for n, v in constants.items()),
-        ]
-    )
-    return LinesKernel(
-        name=name,
-        op=spec.name,
-        summary=spec.summary,
-        detail=detail,
-        compute=compute,
-        accumulate=accumulate,
-        params=tuple(params),
-        inputs=tuple(operands[t.name] for t in spec.inputs),
-        outputs=tuple(output_operands.values()),
-        numbers=numbers,
-        value_count=len(slots),
-        before=tuple(before),
-        passes=tuple(passes),
-        element_reads=element_reads,
-        kept_reads=tuple(operands[o] for o in kept),
-        element_line_reads=element_line_reads,
-        elements=tuple(elements),
-        line_outputs=tuple((output_operands[t.name], slots[t.name]) for t in spec.outputs if t.kind == "line"),
-        across=across,
-        across_outputs=tuple(output_operands[r.name] for r in across),
-        # each pass costs a walk over the line; an exp as plan.EXP_WORK elements of arithmetic
-        work_per_element=(1 + pass_count) * (1 + plan.EXP_WORK * exps),
-        combined=passes[0].reductions[0] if over_axes else None,
-    )
+    return tuple(params)
 
 
 def _kept_terms(

@@ -232,199 +232,158 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         # what the header, the dispatcher and the op API read of every kernel; the
         # microkernels' template reads the typed plan
         return {
-            "name": planned.name,
-            "op": spec.name,
-            "pattern": spec.pattern,
-            "form": None,
-            "summary": planned.summary,
-            "detail": planned.detail,
-            "params": list(planned.params),
-            "workspace_per_channel": 0,
+            **_typed_plan_keys(spec, planned.name, planned.summary, planned.detail, planned.params),
             "across_count": len(planned.across),  # > 0: <name>_workspace_size, the chunks' sums
             "lines": planned,
         }
     if spec.pattern == "binary":
         planned_binary = binary.kernel(spec, variant.name, variant.row, variant.constants, table)
         return {
-            "name": planned_binary.name,
-            "op": spec.name,
-            "pattern": spec.pattern,
-            "form": None,
-            "summary": planned_binary.summary,
-            "detail": planned_binary.detail,
-            "params": list(planned_binary.params),
-            "workspace_per_channel": 0,
+            **_typed_plan_keys(
+                spec, planned_binary.name, planned_binary.summary, planned_binary.detail, planned_binary.params
+            ),
             "work_per_element": planned_binary.work_per_element,
             "binary": planned_binary,
         }
+    return _channel_kernel(variant, table)
+
+
+def _typed_plan_keys(spec: OpSpec, name: str, summary: str, detail: str, params: Any) -> dict[str, Any]:
+    """The keys every kernel has, for the patterns planned as typed objects (lines, binary)."""
+    return {
+        "name": name,
+        "op": spec.name,
+        "pattern": spec.pattern,
+        "form": None,
+        "summary": summary,
+        "detail": detail,
+        "params": list(params),
+        "workspace_per_channel": 0,
+    }
+
+
+@dataclass(frozen=True)
+class _Speller:
+    """How the math of an elementwise, broadcast_reduce or reduce_then_apply kernel is written in
+    C: which type each section computes in, and how each name it reads is spelled there."""
+
+    variant: Variant
+    table: DTypeTable
+    compute: str
+    accumulate: str
+    numbers: tuple[str, ...]  # the f32 attributes
+    tensor_inputs: frozenset[str]  # inputs read as tensors (every one in form full)
+
+    def spell(self, section: str, name: str) -> str:
+        in_compute = section == "elements"
+        if name in self.numbers:
+            target = self.compute if in_compute else self.accumulate
+            return name if target == "float" else f"(({target}){name})"
+        if name == "count":
+            return "count_acc"
+        if name in self.tensor_inputs and section == "sums":
+            return f"(({self.accumulate}){name}_value)" if self.compute != self.accumulate else f"{name}_value"
+        return f"{name}_value" if in_compute else f"{name}_acc"
+
+    def exact_in_float(self, section: str, tree: Any) -> bool:
+        return section == "sums" and self.compute == "float" and _exact_in_float(tree, self.variant.dtypes)
+
+    def in_float_runs(self, section: str, tree: Any) -> bool:
+        # broadcast_reduce: terms exact in float, even out of f32's range: a run whose float
+        # sums overflow is summed again in double, and terms below 2^-134 lose at most 2^-150
+        # each (accuracy.sum_bound). reduce_then_apply: every term, computed in float (its
+        # roundings are in the op's stated accuracy contract, as BatchNorm's), each run
+        # checked the same way; a term in double costs more than the rest of the op
+        if section != "sums" or self.compute != "float":
+            return False
+        pattern = self.variant.op.pattern
+        if pattern == "reduce_then_apply":
+            return True
+        return pattern == "broadcast_reduce" and _exact_in_float(tree, self.variant.dtypes, in_range=False)
+
+    def c_text(self, section: str, tree: Any, runs: bool = True) -> str:
+        if runs and self.in_float_runs(section, tree):
+            return self.c_text("elements", tree)
+        if self.exact_in_float(section, tree):
+            # the term is exact in float (a product of two short values, a selection):
+            # compute it there and widen once, half the work of computing it in double
+            return f"(({self.accumulate}){self.c_text('elements', tree)})"
+        kind = self.compute if section == "elements" else self.accumulate
+        spelled = {name: self.spell(section, name) for name in expr.names(tree)}
+        style = self.table.compute_types[kind]
+        return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
+
+    def entry(self, section: str, name: str, tree: Any, outputs: set[str]) -> dict[str, Any]:
+        """One math entry: its C in the section's type (float runs' terms in float), and in the
+        accumulation type (scalar tails, runs summed again)."""
+        in_runs = self.in_float_runs(section, tree)
+        return {
+            "name": name,
+            "c": self.c_text(section, tree),
+            "c_double": self.c_text(section, tree, runs=False),
+            "guarded": not _exact_in_float(tree, self.variant.dtypes),
+            "output": name in outputs,
+            # float: summed in runs of at most FLOAT_RUN terms in float before the double sums
+            "type": "float" if in_runs else self.compute if section == "elements" else self.accumulate,
+        }
+
+    def full_form_entry(self, entry: dict[str, Any], tree: Any) -> dict[str, Any]:
+        """Form full: a sum of one term as an element. +0 first, as in a sum: a -0 term gives +0.
+        A term float rounds once is computed there: narrowed to f32 it equals the term computed
+        exactly in double and narrowed."""
+        if self.compute == "float" and _rounded_once_in_float(tree, self.variant.dtypes):
+            return {**entry, "c": f"0.0f + {self.c_text('elements', tree)}", "type": self.compute}
+        return {**entry, "c": f"({self.accumulate})0 + {entry['c_double']}", "type": self.accumulate}
+
+
+ORDER = ("channel", "sums", "after", "elements")  # the math sections, in the order they run
+
+
+def _channel_kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
+    """kernel() for elementwise, broadcast_reduce and reduce_then_apply."""
+    spec = variant.op
     reference_dtype = variant.dtypes[spec.reference]
     compute = reference_dtype.wide_compute if spec.compute == "wide" else reference_dtype.compute
     accumulate = reference_dtype.accumulate
     # form full: the operand is as big as the tensor, so every operand is read and written
     # like a tensor, and each sum is its one term (added to +0 and rounded as a sum is)
     full = variant.form == "full"
-    tensor_inputs = [t for t in spec.inputs if t.kind == "tensor" or full]
-    numbers = [a.name for a in spec.attributes if a.type == "f32"]
-
+    numbers = tuple(a.name for a in spec.attributes if a.type == "f32")
+    speller = _Speller(
+        variant,
+        table,
+        compute,
+        accumulate,
+        numbers,
+        frozenset(t.name for t in spec.inputs if t.kind == "tensor" or full),
+    )
     trees = {
         section: [(name, expr.fold(expr.parse(text), variant.constants)) for name, text in entries]
         for section, entries in spec.math.items()
     }
     live = _live_names(spec, trees)
-    order = ("channel", "sums", "after", "elements")
-    sections = {s: [(n, t) for n, t in trees.get(s, []) if n in live] for s in order}
-    reads = {s: set().union(*(expr.names(t) for _, t in sections[s])) for s in order}
-
-    def spell(section: str, name: str) -> str:
-        in_compute = section == "elements"
-        if name in numbers:
-            target = compute if in_compute else accumulate
-            return name if target == "float" else f"(({target}){name})"
-        if name == "count":
-            return "count_acc"
-        tensor_names = {t.name for t in tensor_inputs}
-        if name in tensor_names and section == "sums":
-            return f"(({accumulate}){name}_value)" if compute != accumulate else f"{name}_value"
-        if in_compute:
-            return f"{name}_value"
-        return f"{name}_acc"
-
-    def exact_in_float(section: str, tree: Any) -> bool:
-        return section == "sums" and compute == "float" and _exact_in_float(tree, variant.dtypes)
-
-    def in_float_runs(section: str, tree: Any) -> bool:
-        # broadcast_reduce: terms exact in float, even out of f32's range: a run whose float
-        # sums overflow is summed again in double, and terms below 2^-134 lose at most 2^-150
-        # each (accuracy.sum_bound). reduce_then_apply: every term, computed in float (its
-        # roundings are in the op's stated accuracy contract, as BatchNorm's), each run
-        # checked the same way; a term in double costs more than the rest of the op
-        if section != "sums" or compute != "float":
-            return False
-        if spec.pattern == "reduce_then_apply":
-            return True
-        return spec.pattern == "broadcast_reduce" and _exact_in_float(tree, variant.dtypes, in_range=False)
-
-    def c_text(section: str, tree: Any, runs: bool = True) -> str:
-        if runs and in_float_runs(section, tree):
-            return c_text("elements", tree)
-        if exact_in_float(section, tree):
-            # the term is exact in float (a product of two short values, a selection):
-            # compute it there and widen once, half the work of computing it in double
-            return f"(({accumulate}){c_text('elements', tree)})"
-        kind = compute if section == "elements" else accumulate
-        spelled = {name: spell(section, name) for name in expr.names(tree)}
-        style = table.compute_types[kind]
-        return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
-
-    def term_reads(in_float: bool) -> list[str]:
-        """The names the sum terms computed in float (or in the accumulation type) read."""
-        trees = [t for _, t in sections["sums"] if in_float_runs("sums", t) == in_float]
-        return sorted(set().union(*map(expr.names, trees)))
-
+    sections = {s: [(n, t) for n, t in trees.get(s, []) if n in live] for s in ORDER}
+    reads = {s: set().union(*(expr.names(t) for _, t in sections[s])) for s in ORDER}
     out_names = {t.name for t in spec.outputs}
-    math = {
-        s: [
-            {
-                "name": n,
-                "c": c_text(s, t),
-                # the same term in the accumulation type: scalar tails, runs summed again
-                "c_double": c_text(s, t, runs=False),
-                "guarded": not _exact_in_float(t, variant.dtypes),
-                "output": n in out_names,
-                # float: summed in runs of at most FLOAT_RUN terms in float before the double sums
-                "type": "float" if in_float_runs(s, t) else compute if s == "elements" else accumulate,
-            }
-            for n, t in sections[s]
-        ]
-        for s in order
-    }
+    math = {s: [speller.entry(s, n, t, out_names) for n, t in sections[s]] for s in ORDER}
     if full:
-        # +0 first, as in a sum: a -0 term gives +0. A term float rounds once is computed
-        # there: narrowed to f32 it equals the term computed exactly in double and narrowed
-        math["elements"] += [
-            {**entry, "c": f"0.0f + {c_text('elements', tree)}", "type": compute}
-            if compute == "float" and _rounded_once_in_float(tree, variant.dtypes)
-            else {**entry, "c": f"({accumulate})0 + {entry['c_double']}", "type": accumulate}
-            for entry, (_, tree) in zip(math["sums"], sections["sums"])
-        ]
+        math["elements"] += [speller.full_form_entry(e, t) for e, (_, t) in zip(math["sums"], sections["sums"])]
         math["sums"] = []
         reads["elements"] |= reads["sums"]
     element_channel_values = [n for n, _ in trees.get("channel", []) + trees.get("after", []) if n in reads["elements"]]
 
-    inputs = []
-    for tensor in spec.inputs:
-        dtype = variant.dtypes[tensor.name]
-        inputs.append(
-            {
-                "name": tensor.name,
-                "kind": "tensor" if full else tensor.kind,
-                "c_type": dtype.c_type,
-                "optional": tensor.optional,
-                "default_compute": _literal(tensor.default, compute, table),
-                "default_acc": _literal(tensor.default, accumulate, table),
-                "load_compute": _load(dtype, f"{tensor.name}[@]", compute),
-                "load_float": _load(dtype, f"{tensor.name}[@]", "float"),
-                "load_block": dtype.load_block,
-                "load_part": dtype.load_part,
-                "default_float": _literal(tensor.default, "float", table),
-                "load_acc": _load(dtype, f"{tensor.name}[@]", accumulate),
-                "in_elements": tensor.name in reads["elements"],
-                "in_sums": tensor.name in reads["sums"],
-                "in_loop": tensor.name in reads["elements"] | reads["sums"],
-                "in_channel": tensor.name in reads["channel"] | reads["after"],
-                "in_sums_only": tensor.name in reads["sums"] - reads["channel"] - reads["after"],
-            }
-        )
+    def term_reads(in_float: bool) -> list[str]:
+        """The names the sum terms computed in float (or in the accumulation type) read."""
+        chosen = [t for _, t in sections["sums"] if speller.in_float_runs("sums", t) == in_float]
+        return sorted(set().union(*map(expr.names, chosen)))
 
-    def dtype_c(name: str) -> str:
-        return variant.dtypes[name].c_type
-
-    outputs = []
-    for tensor in spec.outputs:
-        dtype = variant.dtypes[tensor.name]
-        source = "compute" if tensor.kind == "tensor" else "acc"
-        outputs.append(
-            {
-                "name": tensor.name,
-                "kind": "tensor" if full else tensor.kind,
-                "c_type": dtype.c_type,
-                "dtype": dtype.name,
-                "optional": tensor.optional,
-                "store_block": dtype.store_block,
-                "store_part": dtype.store_part,
-                "line_writer": dtype.line_writer,
-                "line_writer_cheap": dtype.line_writer_cheap,
-                "store": _store(
-                    dtype,
-                    f"{tensor.name}_{'value' if source == 'compute' or full else 'acc'}",
-                    compute if source == "compute" else accumulate,
-                ),
-                "store_float": _store(dtype, f"{tensor.name}_value", "float"),
-            }
-        )
-    sums = [entry["name"] for entry in math["sums"]]
-    params = [(f"const {dtype_c(t.name)} *", t.name) for t in spec.inputs]
-    params += [("float ", name) for name in numbers if any(name in reads[s] for s in order)]
-    for tensor in spec.outputs:
-        params.append((f"{dtype_c(tensor.name)} *", tensor.name))
-        if tensor.kind == "channel" and spec.pattern == "broadcast_reduce" and not full:
-            # NULL, or sums (double) the terms are added to instead of rounding them into the output
-            params.append(("double *", f"{tensor.name}_sums"))
-    if spec.pattern == "elementwise" or full:
-        params.append(("int64_t ", "count"))
-    else:
-        params += [("double *", "workspace"), ("int64_t ", "outer"), ("int64_t ", "channels")]
-        if variant.form == "ncx":
-            params.append(("int64_t ", "inner"))
-        elif spec.pattern == "reduce_then_apply":
-            # channels that are each `repeat` copies of one channel (a short inner dim, run
-            # in this loop): the kernel folds their sums
-            params.append(("int64_t ", "repeat"))
+    attributes = [name for name in numbers if any(name in reads[s] for s in ORDER)]
     float_first = _float_first(variant, compute, sections["elements"], table) if spec.pattern == "elementwise" else None
     moved = [variant.dtypes[t.name].c_type for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor" or full]
     segment_type = "float" if all(entry["type"] == "float" for entry in math["sums"]) else accumulate
+    sums = [entry["name"] for entry in math["sums"]]
     return {
-        "params": params,
+        "params": _parameters(variant, attributes),
         "element_bytes": " + ".join(f"sizeof({c_type})" for c_type in moved),
         "name": variant.name,
         "op": spec.name,
@@ -434,9 +393,9 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "detail": _detail(variant, compute, accumulate, any(e["type"] == "float" for e in math["sums"]), float_first),
         "compute": compute,
         "accumulate": accumulate,
-        "inputs": inputs,
-        "outputs": outputs,
-        "attributes": [name for name in numbers if any(name in reads[s] for s in order)],
+        "inputs": [_input_entry(variant, t.name, compute, accumulate, reads, table) for t in spec.inputs],
+        "outputs": [_output_entry(variant, t.name, compute, accumulate) for t in spec.outputs],
+        "attributes": attributes,
         "math": math,
         "sums": sums,
         "sum_types": {entry["name"]: entry["type"] for entry in math["sums"]},
@@ -453,10 +412,87 @@ def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         "element_channel_values": element_channel_values,
         "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
         "float_first": float_first,
-        "work_per_element": 1 + EXP_WORK * sum(expr.calls(t, "exp") for s in order for _, t in sections[s]),
+        "work_per_element": 1 + EXP_WORK * sum(expr.calls(t, "exp") for s in ORDER for _, t in sections[s]),
         "block": BLOCK,
         "tail_block_min": _tail_block_min(spec, variant),
     }
+
+
+def _input_entry(
+    variant: Variant, name: str, compute: str, accumulate: str, reads: dict[str, set[str]], table: DTypeTable
+) -> dict[str, Any]:
+    """What the templates read of input `name`: how it loads in each type, and which sections read it."""
+    tensor = next(t for t in variant.op.inputs if t.name == name)
+    dtype = variant.dtypes[name]
+    return {
+        "name": name,
+        "kind": "tensor" if variant.form == "full" else tensor.kind,
+        "c_type": dtype.c_type,
+        "optional": tensor.optional,
+        "default_compute": _literal(tensor.default, compute, table),
+        "default_acc": _literal(tensor.default, accumulate, table),
+        "load_compute": _load(dtype, f"{name}[@]", compute),
+        "load_float": _load(dtype, f"{name}[@]", "float"),
+        "load_block": dtype.load_block,
+        "load_part": dtype.load_part,
+        "default_float": _literal(tensor.default, "float", table),
+        "load_acc": _load(dtype, f"{name}[@]", accumulate),
+        "in_elements": name in reads["elements"],
+        "in_sums": name in reads["sums"],
+        "in_loop": name in reads["elements"] | reads["sums"],
+        "in_channel": name in reads["channel"] | reads["after"],
+        "in_sums_only": name in reads["sums"] - reads["channel"] - reads["after"],
+    }
+
+
+def _output_entry(variant: Variant, name: str, compute: str, accumulate: str) -> dict[str, Any]:
+    """What the templates read of output `name`: how it stores, from which type."""
+    tensor = next(t for t in variant.op.outputs if t.name == name)
+    dtype = variant.dtypes[name]
+    full = variant.form == "full"
+    from_compute = tensor.kind == "tensor"
+    return {
+        "name": name,
+        "kind": "tensor" if full else tensor.kind,
+        "c_type": dtype.c_type,
+        "dtype": dtype.name,
+        "optional": tensor.optional,
+        "store_block": dtype.store_block,
+        "store_part": dtype.store_part,
+        "line_writer": dtype.line_writer,
+        "line_writer_cheap": dtype.line_writer_cheap,
+        "store": _store(
+            dtype,
+            f"{name}_{'value' if from_compute or full else 'acc'}",
+            compute if from_compute else accumulate,
+        ),
+        "store_float": _store(dtype, f"{name}_value", "float"),
+    }
+
+
+def _parameters(variant: Variant, attributes: list[str]) -> list[tuple[str, str]]:
+    """The kernel's C parameters, (type, name): the operands, the f32 attributes the math reads,
+    then the pattern's sizes and scratch."""
+    spec = variant.op
+    full = variant.form == "full"
+    params = [(f"const {variant.dtypes[t.name].c_type} *", t.name) for t in spec.inputs]
+    params += [("float ", name) for name in attributes]
+    for tensor in spec.outputs:
+        params.append((f"{variant.dtypes[tensor.name].c_type} *", tensor.name))
+        if tensor.kind == "channel" and spec.pattern == "broadcast_reduce" and not full:
+            # NULL, or sums (double) the terms are added to instead of rounding them into the output
+            params.append(("double *", f"{tensor.name}_sums"))
+    if spec.pattern == "elementwise" or full:
+        params.append(("int64_t ", "count"))
+        return params
+    params += [("double *", "workspace"), ("int64_t ", "outer"), ("int64_t ", "channels")]
+    if variant.form == "ncx":
+        params.append(("int64_t ", "inner"))
+    elif spec.pattern == "reduce_then_apply":
+        # channels that are each `repeat` copies of one channel (a short inner dim, run
+        # in this loop): the kernel folds their sums
+        params.append(("int64_t ", "repeat"))
+    return params
 
 
 def float_runs(spec: OpSpec, row: dict[str, str], table: DTypeTable) -> dict[str, int]:
@@ -531,6 +567,22 @@ def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]]
         )
         for name in sorted(set().union(*(r.intervals for r in ranges)))
     }
+    return _float_path(variant, compute, elements, table, arithmetic, definitions, intervals, last, calls_exp)
+
+
+def _float_path(
+    variant: Variant,
+    compute: str,
+    elements: list[tuple[str, Any]],
+    table: DTypeTable,
+    arithmetic: float_range.Arithmetic,
+    definitions: dict[str, Any],
+    intervals: dict[str, float_range.Interval],
+    last: dict[str, Any],
+    calls_exp: bool,
+) -> dict:
+    """_float_first's result: the path's type, the inputs it checks and its math in C."""
+    outputs = [t.name for t in variant.op.outputs]
     kind = arithmetic.name
     style = table.compute_types[kind]
     # Computed in the kernel's own type, the blocks outside differ from those inside by the

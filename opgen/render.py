@@ -121,7 +121,48 @@ def render_library(
     # functions of opgen's own, compiled per target and dispatched like the kernels
     support = {"opgen_bandwidth": ("bandwidth.c.j2", _probes()), "opgen_narrow": ("narrow.c.j2", _narrowers(table))}
     support_kernels = [k for _, described in support.values() for k in described]
-    settings = {
+    settings = _settings(table, specs, label)
+    try:
+        apis = [c_api.describe(spec, table, kernels_by_op[spec.name]) for spec in specs]
+    except ValueError as error:
+        raise RenderError(str(error)) from None
+    files = {
+        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels + support_kernels, apis=apis, **settings),
+        "opgen_internal.h": _render(
+            env,
+            "opgen_internal.h.j2",
+            compute_types=sorted(table.compute_types),
+            short_exp=float_range.ARITHMETICS,
+            **settings,
+        ),
+        "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + support_kernels, **settings),
+        "opgen_runtime.c": _render(env, "runtime.c.j2", **settings),
+    }
+    compiled_targets = [t for t in plan.TARGETS[1:] if "copy_of" not in t]
+    files |= _source_files(env, Path(template_dir), specs, kernels_by_op, apis, support, compiled_targets, settings)
+    aclnn_apis = [api for api in apis if api["aclnn"]]
+    if aclnn_apis:
+        acl_dtypes = [d for d in settings["dtypes"] if d["acl_name"]]
+        aclnn_settings = {**settings, "dtypes": acl_dtypes, "apis": aclnn_apis}
+        files["opgen_aclnn.h"] = _render(env, "aclnn.h.j2", **aclnn_settings)
+        files["opgen_aclnn.c"] = _render(env, "aclnn.c.j2", **aclnn_settings)
+    headers = [name for name in ("opgen.h", "opgen_aclnn.h") if name in files]
+    files["CMakeLists.txt"] = _render(
+        env,
+        "CMakeLists.txt.j2",
+        sources=sorted(n for n in files if n.endswith(".c")),
+        headers=headers,
+        targets=compiled_targets,
+    )
+    files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
+    _check_enum_names(specs, files)
+    cdef = _render(env, "cdef.h.j2", kernels=kernels + support_kernels, apis=apis, aclnn_apis=aclnn_apis, **settings)
+    return Library(Path(spec_dir), table, specs, kernels, files, cdef)
+
+
+def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, Any]:
+    """What every template may read: the tuning constants, the dtypes, the C API's contracts."""
+    return {
         "block": plan.BLOCK,
         "tile_elements": plan.TILE_ELEMENTS,
         "max_tiles": plan.MAX_TILES,
@@ -169,23 +210,21 @@ def render_library(
         "form_codes": list(c_api.FORM_CODES.values()),
         "enums": c_api.enums(specs),
     }
-    try:
-        apis = [c_api.describe(spec, table, kernels_by_op[spec.name]) for spec in specs]
-    except ValueError as error:
-        raise RenderError(str(error)) from None
-    files = {
-        "opgen.h": _render(env, "opgen.h.j2", kernels=kernels + support_kernels, apis=apis, **settings),
-        "opgen_internal.h": _render(
-            env,
-            "opgen_internal.h.j2",
-            compute_types=sorted(table.compute_types),
-            short_exp=float_range.ARITHMETICS,
-            **settings,
-        ),
-        "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + support_kernels, **settings),
-        "opgen_runtime.c": _render(env, "runtime.c.j2", **settings),
-    }
-    compiled_targets = [t for t in plan.TARGETS[1:] if "copy_of" not in t]
+
+
+def _source_files(
+    env: jinja2.Environment,
+    template_dir: Path,
+    specs: list[OpSpec],
+    kernels_by_op: dict[str, list[dict[str, Any]]],
+    apis: list[dict[str, Any]],
+    support: dict[str, tuple[str, list[dict[str, Any]]]],
+    compiled_targets: list[dict[str, Any]],
+    settings: dict[str, Any],
+) -> dict[str, str]:
+    """The C sources of opgen's own functions, the drivers, and each op's kernels and API, with
+    a file per compiled target for every file of kernels."""
+    files = {}
     for name, (template, _) in support.items():
         files[f"{name}.c"] = _render(env, template, **settings)
         for target in compiled_targets:
@@ -194,7 +233,7 @@ def render_library(
         if any(spec.pattern == pattern for spec in specs):
             # the hand-written driver of the pattern's ops, copied as it is
             for name in names:
-                files[name] = (Path(template_dir) / "drivers" / name).read_text()
+                files[name] = (template_dir / "drivers" / name).read_text()
     for spec, api in zip(specs, apis):
         described = kernels_by_op[spec.name]
         if spec.pattern in ("along_axes", "binary"):
@@ -203,24 +242,7 @@ def render_library(
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
         for target in compiled_targets:
             files[f"{spec.name}__{target['name']}.c"] = _render(env, "target.c.j2", op=spec.name, target=target)
-    aclnn_apis = [api for api in apis if api["aclnn"]]
-    if aclnn_apis:
-        acl_dtypes = [d for d in settings["dtypes"] if d["acl_name"]]
-        aclnn_settings = {**settings, "dtypes": acl_dtypes, "apis": aclnn_apis}
-        files["opgen_aclnn.h"] = _render(env, "aclnn.h.j2", **aclnn_settings)
-        files["opgen_aclnn.c"] = _render(env, "aclnn.c.j2", **aclnn_settings)
-    headers = [name for name in ("opgen.h", "opgen_aclnn.h") if name in files]
-    files["CMakeLists.txt"] = _render(
-        env,
-        "CMakeLists.txt.j2",
-        sources=sorted(n for n in files if n.endswith(".c")),
-        headers=headers,
-        targets=compiled_targets,
-    )
-    files["manifest.json"] = json.dumps(_manifest(specs, kernels, files), indent=2) + "\n"
-    _check_enum_names(specs, files)
-    cdef = _render(env, "cdef.h.j2", kernels=kernels + support_kernels, apis=apis, aclnn_apis=aclnn_apis, **settings)
-    return Library(Path(spec_dir), table, specs, kernels, files, cdef)
+    return files
 
 
 # What C defines at file scope: macros, typedef names, enumerators, functions (a line that

@@ -163,11 +163,25 @@ static void opgen_channels_whole(const void *context, int64_t first, int64_t las
     loop->twice->channels(loop->call, first, last);
 }
 
+/* Both passes of range `range` of a channel split: its sums over every row (zeroed first, in
+ * the order of opgen_channels_sums_of's), its values, then its part of every row, while its
+ * values are in cache. */
 static void opgen_channels_both_passes(const opgen_channels_loop *loop, int64_t range)
 {
-    const int64_t channels = loop->call->channels;
-    loop->twice->range(loop->call, opgen_range_first(channels, loop->ranges, range),
-                       opgen_range_last(channels, loop->ranges, range));
+    const opgen_channels_twice_kernel *kernel = loop->twice;
+    const opgen_channels_call *call = loop->call;
+    const int64_t channels = call->channels;
+    const int64_t first = opgen_range_first(channels, loop->ranges, range);
+    const int64_t last = opgen_range_last(channels, loop->ranges, range);
+    double *sums = call->workspace;
+    for (int64_t sum = 0; sum < kernel->sum_count; ++sum) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            sums[sum * channels + channel] = 0;
+        }
+    }
+    kernel->sums(call, 0, call->outer, first, last, 0, sums);
+    kernel->values(call, first, last);
+    kernel->apply(call, 0, call->outer, first, last, 0);
 }
 
 /* Pass 1 of range `range`: a tile of rows (every channel), or with a split, a range of channels
@@ -192,10 +206,19 @@ static void opgen_channels_sums_of(const opgen_channels_loop *loop, int64_t rang
     kernel->sums(call, row_first, row_last, first, last, call->stream && !split, partial);
 }
 
+/* Steps [first, last) of the element pass: rows, or pairs of rows where rows are long (an odd
+ * count's last row alone). */
 static void opgen_channels_apply_steps(const void *context, int64_t first, int64_t last)
 {
     const opgen_channels_loop *loop = (const opgen_channels_loop *)context;
-    loop->twice->apply(loop->call, first, last);
+    const opgen_channels_call *call = loop->call;
+    const int paired = call->channels >= OPGEN_PAIRED_ROWS;
+    if (paired && 2 * last > call->outer) {
+        loop->twice->apply(call, first, last - 1, 0, call->channels, 1);
+        loop->twice->apply(call, call->outer - 1, call->outer, 0, call->channels, 0);
+        return;
+    }
+    loop->twice->apply(call, first, last, 0, call->channels, paired);
 }
 
 void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const opgen_channels_call *given)
