@@ -47,6 +47,16 @@ C_CALL_MAX_ELEMENTS = 1 << 17  # sizes at which the C entry point is timed alone
 PAIRED_PROBE_BYTES = 64 << 20
 SHORT_CALL_RUNS = 2000  # at most this many runs of each call at those sizes
 DTYPES = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}
+# The ops with axes, along the tensor's last axis (112 elements a line at L): SoftMax and
+# LogSoftmax over `axis`, LayerNorm and its backward over the last axis (begin_norm_axis -1).
+AXES_OPS = (
+    "soft_max",
+    "soft_max_backward",
+    "log_soft_max",
+    "log_soft_max_backward",
+    "layer_norm",
+    "layer_norm_backward",
+)
 OPS = (
     "relu_backward",
     "hard_sigmoid_backward",
@@ -54,6 +64,7 @@ OPS = (
     "tanh_backward",
     "prelu_backward",
     "batch_norm_training_backward",
+    *AXES_OPS,
 )
 PRELU_FORMS = ("per_channel", "per_tensor", "full")
 # sigmoid and tanh from their output (use_dst, a product) and from their input (exp per element)
@@ -111,6 +122,7 @@ def _probe_calls(count: int) -> dict[str, tuple[Callable[[], Any], int]]:
         "2r1w": (lambda: lib.opgen_probe_add(first, second, out, count, 0), 3 * nbytes),
         "2r1w_stream": (lambda: lib.opgen_probe_add(first, second, out, count, 1), 3 * nbytes),
         "2r": (lambda: lib.opgen_probe_dot(first, second, result, count), 2 * nbytes),
+        "copy_stream": (lambda: lib.opgen_probe_copy(first, out, count, 1), 2 * nbytes),
     }
 
 
@@ -148,11 +160,38 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
             3 * tensor_bytes,
             "2r1w",
         )
+    if op in AXES_OPS:
+        return _axes_case(op, x, d, out, rng)
     if op == "prelu_backward":
         return _prelu_case(x, d, out, dtype == "f32", layout, form, rng)
     if op == "batch_norm_training_backward":
         return _batch_norm_case(x, d, out, dtype == "f32", layout, rng)
     raise ValueError(f"no benchmark for {op}")
+
+
+def _axes_case(op: str, x: np.ndarray, d: np.ndarray, out: np.ndarray, rng: np.random.Generator) -> tuple[Any, ...]:
+    """_make_case for the ops with axes, along the last axis. The forward ops read one tensor
+    and write one (the 1r1w probe: a copy), the backward ones read two (2r1w); their per-line
+    and per-position operands are a line's share of that."""
+    tensor_bytes = x.nbytes
+    line = x.shape[-1]
+    if op in ("soft_max", "log_soft_max"):
+        call = (getattr(opgen, op), (x,), {"axis": -1, "out": out})
+        return call, None, None, 2 * tensor_bytes, "1r1w"
+    if op in ("soft_max_backward", "log_soft_max_backward"):
+        dst = getattr(opgen, op.removesuffix("_backward"))(x, axis=-1)
+        call = (getattr(opgen, op), (d, dst), {"axis": -1, "out": out})
+        return call, None, None, 3 * tensor_bytes, "2r1w"
+    gamma, beta = (rng.standard_normal(line).astype(np.float32) for _ in range(2))
+    if op == "layer_norm":
+        stats = [np.empty(x.shape[:-1], np.float32) for _ in range(2)]
+        call = (opgen.layer_norm, (x, gamma, beta), {"out": (out, *stats)})
+        return call, None, None, 2 * tensor_bytes + sum(a.nbytes for a in stats), "1r1w"
+    mean = x.mean(axis=-1, dtype=np.float32)
+    variance = x.var(axis=-1, dtype=np.float32)
+    diff_gamma, diff_beta = np.empty(line, np.float32), np.empty(line, np.float32)
+    call = (opgen.layer_norm_backward, (x, d, mean, variance, gamma), {"out": (out, diff_gamma, diff_beta)})
+    return call, None, None, 3 * tensor_bytes + mean.nbytes + variance.nbytes, "2r1w"
 
 
 def _prelu_case(
@@ -322,11 +361,11 @@ def run(
                 probe_calls = _probe_calls(count)
                 before = _probes(probe_calls, min_time)
                 # the better of the write probes, timed in turn with each case past PAIRED_PROBE_BYTES
-                write_probe = max(("2r1w", "2r1w_stream"), key=lambda name: before[name])
                 for op, dtype, layout, form in cases(ops, dtypes):
                     (function, args, kwargs), numpy_call, torch_call, nbytes, pattern = _make_case(
                         op, dtype, layout if layout != "-" else "NCX", form, size, rng
                     )
+                    write_probe = max(_write_probes(pattern), key=lambda name: before[name])
                     case = Case(op, dtype, layout, form, size_name, thread_count, bytes=nbytes)
                     python_call = functools.partial(function, *args, **kwargs)
                     probe = probe_calls[write_probe] + (write_probe,)
@@ -394,11 +433,17 @@ def _time_case(
         case.torch_seconds = _median_time(torch_call, min_time / 4, max_runs=20)
 
 
+def _write_probes(pattern: str) -> tuple[str, str]:
+    """The probes (ordinary and streamed stores) an access pattern is measured against: a copy
+    for one tensor read and one written, else two read and one written."""
+    return ("copy", "copy_stream") if pattern == "1r1w" else ("2r1w", "2r1w_stream")
+
+
 def _share(case: Case, probe: dict[str, float]) -> float:
     """The op's speed as a share of what its access pattern allows at the measured bandwidths:
     the size's probes, scaled by the write probe timed in turn with the case where there is one."""
     paired = case.extra.get("probe_gbps")
-    writes = paired or max(probe["2r1w"], probe["2r1w_stream"])
+    writes = paired or max(probe[name] for name in _write_probes(case.extra["pattern"]))
     reads = probe["2r"] * (paired / probe[case.extra["probe"]] if paired else 1.0)
     if case.extra.get("pattern") == "bn":
         per_transfer = case.bytes / 5

@@ -23,7 +23,7 @@ def test_run_reports_every_case_with_its_baselines():
         min_time=0.001,
         progress=lambda line: None,
     )
-    assert set(report["probes_gbps"]["S/1"]) == {"copy", "2r1w", "2r1w_stream", "2r"}
+    assert set(report["probes_gbps"]["S/1"]) == {"copy", "copy_stream", "2r1w", "2r1w_stream", "2r"}
     assert all(value > 0 for value in report["probes_gbps"]["S/1"].values())
     expected = len(bench.cases(["relu_backward", "prelu_backward", "batch_norm_training_backward"], ["f32", "f16"]))
     assert len(report["cases"]) == expected
@@ -116,3 +116,17 @@ def test_cli_rejects_unknown_names(tmp_path):
         [sys.executable, "-m", "opgen.cli", "bench", "--sizes", "XL"], capture_output=True, text=True, check=False
     )
     assert result.returncode != 0 and "--sizes: unknown XL" in result.stderr
+
+
+def test_the_ops_with_axes_are_shares_of_the_probe_their_access_pattern_matches(monkeypatch):
+    """SoftMax, LogSoftmax and LayerNorm read one tensor and write one (a copy's pattern); their
+    backward ops read two (the add probe's)."""
+    monkeypatch.setattr(bench, "PAIRED_PROBE_BYTES", 0)  # HW14 stands in for L
+    ops = list(bench.AXES_OPS)
+    report = bench.run(["HW14"], [1], ops, ["f32", "bf16"], min_time=0.001, progress=lambda line: None)
+    assert len(report["cases"]) == 2 * len(ops)
+    for case in report["cases"]:
+        forward = not case["op"].endswith("_backward")
+        assert case["extra"]["pattern"] == ("1r1w" if forward else "2r1w")
+        assert case["extra"]["probe"] in (("copy", "copy_stream") if forward else ("2r1w", "2r1w_stream"))
+        assert case["bandwidth_share"] == pytest.approx(case["gbps"] / case["extra"]["probe_gbps"])
