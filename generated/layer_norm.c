@@ -23,14 +23,21 @@ static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_src_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double sum_src_term = src_value;
+            sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -103,14 +110,21 @@ static void layer_norm_f32_reduce_2(const opgen_lines_call *call, int64_t line, 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -190,23 +204,50 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
     (void)count;
     const double mean_line = (double)values[1];
     const double inv_std_line = (double)values[4];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
-        }
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        float beta_block[OPGEN_BLOCK];
+        if (beta == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                beta_block[lane] = (float)0.0;
+            }
+        } else
+        {
+            opgen_load_block_f32(beta_block, beta + at, 0);
+        }
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double gamma_value = (double)gamma_block[lane];
+            const double beta_value = (double)beta_block[lane];
+            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            dst_block[lane] = (float)dst_value;
+        }
+        opgen_store_block_f32(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         float beta_block[OPGEN_BLOCK];
@@ -215,9 +256,7 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
                 beta_block[lane] = (float)0.0;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(beta_block, beta + at, 0);
-        } else {
+        {
             opgen_load_part_f32(beta_block, beta + at, filled);
         }
         float dst_block[OPGEN_BLOCK];
@@ -229,11 +268,7 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f32(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_f32(dst + at, dst_block, filled, call->stream);
-        }
+        opgen_store_part_f32(dst + at, dst_block, filled, call->stream);
     }
 }
 
@@ -343,14 +378,21 @@ static void layer_norm_bf16_f32_reduce_1(const opgen_lines_call *call, int64_t l
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_src_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double sum_src_term = src_value;
+            sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -423,14 +465,21 @@ static void layer_norm_bf16_f32_reduce_2(const opgen_lines_call *call, int64_t l
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -510,23 +559,50 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
     (void)count;
     const double mean_line = (double)values[1];
     const double inv_std_line = (double)values[4];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
-        }
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        float beta_block[OPGEN_BLOCK];
+        if (beta == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                beta_block[lane] = (float)0.0;
+            }
+        } else
+        {
+            opgen_load_block_f32(beta_block, beta + at, 0);
+        }
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double gamma_value = (double)gamma_block[lane];
+            const double beta_value = (double)beta_block[lane];
+            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            dst_block[lane] = (float)dst_value;
+        }
+        opgen_store_block_bf16(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         float beta_block[OPGEN_BLOCK];
@@ -535,9 +611,7 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
                 beta_block[lane] = (float)0.0;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(beta_block, beta + at, 0);
-        } else {
+        {
             opgen_load_part_f32(beta_block, beta + at, filled);
         }
         float dst_block[OPGEN_BLOCK];
@@ -549,11 +623,7 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_bf16(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
-        }
+        opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
     }
 }
 
@@ -663,14 +733,21 @@ static void layer_norm_bf16_reduce_1(const opgen_lines_call *call, int64_t line,
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_src_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double sum_src_term = src_value;
+            sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -743,14 +820,21 @@ static void layer_norm_bf16_reduce_2(const opgen_lines_call *call, int64_t line,
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -830,23 +914,50 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
     (void)count;
     const double mean_line = (double)values[1];
     const double inv_std_line = (double)values[4];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
-        }
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_bf16(gamma_block, gamma + at, 0);
-        } else {
+        }
+        float beta_block[OPGEN_BLOCK];
+        if (beta == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                beta_block[lane] = (float)0.0;
+            }
+        } else
+        {
+            opgen_load_block_bf16(beta_block, beta + at, 0);
+        }
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double gamma_value = (double)gamma_block[lane];
+            const double beta_value = (double)beta_block[lane];
+            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            dst_block[lane] = (float)dst_value;
+        }
+        opgen_store_block_bf16(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0;
+            }
+        } else
+        {
             opgen_load_part_bf16(gamma_block, gamma + at, filled);
         }
         float beta_block[OPGEN_BLOCK];
@@ -855,9 +966,7 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
                 beta_block[lane] = (float)0.0;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(beta_block, beta + at, 0);
-        } else {
+        {
             opgen_load_part_bf16(beta_block, beta + at, filled);
         }
         float dst_block[OPGEN_BLOCK];
@@ -869,11 +978,7 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_bf16(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
-        }
+        opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
     }
 }
 
@@ -983,14 +1088,21 @@ static void layer_norm_f16_f32_reduce_1(const opgen_lines_call *call, int64_t li
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_src_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_src_term = src_value;
+            sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -1063,14 +1175,21 @@ static void layer_norm_f16_f32_reduce_2(const opgen_lines_call *call, int64_t li
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -1150,23 +1269,50 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
     (void)count;
     const float mean_line = (float)values[1];
     const float inv_std_line = (float)values[4];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
-        }
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0f;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        float beta_block[OPGEN_BLOCK];
+        if (beta == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                beta_block[lane] = (float)0.0f;
+            }
+        } else
+        {
+            opgen_load_block_f32(beta_block, beta + at, 0);
+        }
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float beta_value = (float)beta_block[lane];
+            const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+            dst_block[lane] = (float)dst_value;
+        }
+        opgen_store_block_f16(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0f;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         float beta_block[OPGEN_BLOCK];
@@ -1175,9 +1321,7 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
                 beta_block[lane] = (float)0.0f;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(beta_block, beta + at, 0);
-        } else {
+        {
             opgen_load_part_f32(beta_block, beta + at, filled);
         }
         float dst_block[OPGEN_BLOCK];
@@ -1189,11 +1333,7 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
             const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f16(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
-        }
+        opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
     }
 }
 

@@ -38,29 +38,45 @@ static void layer_norm_backward_f32_reduce_1(const opgen_lines_call *call, int64
         sum_g_lanes[lane] = (double)0;
         sum_g_centered_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
-        }
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0f;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float sum_g_term = (diff_dst_value * gamma_value);
+            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+            const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+        }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0f;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         OPGEN_SIMD_FLOAT
@@ -166,29 +182,55 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
     const float inv_std_line = (float)values[2];
     const float mean_g_line = (float)values[5];
     const float centered_coefficient_line = (float)values[6];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
-        }
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0f;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+            diff_src_block[lane] = (float)diff_src_value;
+            diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+            diff_beta_terms[lane] = (double)(diff_dst_value);
+        }
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
+        }
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
+        }
+        opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0f;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         float diff_src_block[OPGEN_BLOCK];
@@ -210,11 +252,7 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
-        }
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 
@@ -372,29 +410,45 @@ static void layer_norm_backward_bf16_f32_reduce_1(const opgen_lines_call *call, 
         sum_g_lanes[lane] = (double)0;
         sum_g_centered_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
-        }
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0f;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float sum_g_term = (diff_dst_value * gamma_value);
+            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+            const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+        }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0f;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         OPGEN_SIMD_FLOAT
@@ -500,29 +554,55 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
     const float inv_std_line = (float)values[2];
     const float mean_g_line = (float)values[5];
     const float centered_coefficient_line = (float)values[6];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
-        }
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0f;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+            diff_src_block[lane] = (float)diff_src_value;
+            diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+            diff_beta_terms[lane] = (double)(diff_dst_value);
+        }
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
+        }
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
+        }
+        opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0f;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         float diff_src_block[OPGEN_BLOCK];
@@ -544,11 +624,7 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
-        }
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 
@@ -706,29 +782,45 @@ static void layer_norm_backward_f16_f32_reduce_1(const opgen_lines_call *call, i
         sum_g_lanes[lane] = (double)0;
         sum_g_centered_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
-        }
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0f;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float sum_g_term = (diff_dst_value * gamma_value);
+            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+            const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+        }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0f;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         OPGEN_SIMD_FLOAT
@@ -834,29 +926,55 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
     const float inv_std_line = (float)values[2];
     const float mean_g_line = (float)values[5];
     const float centered_coefficient_line = (float)values[6];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
-        }
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
         if (gamma == NULL) {
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 gamma_block[lane] = (float)1.0f;
             }
         } else
-        if (filled == OPGEN_BLOCK) {
+        {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
-        } else {
+        }
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float gamma_value = (float)gamma_block[lane];
+            const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+            diff_src_block[lane] = (float)diff_src_value;
+            diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+            diff_beta_terms[lane] = (double)(diff_dst_value);
+        }
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
+        }
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
+        }
+        opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
+        float gamma_block[OPGEN_BLOCK];
+        if (gamma == NULL) {
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                gamma_block[lane] = (float)1.0f;
+            }
+        } else
+        {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
         float diff_src_block[OPGEN_BLOCK];
@@ -878,11 +996,7 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
-        }
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 

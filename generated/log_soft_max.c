@@ -21,14 +21,21 @@ static void log_soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float max_src_term = src_value;
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -89,14 +96,21 @@ static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_exp_term = opgen_expf((src_value - max_src_line));
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -169,14 +183,10 @@ static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, d
     (void)count;
     const float max_src_line = (float)values[0];
     const float log_sum_line = (float)values[2];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
-        }
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -184,11 +194,20 @@ static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, d
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f32(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_f32(dst + at, dst_block, filled, call->stream);
+        opgen_store_block_f32(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float dst_value = ((src_value - max_src_line) - log_sum_line);
+            dst_block[lane] = (float)dst_value;
         }
+        opgen_store_part_f32(dst + at, dst_block, filled, call->stream);
     }
 }
 
@@ -279,14 +298,21 @@ static void log_soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t lin
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float max_src_term = src_value;
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -347,14 +373,21 @@ static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t lin
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_exp_term = opgen_expf((src_value - max_src_line));
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -427,14 +460,10 @@ static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, 
     (void)count;
     const float max_src_line = (float)values[0];
     const float log_sum_line = (float)values[2];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
-        }
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -442,11 +471,20 @@ static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, 
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_bf16(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
+        opgen_store_block_bf16(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float dst_value = ((src_value - max_src_line) - log_sum_line);
+            dst_block[lane] = (float)dst_value;
         }
+        opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
     }
 }
 
@@ -537,14 +575,21 @@ static void log_soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float max_src_term = src_value;
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -605,14 +650,21 @@ static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_exp_term = opgen_expf((src_value - max_src_line));
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -685,14 +737,10 @@ static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, d
     (void)count;
     const float max_src_line = (float)values[0];
     const float log_sum_line = (float)values[2];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
-        }
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -700,11 +748,20 @@ static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, d
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f16(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
+        opgen_store_block_f16(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float dst_value = ((src_value - max_src_line) - log_sum_line);
+            dst_block[lane] = (float)dst_value;
         }
+        opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
     }
 }
 

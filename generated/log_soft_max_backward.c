@@ -21,14 +21,21 @@ static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
+        opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double diff_dst_value = (double)diff_dst_block[lane];
+            const double sum_diff_dst_term = diff_dst_value;
+            sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -88,20 +95,12 @@ static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_
     const double count = (double)call->count;
     (void)count;
     const double sum_diff_dst_line = (double)values[0];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(dst_block, dst + at, filled);
-        }
+        opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
         float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -110,11 +109,23 @@ static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(dst_block, dst + at, filled);
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double diff_dst_value = (double)diff_dst_block[lane];
+            const double dst_value = (double)dst_block[lane];
+            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+            diff_src_block[lane] = (float)diff_src_value;
         }
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 
@@ -207,14 +218,21 @@ static void log_soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, in
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
+        opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double diff_dst_value = (double)diff_dst_block[lane];
+            const double sum_diff_dst_term = diff_dst_value;
+            sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -274,20 +292,12 @@ static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64
     const double count = (double)call->count;
     (void)count;
     const double sum_diff_dst_line = (double)values[0];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(dst_block, dst + at, filled);
-        }
+        opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
         float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -296,11 +306,23 @@ static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(dst_block, dst + at, filled);
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double diff_dst_value = (double)diff_dst_block[lane];
+            const double dst_value = (double)dst_block[lane];
+            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+            diff_src_block[lane] = (float)diff_src_value;
         }
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 
@@ -393,14 +415,21 @@ static void log_soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
+        opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float sum_diff_dst_term = diff_dst_value;
+            sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -460,20 +489,12 @@ static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_
     const float count = (float)call->count;
     (void)count;
     const float sum_diff_dst_line = (float)values[0];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(dst_block, dst + at, filled);
-        }
+        opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
         float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -482,11 +503,23 @@ static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_
             const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(dst_block, dst + at, filled);
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float dst_value = (float)dst_block[lane];
+            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+            diff_src_block[lane] = (float)diff_src_value;
         }
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 

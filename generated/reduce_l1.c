@@ -21,14 +21,21 @@ static void reduce_l1_f32_reduce_1(const opgen_lines_call *call, int64_t line, d
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dst_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float dst_term = fabsf(src_value);
+            dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -130,14 +137,21 @@ static void reduce_l1_bf16_reduce_1(const opgen_lines_call *call, int64_t line, 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dst_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float dst_term = fabsf(src_value);
+            dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -239,14 +253,21 @@ static void reduce_l1_f16_reduce_1(const opgen_lines_call *call, int64_t line, d
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dst_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float dst_term = fabsf(src_value);
+            dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];

@@ -21,14 +21,21 @@ static void reduce_l2_f32_reduce_1(const opgen_lines_call *call, int64_t line, d
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double sum_squares_term = (src_value * src_value);
+            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -138,14 +145,21 @@ static void reduce_l2_bf16_reduce_1(const opgen_lines_call *call, int64_t line, 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double src_value = (double)src_block[lane];
+            const double sum_squares_term = (src_value * src_value);
+            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -255,14 +269,21 @@ static void reduce_l2_f16_reduce_1(const opgen_lines_call *call, int64_t line, d
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_squares_term = (src_value * src_value);
+            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];

@@ -21,14 +21,21 @@ static void soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line, do
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float max_src_term = src_value;
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -90,14 +97,25 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(src_block, src + at, filled);
+        opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_exp_term = opgen_expf((src_value - max_src_line));
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            dst_block[lane] = sum_exp_term;
         }
+        opgen_prefetch_write_ahead(dst + at, OPGEN_PREFETCH_BYTES);
+        opgen_store_block_f32(dst + at, dst_block, 0);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f32(src_block, src + at, filled);
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -106,11 +124,7 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
             dst_block[lane] = sum_exp_term;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f32(dst + at, dst_block, 0);
-        } else {
-            opgen_store_part_f32(dst + at, dst_block, filled, 0);
-        }
+        opgen_store_part_f32(dst + at, dst_block, filled, 0);
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
@@ -184,14 +198,10 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
     const float count = (float)call->count;
     (void)count;
     const float inv_sum_line = (float)values[2];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float dst_kept_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(dst_kept_block, dst_kept + at, 0);
-        } else {
-            opgen_load_part_f32(dst_kept_block, dst_kept + at, filled);
-        }
+        opgen_load_block_f32(dst_kept_block, dst_kept + at, 0);
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -199,11 +209,20 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
             const float dst_value = (dst_kept_value * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f32(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_f32(dst + at, dst_block, filled, call->stream);
+        opgen_store_block_f32(dst + at, dst_block, 0);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float dst_kept_block[OPGEN_BLOCK];
+        opgen_load_part_f32(dst_kept_block, dst_kept + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float dst_kept_value = dst_kept_block[lane];
+            const float dst_value = (dst_kept_value * inv_sum_line);
+            dst_block[lane] = (float)dst_value;
         }
+        opgen_store_part_f32(dst + at, dst_block, filled, 0);
     }
 }
 
@@ -289,14 +308,21 @@ static void soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t line, d
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float max_src_term = src_value;
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -357,14 +383,21 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_exp_term = opgen_expf((src_value - max_src_line));
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -437,14 +470,10 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
     (void)count;
     const float max_src_line = (float)values[0];
     const float inv_sum_line = (float)values[2];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(src_block, src + at, filled);
-        }
+        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -452,11 +481,20 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_bf16(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
+        opgen_store_block_bf16(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(src_block, src + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
+            dst_block[lane] = (float)dst_value;
         }
+        opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
     }
 }
 
@@ -547,14 +585,21 @@ static void soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line, do
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float max_src_term = src_value;
+            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -615,14 +660,21 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float sum_exp_term = opgen_expf((src_value - max_src_line));
+            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -695,14 +747,10 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
     (void)count;
     const float max_src_line = (float)values[0];
     const float inv_sum_line = (float)values[2];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(src_block, src + at, filled);
-        }
+        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -710,11 +758,20 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f16(dst + at, dst_block, call->stream);
-        } else {
-            opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
+        opgen_store_block_f16(dst + at, dst_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float src_block[OPGEN_BLOCK];
+        opgen_load_part_f16(src_block, src + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float src_value = (float)src_block[lane];
+            const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
+            dst_block[lane] = (float)dst_value;
         }
+        opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
     }
 }
 

@@ -22,20 +22,26 @@ static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(dst_block, dst + at, filled);
+        opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double diff_dst_value = (double)diff_dst_block[lane];
+            const double dst_value = (double)dst_block[lane];
+            const double dot_term = (diff_dst_value * dst_value);
+            dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(dst_block, dst + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -104,20 +110,12 @@ static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t li
     const double count = (double)call->count;
     (void)count;
     const double dot_line = (double)values[0];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f32(dst_block, dst + at, filled);
-        }
+        opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
         float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -126,11 +124,23 @@ static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t li
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_f32(dst_block, dst + at, filled);
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double diff_dst_value = (double)diff_dst_block[lane];
+            const double dst_value = (double)dst_block[lane];
+            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+            diff_src_block[lane] = (float)diff_src_value;
         }
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 
@@ -224,20 +234,26 @@ static void soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, int64_
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(dst_block, dst + at, filled);
+        opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double diff_dst_value = (double)diff_dst_block[lane];
+            const double dst_value = (double)dst_block[lane];
+            const double dot_term = (diff_dst_value * dst_value);
+            dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(dst_block, dst + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -306,20 +322,12 @@ static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t l
     const double count = (double)call->count;
     (void)count;
     const double dot_line = (double)values[0];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_bf16(dst_block, dst + at, filled);
-        }
+        opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
         float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -328,11 +336,23 @@ static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t l
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_bf16(dst_block, dst + at, filled);
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const double diff_dst_value = (double)diff_dst_block[lane];
+            const double dst_value = (double)dst_block[lane];
+            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+            diff_src_block[lane] = (float)diff_src_value;
         }
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 
@@ -426,20 +446,26 @@ static void soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int64_t
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_lanes[lane] = (double)0;
     }
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(dst_block, dst + at, filled);
+        opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float dst_value = (float)dst_block[lane];
+            const float dot_term = (diff_dst_value * dst_value);
+            dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(dst_block, dst + at, filled);
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -508,20 +534,12 @@ static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t li
     const float count = (float)call->count;
     (void)count;
     const float dot_line = (float)values[0];
-    for (int64_t at = 0; at < length; at += OPGEN_BLOCK) {
-        const int filled = (int)opgen_min(length - at, OPGEN_BLOCK);
+    int64_t at = 0;
+    for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float diff_dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
-        }
+        opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
-        if (filled == OPGEN_BLOCK) {
-            opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        } else {
-            opgen_load_part_f16(dst_block, dst + at, filled);
-        }
+        opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
         float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
@@ -530,11 +548,23 @@ static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t li
             const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        if (filled == OPGEN_BLOCK) {
-            opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
-        } else {
-            opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
+    }
+    if (at < length) {
+        const int filled = (int)(length - at);
+        float diff_dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
+        float dst_block[OPGEN_BLOCK];
+        opgen_load_part_f16(dst_block, dst + at, filled);
+        float diff_src_block[OPGEN_BLOCK];
+        OPGEN_SIMD_FLOAT
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            const float diff_dst_value = (float)diff_dst_block[lane];
+            const float dst_value = (float)dst_block[lane];
+            const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
+            diff_src_block[lane] = (float)diff_src_value;
         }
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
     }
 }
 
