@@ -158,10 +158,11 @@
 /* ... from which elementwise passes store through the line writers that are not cheap. */
 #define OPGEN_COSTLY_LINES_BYTES ((int64_t)4194304)
 
-/* Elements below which a kernel runs on one thread (opgen_threads_for), and from which a loop
+/* Elements below which a kernel runs on one thread (opgen_threads_for); and from which a loop
  * told so (reduce_then_apply's element pass, opgen_channels.c) runs in a parallel region even
  * on one thread. */
-#define OPGEN_PARALLEL_THRESHOLD ((int64_t)65536)
+#define OPGEN_PARALLEL_THRESHOLD ((int64_t)16384)
+#define OPGEN_ONE_THREAD_REGION ((int64_t)65536)
 
 /* A thread team with a static split of the loop that follows OPGEN_FOR; each thread fences
  * its streaming stores before the team ends. Without OpenMP: one thread, same code. */

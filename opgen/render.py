@@ -184,6 +184,7 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
         "chains": plan.CHAINS,
         "tail_block_min": plan.TAIL_BLOCK_MIN,
         "parallel_threshold": plan.PARALLEL_THRESHOLD,
+        "one_thread_region": plan.ONE_THREAD_REGION,
         "max_threads": plan.MAX_THREADS,
         "stream_bytes": plan.STREAM_BYTES,
         "costly_lines_bytes": plan.COSTLY_LINES_BYTES,

@@ -89,3 +89,9 @@ def test_cli_says_how_to_install_onednn(
     error = capsys.readouterr().err
     assert "oneDNN is not installed" in error and "pip install onednn-cpu-gomp onednn-devel-cpu-gomp" in error
     assert str(tmp_path) in error
+
+
+def test_cli_compares_only_the_ops_onednn_has(capsys: pytest.CaptureFixture[str]) -> None:
+    """`opgen bench` times the ops with axes too; `--compare onednn` knows none of them."""
+    with pytest.raises(SystemExit, match="--ops: unknown soft_max"):
+        cli.main(["bench", "--compare", "onednn", "--sizes", "S", "--ops", "soft_max"])

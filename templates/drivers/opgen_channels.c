@@ -286,7 +286,7 @@ void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const o
      * parallel region too: timed from C, one thread, 401 408 rows of 64 channels, bf16 7 %
      * faster past the caches and 11 % in them, f16 1 % and 4 %, f32 unchanged. */
     const int64_t steps = channels >= OPGEN_PAIRED_ROWS ? (call.outer + 1) / 2 : call.outer;
-    opgen_team_shares(loop.threads, call.outer * channels >= OPGEN_PARALLEL_THRESHOLD, steps, opgen_channels_apply_steps,
+    opgen_team_shares(loop.threads, call.outer * channels >= OPGEN_ONE_THREAD_REGION, steps, opgen_channels_apply_steps,
                       &loop);
 }
 
