@@ -7,6 +7,7 @@ generated from its spec; `opgen.load(DIR)` gives the ops of another spec directo
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,12 @@ from opgen.plan import MAX_THREADS  # noqa: E402
 from opgen.runtime import OpLibrary  # noqa: E402
 
 _libraries: dict[Path, OpLibrary] = {}
+
+if TYPE_CHECKING:  # the ops, set below from the specs (globals().update), for type checkers
+    from collections.abc import Callable
+    from typing import Any
+
+    def __getattr__(name: str) -> Callable[..., Any]: ...
 
 
 def load(spec_dir: str | Path) -> OpLibrary:
@@ -43,7 +50,7 @@ def get_num_threads() -> int:
     return int(bundled.module.lib.opgen_get_num_threads())
 
 
-def info() -> dict:
+def info() -> dict[str, Any]:
     """What runs: the compiled copy (CPU target) chosen on this machine, the threads, and each op's variants."""
     lib = bundled.module.lib
     return {

@@ -17,7 +17,8 @@ here by name:
 from __future__ import annotations
 
 import ast
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import ml_dtypes
 import numpy as np
@@ -37,7 +38,7 @@ def numpy_dtype(row: DType) -> np.dtype:
     return runtime.numpy_dtype(row.numpy)
 
 
-def finfo(row: DType):
+def finfo(row: DType) -> np.finfo[Any]:
     dtype = numpy_dtype(row)
     return ml_dtypes.finfo(dtype) if dtype == np.dtype(ml_dtypes.bfloat16) else np.finfo(dtype)
 
@@ -80,7 +81,8 @@ def ulp(values: np.ndarray, row: DType) -> np.ndarray:
     with np.errstate(divide="ignore"):
         exponent = np.floor(np.log2(np.where(magnitude > 0, magnitude, 1.0)))
     exponent = np.maximum(np.where(magnitude > 0, exponent, row.min_exponent), row.min_exponent)
-    return np.exp2(exponent - row.mantissa_bits)
+    spacing: np.ndarray = np.exp2(exponent - row.mantissa_bits)
+    return spacing
 
 
 def sum_bound(terms_abs_sum: np.ndarray, count: int, float_run: int = 0) -> np.ndarray:
@@ -119,7 +121,9 @@ def stated_sum_bound(spec: Any, name: str, magnitude: np.ndarray, count: int, fl
     )
 
 
-def sum_magnitudes(spec: Any, reference_function: Any, arrays: dict[str, np.ndarray], kwargs: dict[str, Any]) -> tuple:
+def sum_magnitudes(
+    spec: Any, reference_function: Any, arrays: dict[str, np.ndarray], kwargs: dict[str, Any]
+) -> tuple[np.ndarray | None, ...]:
     """Per output of a broadcast_reduce or reduce_then_apply op: sum|terms| of the sum it is
     (specs.sum_behind), shaped as the output, or None for an output that is no sum. The terms
     are the spec's own sum expressions evaluated in float64 on the inputs (Inf where a term
@@ -151,7 +155,7 @@ def term_magnitudes(
         else:
             axis = shapes.channel_axis(len(shape), layout)
             axes = tuple(d for d in range(len(shape)) if d != axis)
-            target = (shape[axis],)
+            target = (shape[cast(int, axis)],)  # a reduce_then_apply reference has a channel dim
         with np.errstate(all="ignore"):
             result[name] = term.sum(axis=axes, keepdims=True).reshape(target)
     return result
@@ -165,12 +169,12 @@ def _attribute_numbers(spec: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def expanded_inputs(
-    spec: Any, arrays: dict[str, np.ndarray | None], kwargs: dict[str, Any], layout: str
+    spec: Any, arrays: Mapping[str, np.ndarray | None], kwargs: dict[str, Any], layout: str
 ) -> tuple[dict[str, np.ndarray], dict[str, tuple[str, tuple[int, ...]]]]:
     """Every input in float64, broadcast to the reference's shape (an absent or ignored optional
     input as its default); and (form, expanded shape) of each channel input, the first of its
     forms that fits, as the kernels choose."""
-    reference = np.shape(arrays[spec.reference])
+    reference = np.shape(cast(np.ndarray, arrays[spec.reference]))  # a required input
     values, forms = {}, {}
     for tensor in spec.inputs:
         array = arrays.get(tensor.name)
@@ -215,7 +219,7 @@ def evaluate(node: ast.expr, names: dict[str, Any]) -> Any:
     """A checked spec expression (opgen.expr) in float64 NumPy: the math as written, exact up to
     double's roundings; both arms of `a if c else b` are computed, as in the kernels."""
     if isinstance(node, ast.Constant):
-        return node.value if isinstance(node.value, bool) else float(node.value)
+        return node.value if isinstance(node.value, bool) else float(cast(float, node.value))
     if isinstance(node, ast.Name):
         return names[node.id]
     if isinstance(node, ast.BinOp):
@@ -241,7 +245,8 @@ def evaluate(node: ast.expr, names: dict[str, Any]) -> Any:
     if isinstance(node, ast.IfExp):
         return np.where(evaluate(node.test, names), evaluate(node.body, names), evaluate(node.orelse, names))
     if isinstance(node, ast.Call):
-        return _FUNCTIONS[node.func.id](*(evaluate(arg, names) for arg in node.args))  # type: ignore[union-attr]
+        name = cast(ast.Name, node.func).id  # checked: calls of names only
+        return _FUNCTIONS[name](*(evaluate(arg, names) for arg in node.args))
     raise expr.ExprError(f"unsupported syntax: {ast.unparse(node)}")
 
 
@@ -280,7 +285,8 @@ def ulps_off(got: np.ndarray, expected64: np.ndarray, row: DType, ulps: int) -> 
         rounded = expected64.astype(numpy_dtype(row))
     nan_got, nan_expected = np.isnan(got.astype(np.float64)), np.isnan(expected64)
     distance = np.abs(ordered(got, row) - ordered(rounded, row))
-    return (nan_got != nan_expected) | (~nan_got & ~nan_expected & (distance > ulps))
+    off: np.ndarray = (nan_got != nan_expected) | (~nan_got & ~nan_expected & (distance > ulps))
+    return off
 
 
 def outside(got: np.ndarray, expected64: np.ndarray, row: DType, bound: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

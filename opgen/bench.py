@@ -22,6 +22,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from types import ModuleType
 from typing import Any
 
 import ml_dtypes
@@ -131,12 +132,14 @@ def _probes(calls: dict[str, tuple[Callable[[], Any], int]], min_time: float) ->
     return {name: nbytes / _median_time(call, min_time) / 1e9 for name, (call, nbytes) in calls.items()}
 
 
-def _logical_shape(size: tuple[int, int, int, int], layout: str) -> tuple[int, ...]:
+def _logical_shape(size: tuple[int, ...], layout: str) -> tuple[int, ...]:
     n, c, h, w = size
     return (n, c, h, w) if layout == "NCX" else (n, h, w, c)
 
 
-def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...], rng: np.random.Generator):
+def _make_case(
+    op: str, dtype: str, layout: str, form: str, size: tuple[int, ...], rng: np.random.Generator
+) -> tuple[Any, ...]:
     """((opgen function, args, kwargs), NumPy call or None, torch call or None, bytes moved, probe mix)."""
     np_dtype = DTYPES[dtype]
     shape = _logical_shape(size, layout)
@@ -145,14 +148,13 @@ def _make_case(op: str, dtype: str, layout: str, form: str, size: tuple[int, ...
     out = np.empty(shape, np_dtype)
     itemsize = np.dtype(np_dtype).itemsize
     tensor_bytes = x.size * itemsize
-    x32, d32, out32 = (x, d, out) if dtype == "f32" else (None, None, None)
     if op in ("relu_backward", "hard_sigmoid_backward", "sigmoid_backward", "tanh_backward"):
         kwargs = {"alpha": 1 / 6, "beta": 0.5} if op == "hard_sigmoid_backward" else {}
         if form == "from_src":
             kwargs["use_dst"] = False
         function = getattr(opgen, op)
         from_src = form == "from_src"
-        numpy_call = _numpy_elementwise(op, x32, d32, out32, from_src) if x32 is not None else None
+        numpy_call = _numpy_elementwise(op, x, d, out, from_src) if dtype == "f32" else None
         return (
             (function, (x, d), {"out": out, **kwargs}),
             numpy_call,
@@ -174,9 +176,13 @@ def _axes_case(op: str, x: np.ndarray, d: np.ndarray, out: np.ndarray, rng: np.r
     and write one (the 1r1w probe: a copy), the backward ones read two (2r1w); their per-line
     and per-position operands are a line's share of that."""
     tensor_bytes = x.nbytes
-    line = x.shape[-1]
+    line: int = x.shape[-1]
     if op in ("soft_max", "log_soft_max"):
-        call = (getattr(opgen, op), (x,), {"axis": -1, "out": out})
+        call: tuple[Callable[..., Any], tuple[np.ndarray, ...], dict[str, Any]] = (
+            getattr(opgen, op),
+            (x,),
+            {"axis": -1, "out": out},
+        )
         return call, None, None, 2 * tensor_bytes, "1r1w"
     if op in ("soft_max_backward", "log_soft_max_backward"):
         dst = getattr(opgen, op.removesuffix("_backward"))(x, axis=-1)
@@ -198,7 +204,8 @@ def _prelu_case(
     x: np.ndarray, d: np.ndarray, out: np.ndarray, f32: bool, layout: str, form: str, rng: np.random.Generator
 ) -> tuple[Any, ...]:
     """_make_case for PReLU backward; `form`: the slope's shape."""
-    shape, channels = x.shape, x.shape[1 if layout == "NCX" else -1]
+    shape = x.shape
+    channels: int = x.shape[1 if layout == "NCX" else -1]
     np_dtype = x.dtype
     tensor_bytes = x.nbytes
     x32, d32, out32 = (x, d, out) if f32 else (None, None, None)
@@ -207,7 +214,7 @@ def _prelu_case(
     slope = (rng.random(slope_shape) * 0.5).astype(np_dtype)
     diff_slope = np.empty(slope_shape, np_dtype)
     numpy_call = None
-    if x32 is not None:
+    if x32 is not None and d32 is not None and out32 is not None:
         view = [1] * len(shape)
         if form == "per_channel":
             view[axis] = channels
@@ -232,7 +239,8 @@ def _batch_norm_case(
     x: np.ndarray, d: np.ndarray, out: np.ndarray, f32: bool, layout: str, rng: np.random.Generator
 ) -> tuple[Any, ...]:
     """_make_case for BatchNorm training backward."""
-    shape, channels = x.shape, x.shape[1 if layout == "NCX" else -1]
+    shape = x.shape
+    channels: int = x.shape[1 if layout == "NCX" else -1]
     tensor_bytes = x.nbytes
     x32, d32, out32 = (x, d, out) if f32 else (None, None, None)
     axis = 1 if layout == "NCX" else len(shape) - 1
@@ -249,7 +257,7 @@ def _batch_norm_case(
     )
 
     numpy_call = None
-    if x32 is not None:
+    if x32 is not None and d32 is not None and out32 is not None:
         view = [1] * len(shape)
         view[axis] = channels
 
@@ -343,12 +351,12 @@ def run(
     rng = np.random.default_rng(0)
     rows: list[Case] = []
     probes: dict[str, dict[str, float]] = {}
+    torch: ModuleType | None
     try:
         import torch
-
-        torch_version: str | None = torch.__version__
     except ImportError:
-        torch, torch_version = None, None
+        torch = None
+    torch_version: str | None = None if torch is None else torch.__version__
     try:
         for size_name in sizes:
             size = SIZES[size_name]
@@ -401,7 +409,7 @@ def run(
 
 def _time_case(
     case: Case,
-    python_call: functools.partial,
+    python_call: functools.partial[Any],
     numpy_call: Callable[[], Any] | None,
     torch_call: Callable[[], Any] | None,
     probe: tuple[Callable[[], Any], int, str],
@@ -414,12 +422,12 @@ def _time_case(
     if count <= C_CALL_MAX_ELEMENTS:
         # short calls: many runs, the C entry point in turn with the Python call
         function, args, kwargs = python_call.func, python_call.args, python_call.keywords
-        both = [python_call, c_entry_call(function, *args, **kwargs)]
+        both: list[Callable[[], Any]] = [python_call, c_entry_call(function, *args, **kwargs)]
         case.seconds, case.c_seconds = _median_times(both, min_time, SHORT_CALL_RUNS)
     elif case.bytes > PAIRED_PROBE_BYTES:
         # PyTorch's call in the same turn too: its ratio is then of the same moment
         probe_call, probe_bytes, write_probe = probe
-        turn = [python_call, probe_call] + ([torch_call] if baselines and torch_call else [])
+        turn: list[Callable[[], Any]] = [python_call, probe_call, *([torch_call] if baselines and torch_call else [])]
         case.seconds, probe_seconds, *torch_seconds = _median_times(turn, min_time)
         case.torch_seconds = torch_seconds[0] if torch_seconds else None
         case.extra["probe"] = write_probe

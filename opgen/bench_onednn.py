@@ -122,10 +122,10 @@ def find_onednn() -> tuple[Path, Path]:
 def build_harness() -> Path:
     """The compiled harness for the installed oneDNN and the bundled ops' opgen.h (cached)."""
     from opgen import compile as build
-    from opgen.render import render_library
+    from opgen.render import BUNDLED_SPECS, render_library
 
     include, library = find_onednn()
-    header = render_library(opgen.BUNDLED_SPECS).files["opgen.h"]
+    header = render_library(BUNDLED_SPECS).files["opgen.h"]
     version_header = include / "oneapi" / "dnnl" / "dnnl_version.h"
     source = SOURCE.read_text()
     flags = [*build.C_FLAGS, *build.WARNING_FLAGS]

@@ -60,7 +60,7 @@ def _record() -> dict[str, str] | None:
     path = DATA / RECORD
     if not INSTALLED or not path.is_file():
         return None
-    record = json.loads(path.read_text())
+    record: dict[str, str] = json.loads(path.read_text())
     names = (record["module"], record["fastcall"])
     loadable = all(any(name.endswith(s) for s in importlib.machinery.EXTENSION_SUFFIXES) for name in names)
     if record["digest"] != digest(PACKAGE) or not loadable or not all((DATA / name).is_file() for name in names):

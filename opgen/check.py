@@ -12,15 +12,16 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import types
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from opgen import accuracy, oracle, plan, shapes, specs
 from opgen.runtime import OpLibrary
-from opgen.specs import OpSpec
+from opgen.specs import DTypeTable, OpSpec
 
 SHAPES = {
     "elementwise": [(0,), (1,), (3,), (17,), (1031,), (2, 3, 5, 7), (4, 64, 33)],
@@ -47,6 +48,8 @@ BINARY_SHAPES = [
     ((4, 64, 33), (64, 1)),
     ((1, 19, 1), (3, 1, 23)),
 ]
+_Shapes = dict[str, tuple[int, ...]]  # input name -> shape
+_Case = tuple[str, _Shapes, dict[str, Any]]  # label, input shapes, attribute values
 
 
 @dataclass
@@ -120,7 +123,7 @@ def _switch_rows(spec: OpSpec) -> list[dict[str, bool]]:
     return rows
 
 
-def _cases(spec: OpSpec, layout: str):
+def _cases(spec: OpSpec, layout: str) -> Iterator[_Case]:
     """(label, input shapes, attribute values) for the op's pattern: every broadcast form of its
     operands; for along_axes, every value of its axis attribute."""
     if spec.pattern == "along_axes":
@@ -149,7 +152,7 @@ def axes_sets(rank: int) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(sets))
 
 
-def _axes_cases(spec: OpSpec):
+def _axes_cases(spec: OpSpec) -> Iterator[_Case]:
     listed = next((a for a in spec.attributes if a.role == specs.AXES_ROLE), None)
     if listed is not None:
         for shape in SHAPES[spec.pattern]:
@@ -168,15 +171,15 @@ def _axes_cases(spec: OpSpec):
             yield f"{shape} {axis.name}={value}", input_shapes, {axis.name: value}
 
 
-def _form_cases(spec: OpSpec, layout: str):
+def _form_cases(spec: OpSpec, layout: str) -> Iterator[tuple[str, _Shapes]]:
     channel_inputs = [t for t in spec.inputs if t.kind == "channel" or t.broadcast]
-    forms = sorted({f for t in channel_inputs for f in t.broadcast}) or [None]
+    forms: Sequence[str | None] = sorted({f for t in channel_inputs for f in t.broadcast}) or [None]
     for shape in SHAPES[spec.pattern]:
         if len(shape) < spec.min_rank or (spec.max_rank is not None and len(shape) > spec.max_rank):
             continue
         for form in forms:
             for shaped in accuracy.operand_shapes(form, shape, layout) if form else [shape]:
-                input_shapes = {}
+                input_shapes: dict[str, tuple[int, ...] | None] = {}
                 for tensor in spec.inputs:
                     if form in tensor.broadcast:
                         input_shapes[tensor.name] = shaped
@@ -186,10 +189,17 @@ def _form_cases(spec: OpSpec, layout: str):
                     else:
                         input_shapes[tensor.name] = shape
                 if all(s is not None for s in input_shapes.values()):
-                    yield f"{shape} {form or ''} {shaped}".strip(), input_shapes
+                    yield f"{shape} {form or ''} {shaped}".strip(), cast(_Shapes, input_shapes)
 
 
-def _compare(spec, row, table, got, expected, bounds) -> str | None:
+def _compare(
+    spec: OpSpec,
+    row: dict[str, str],
+    table: DTypeTable,
+    got: tuple[Any, ...],
+    expected: tuple[Any, ...],
+    bounds: list[int | np.ndarray],
+) -> str | None:
     """The first output element outside its bound (an int: ulps; an array: the error allowed
     beyond 1 ulp), described; None when every output is within."""
     for tensor, value, want, bound in zip(spec.outputs, got, expected, bounds):
@@ -206,13 +216,21 @@ def _compare(spec, row, table, got, expected, bounds) -> str | None:
     return None
 
 
-def _bounds(spec, arrays, kwargs, oracles, layout, expected, runs) -> list:
+def _bounds(
+    spec: OpSpec,
+    arrays: dict[str, np.ndarray],
+    kwargs: dict[str, Any],
+    oracles: Any,
+    layout: str,
+    expected: tuple[Any, ...],
+    runs: dict[str, int],
+) -> list[int | np.ndarray]:
     """Per output, from its stated accuracy contract (spec key `accuracy`): a number of ulps, or
     the error allowed beyond 1 ulp. LookupError: a contract that cannot be evaluated."""
     args = [arrays.get(t.name) for t in spec.inputs]
     magnitudes: dict[str, np.ndarray] | None = None
-    from_oracle: dict[str, tuple] = {}
-    result: list = []
+    from_oracle: dict[str, tuple[Any, ...]] = {}
+    result: list[int | np.ndarray] = []
     for index, tensor in enumerate(spec.outputs):
         contract = spec.accuracy.get(tensor.name)
         if contract is None:
@@ -222,7 +240,7 @@ def _bounds(spec, arrays, kwargs, oracles, layout, expected, runs) -> list:
         elif contract == "sum":
             if magnitudes is None:
                 magnitudes = accuracy.term_magnitudes(spec, arrays, kwargs, layout)
-            name = specs.sum_behind(spec, tensor.name)
+            name = cast(str, specs.sum_behind(spec, tensor.name))  # a "sum" contract: a sum's output (specs.py)
             count = arrays[spec.reference].size // max(1, np.size(expected[index]))
             result.append(accuracy.stated_sum_bound(spec, name, magnitudes[name], count, runs.get(name, 0)))
         else:
@@ -237,7 +255,14 @@ def _bounds(spec, arrays, kwargs, oracles, layout, expected, runs) -> list:
     return result
 
 
-def _input_data(spec: OpSpec, table, row, generator, input_shapes, specials) -> dict[str, np.ndarray]:
+def _input_data(
+    spec: OpSpec,
+    table: DTypeTable,
+    row: dict[str, str],
+    generator: np.random.Generator,
+    input_shapes: _Shapes,
+    specials: str,
+) -> dict[str, np.ndarray]:
     """Random data with edge values per input, within each input's stated domain."""
     arrays = {}
     for name, shape in input_shapes.items():
@@ -277,7 +302,17 @@ def check_op(library: OpLibrary, spec: OpSpec, oracles: Any, seed: int) -> list[
     return results
 
 
-def _check_variant(library, spec, oracles, seed, row, layout, kwargs, runs, result: Result) -> None:
+def _check_variant(
+    library: OpLibrary,
+    spec: OpSpec,
+    oracles: Any,
+    seed: tuple[int, int],
+    row: dict[str, str],
+    layout: str,
+    kwargs: dict[str, Any],
+    runs: dict[str, int],
+    result: Result,
+) -> None:
     """Every case of one variant, until the first failure (set on `result`)."""
     function, reference_function = library.ops[spec.name], getattr(oracles, spec.name, None)
     if reference_function is None:

@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     docs.set_defaults(run=_docs)
     args = parser.parse_args(argv)
     try:
-        status = args.run(args)
+        status: int = args.run(args)
         sys.stdout.flush()  # here, so a closed pipe shows up below rather than at exit
         return status
     except (SpecError, RenderError) as error:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Collection, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 
 class Function(NamedTuple):
@@ -167,7 +167,7 @@ def fold(tree: ast.expr, constants: Mapping[str, bool]) -> ast.expr:
             return kept[0] if len(kept) == 1 else ast.BoolOp(op=node.op, values=kept)
 
     copy = ast.parse(ast.unparse(tree), mode="eval").body
-    return Folder().visit(copy)
+    return cast(ast.expr, Folder().visit(copy))
 
 
 def to_c(
@@ -190,7 +190,7 @@ def to_c(
         if isinstance(node, ast.Constant):
             if isinstance(node.value, bool):
                 return "1" if node.value else "0"
-            return _literal(float(node.value), literal_suffix)
+            return _literal(_number(node), literal_suffix)
         if isinstance(node, ast.Name):
             if node.id not in variables:
                 raise ExprError(f"unknown name '{node.id}'")
@@ -217,7 +217,7 @@ def to_c(
         if isinstance(node, ast.IfExp):
             return f"{select}({emit(node.test)}, {emit(node.body)}, {emit(node.orelse)})"
         if isinstance(node, ast.Call):
-            name = node.func.id  # type: ignore[union-attr]
+            name = cast(ast.Name, node.func).id  # parse() allows calls of names only
             c_name = (functions[name] if functions and name in functions else FUNCTIONS[name][1]) + math_suffix
             return f"{c_name}(" + ", ".join(emit(arg) for arg in node.args) + ")"
         raise ExprError(f"unsupported syntax: {ast.unparse(node)}")
@@ -246,7 +246,7 @@ def to_vector(tree: ast.expr, variables: Mapping[str, str], exp_function: str) -
 
     def emit(node: ast.expr) -> str:
         if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
-            return f"_mm512_set1_ps({_literal(float(node.value), 'f')})"
+            return f"_mm512_set1_ps({_literal(_number(node), 'f')})"
         if isinstance(node, ast.Name) and node.id in variables:
             return variables[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _VECTOR_BINARY:
@@ -256,15 +256,15 @@ def to_vector(tree: ast.expr, variables: Mapping[str, str], exp_function: str) -
                 return f"opgen_scale_add_vector({_literal(scale, 'f')}, {emit(operand)}, {_literal(constant, 'f')})"
             return f"{_VECTOR_BINARY[type(node.op)]}({emit(node.left)}, {emit(node.right)})"
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            operand = emit(node.operand)
-            return f"opgen_negate_vector({operand})" if isinstance(node.op, ast.USub) else operand
+            inner = emit(node.operand)
+            return f"opgen_negate_vector({inner})" if isinstance(node.op, ast.USub) else inner
         if isinstance(node, ast.Call):
             name = getattr(node.func, "id", None)
             if name == "abs" and len(node.args) == 1:
                 return f"opgen_abs_vector({emit(node.args[0])})"
-            scale = node.args[1] if name == "exp" and len(node.args) == 2 else None
-            if isinstance(scale, ast.Constant):
-                return f"{exp_function}_vector({emit(node.args[0])}, {_literal(float(scale.value), 'f')})"
+            scale_arg = node.args[1] if name == "exp" and len(node.args) == 2 else None
+            if isinstance(scale_arg, ast.Constant):
+                return f"{exp_function}_vector({emit(node.args[0])}, {_literal(_number(scale_arg), 'f')})"
         raise _NotVectorized
 
     try:
@@ -301,7 +301,7 @@ def scaled_exps(tree: ast.expr) -> ast.expr:
                     break
             return ast.copy_location(ast.Call(node.func, [argument, ast.Constant(scale)], []), node)
 
-    return Scaler().visit(ast.parse(ast.unparse(tree), mode="eval").body)
+    return cast(ast.expr, Scaler().visit(ast.parse(ast.unparse(tree), mode="eval").body))
 
 
 # constants a scaled value may be added to as one multiply-add (_scale_add): far above the
@@ -324,7 +324,7 @@ def _scale_add(node: ast.BinOp) -> tuple[float, ast.expr, float] | None:
             continue
         if not isinstance(other, ast.Constant) or isinstance(other.value, bool):
             continue
-        constant = float(other.value)
+        constant = _number(other)
         if not _SCALE_ADD_SMALLEST <= abs(constant) <= _SCALE_ADD_LARGEST:
             continue
         for factor, operand in ((product.left, product.right), (product.right, product.left)):
@@ -346,8 +346,13 @@ def _power_of_two(node: ast.expr) -> float | None:
         return None if value is None else -value
     if not isinstance(node, ast.Constant) or isinstance(node.value, bool) or not node.value:
         return None
-    mantissa, exponent = math.frexp(abs(float(node.value)))
-    return float(node.value) if mantissa == 0.5 and abs(exponent - 1) <= 8 else None
+    mantissa, exponent = math.frexp(abs(_number(node)))
+    return _number(node) if mantissa == 0.5 and abs(exponent - 1) <= 8 else None
+
+
+def _number(node: ast.Constant) -> float:
+    """The value of a number literal (_kind admits no constants but ints, floats and bools)."""
+    return float(cast(float, node.value))
 
 
 def _literal(value: float, suffix: str) -> str:
@@ -390,8 +395,8 @@ def _kind(node: ast.expr, conditions: frozenset[str] | None) -> str:
             return "number"
         raise ExprError(f"unsupported operator in '{ast.unparse(node)}'")
     if isinstance(node, ast.BoolOp):
-        for value in node.values:
-            _expect(value, "condition", conditions)
+        for operand in node.values:
+            _expect(operand, "condition", conditions)
         return "condition"
     if isinstance(node, ast.Compare):
         if any(type(op) not in _COMPARE for op in node.ops):

@@ -32,9 +32,10 @@ from __future__ import annotations
 import ast
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import cast
 
 from opgen import expr
 from opgen.specs import DType
@@ -338,7 +339,7 @@ def _inputs(tree: ast.expr, definitions: Mapping[str, ast.expr]) -> set[str]:
     return result
 
 
-def _widen(bounds: dict[str, int], names: list[str], limit: int, valid) -> None:
+def _widen(bounds: dict[str, int], names: list[str], limit: int, valid: Callable[[], bool]) -> None:
     """Raise bounds[name] for every name in `names` together, to the largest value up to
     `limit` that is valid (validity only shrinks as a bound grows: a binary search); none
     for no names (a formula with no inputs, such as the rest of `a / 3` once `a` is pulled)."""
@@ -361,7 +362,13 @@ def _widen(bounds: dict[str, int], names: list[str], limit: int, valid) -> None:
 
 
 def _summary(
-    tree, dtypes, definitions, bounds, output: DType, arithmetic: Arithmetic, factor: DType | None = None
+    tree: ast.expr,
+    dtypes: Mapping[str, DType],
+    definitions: Mapping[str, ast.expr],
+    bounds: Mapping[str, tuple[int, int]],
+    output: DType,
+    arithmetic: Arithmetic,
+    factor: DType | None = None,
 ) -> _Node | None:
     node = _node(tree, dtypes, definitions, bounds, arithmetic)
     if node is None:
@@ -404,7 +411,13 @@ def _factor_is_safe(factor: DType, output: DType, arithmetic: Arithmetic) -> boo
     )
 
 
-def _node(tree: ast.expr, dtypes, definitions, bounds, arithmetic: Arithmetic) -> _Node | None:
+def _node(
+    tree: ast.expr,
+    dtypes: Mapping[str, DType],
+    definitions: Mapping[str, ast.expr],
+    bounds: Mapping[str, tuple[int, int]],
+    arithmetic: Arithmetic,
+) -> _Node | None:
     # an exact value may be subnormal, if its lowest bit is one the arithmetic has: a tiny
     # input of bf16, or of f32 in double (exp(-|x|) of a subnormal x is 1 all the same)
     lowest_bit = arithmetic.min_exponent - arithmetic.bits + 1
@@ -420,9 +433,16 @@ def _node(tree: ast.expr, dtypes, definitions, bounds, arithmetic: Arithmetic) -
     return visit(tree)
 
 
-def _visit(node, visit, dtypes, definitions, bounds, arithmetic: Arithmetic) -> _Node | None:
+def _visit(
+    node: ast.expr,
+    visit: Callable[[ast.expr], _Node | None],
+    dtypes: Mapping[str, DType],
+    definitions: Mapping[str, ast.expr],
+    bounds: Mapping[str, tuple[int, int]],
+    arithmetic: Arithmetic,
+) -> _Node | None:
     if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
-        return _constant(float(node.value), arithmetic.bits)
+        return _constant(float(cast(float, node.value)), arithmetic.bits)
     if isinstance(node, ast.Name):
         if node.id in definitions:
             return visit(definitions[node.id])
@@ -440,7 +460,7 @@ def _visit(node, visit, dtypes, definitions, bounds, arithmetic: Arithmetic) -> 
         argument = visit(node.args[0])
         if argument is None:
             return None
-        return replace(argument, sign=1) if node.func.id == "abs" else _exp(argument, arithmetic)
+        return replace(argument, sign=1) if cast(ast.Name, node.func).id == "abs" else _exp(argument, arithmetic)
     if not isinstance(node, ast.BinOp) or not isinstance(node.op, (ast.Mult, ast.Div, ast.Add, ast.Sub)):
         return None
     left, right = visit(node.left), visit(node.right)
@@ -506,6 +526,7 @@ def _sum(a: _Node, b: _Node, precision: int) -> _Node:
     smaller magnitude is under half the larger, |a +- b| > half the larger; otherwise both are
     at least 2^(lo - 1), lo the larger lower bound, so both are multiples of 2^(lo - bits) and
     so is a nonzero result."""
+    assert a.bits is not None and b.bits is not None  # the callers check
     lo = _or_either_alone(max(a.lo, b.lo) - max(a.bits, b.bits), a, b)
     hi = max(a.hi, b.hi) + 1
     grain = min(a.lo - a.bits + 1, b.lo - b.bits + 1)  # the lowest bit either can have

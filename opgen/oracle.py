@@ -12,12 +12,15 @@ kernels' roundings (None: 1 ulp).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from opgen import accuracy as _accuracy
 
 
-def _f64(array: np.ndarray) -> np.ndarray:
+def _f64(array: npt.ArrayLike | None) -> npt.NDArray[np.float64]:
     return np.asarray(array).astype(np.float64)
 
 
@@ -25,35 +28,35 @@ def _channel_axis(rank: int, data_format: str) -> int:
     return 1 if data_format == "NCX" else rank - 1
 
 
-def relu(src):
+def relu(src: np.ndarray) -> np.ndarray:
     x = _f64(src)
     return np.where(np.isnan(x), x, np.maximum(x, 0.0))
 
 
-def sigmoid(src):
+def sigmoid(src: np.ndarray) -> np.ndarray:
     x = _f64(src)
     with np.errstate(all="ignore"):
         # 1 / (1 + e^-x) = (1 + tanh(x / 2)) / 2, written without the exp that overflows
         return np.where(x >= 0, 0.5 + 0.5 * np.tanh(x / 2.0), np.exp(x) / (1.0 + np.exp(x)))
 
 
-def tanh(src):
+def tanh(src: np.ndarray) -> np.ndarray:
     return np.tanh(_f64(src))
 
 
-def hard_sigmoid(src, *, alpha, beta):
+def hard_sigmoid(src: np.ndarray, *, alpha: float, beta: float) -> np.ndarray:
     x = _f64(src)
     with np.errstate(all="ignore"):
         linear = x * float(np.float32(alpha)) + float(np.float32(beta))
     return np.where(np.isnan(linear), linear, np.clip(linear, 0.0, 1.0))
 
 
-def relu_backward(src_or_dst, diff_dst, *, use_dst=True):
+def relu_backward(src_or_dst: np.ndarray, diff_dst: np.ndarray, *, use_dst: bool = True) -> np.ndarray:
     x, dy = _f64(src_or_dst), _f64(diff_dst)
     return np.where(x > 0, dy, 0.0)
 
 
-def hard_sigmoid_backward(src, diff_dst, *, alpha, beta):
+def hard_sigmoid_backward(src: np.ndarray, diff_dst: np.ndarray, *, alpha: float, beta: float) -> np.ndarray:
     x32 = np.asarray(src).astype(np.float32)
     with np.errstate(all="ignore"):
         linear = np.float32(alpha) * x32 + np.float32(beta)  # the op's test is defined in f32
@@ -62,7 +65,7 @@ def hard_sigmoid_backward(src, diff_dst, *, alpha, beta):
         return np.where(inside, _f64(diff_dst) * float(np.float32(alpha)), 0.0)
 
 
-def sigmoid_backward(src_or_dst, diff_dst, *, use_dst=True):
+def sigmoid_backward(src_or_dst: np.ndarray, diff_dst: np.ndarray, *, use_dst: bool = True) -> np.ndarray:
     x, dy = _f64(src_or_dst), _f64(diff_dst)
     with np.errstate(all="ignore"):
         if use_dst:
@@ -71,15 +74,18 @@ def sigmoid_backward(src_or_dst, diff_dst, *, use_dst=True):
         return dy / (4.0 * np.cosh(x / 2.0) ** 2)
 
 
-def tanh_backward(src_or_dst, diff_dst, *, use_dst=True):
+def tanh_backward(src_or_dst: np.ndarray, diff_dst: np.ndarray, *, use_dst: bool = True) -> np.ndarray:
     x, dy = _f64(src_or_dst), _f64(diff_dst)
     with np.errstate(all="ignore"):
         if use_dst:
             return dy * (1.0 - x * x)  # x * x and 1 - x * x are exact for f32 x
-        return dy / np.cosh(x) ** 2  # tanh'(x) = sech^2(x)
+        cosh: npt.NDArray[np.float64] = np.cosh(x)
+        return dy / cosh**2  # tanh'(x) = sech^2(x)
 
 
-def _binary_inputs(src_0, src_1, auto_broadcast):
+def _binary_inputs(
+    src_0: np.ndarray, src_1: np.ndarray, auto_broadcast: str
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """The two inputs in float64; NumPy broadcasts them in the arithmetic ('numpy'), or their
     shapes must be equal ('none')."""
     a, b = _f64(src_0), _f64(src_1)
@@ -92,49 +98,49 @@ def _binary_inputs(src_0, src_1, auto_broadcast):
 # The binary ops: one float64 operation on two values of f32, bf16 or f16 (24 bits at most).
 # Rounded to the dtype, its result is the exact one rounded once: 53 bits are at least 2p + 2
 # for p <= 24, so the float64 rounding before never changes it (+ - * /).
-def add(src_0, src_1, *, auto_broadcast="numpy"):
+def add(src_0: np.ndarray, src_1: np.ndarray, *, auto_broadcast: str = "numpy") -> np.ndarray:
     a, b = _binary_inputs(src_0, src_1, auto_broadcast)
     with np.errstate(all="ignore"):
         return a + b
 
 
-def subtract(src_0, src_1, *, auto_broadcast="numpy"):
+def subtract(src_0: np.ndarray, src_1: np.ndarray, *, auto_broadcast: str = "numpy") -> np.ndarray:
     a, b = _binary_inputs(src_0, src_1, auto_broadcast)
     with np.errstate(all="ignore"):
         return a - b
 
 
-def multiply(src_0, src_1, *, auto_broadcast="numpy"):
+def multiply(src_0: np.ndarray, src_1: np.ndarray, *, auto_broadcast: str = "numpy") -> np.ndarray:
     a, b = _binary_inputs(src_0, src_1, auto_broadcast)
     with np.errstate(all="ignore"):
         return a * b
 
 
-def divide(src_0, src_1, *, auto_broadcast="numpy"):
+def divide(src_0: np.ndarray, src_1: np.ndarray, *, auto_broadcast: str = "numpy") -> np.ndarray:
     a, b = _binary_inputs(src_0, src_1, auto_broadcast)
     with np.errstate(all="ignore"):
         return a / b
 
 
-def maximum(src_0, src_1, *, auto_broadcast="numpy"):
+def maximum(src_0: np.ndarray, src_1: np.ndarray, *, auto_broadcast: str = "numpy") -> np.ndarray:
     """The larger value; NaN where either is NaN (NumPy's maximum)."""
     a, b = _binary_inputs(src_0, src_1, auto_broadcast)
     return np.maximum(a, b)
 
 
-def minimum(src_0, src_1, *, auto_broadcast="numpy"):
+def minimum(src_0: np.ndarray, src_1: np.ndarray, *, auto_broadcast: str = "numpy") -> np.ndarray:
     """The smaller value; NaN where either is NaN (NumPy's minimum)."""
     a, b = _binary_inputs(src_0, src_1, auto_broadcast)
     return np.minimum(a, b)
 
 
-def squared_difference(src_0, src_1, *, auto_broadcast="numpy"):
+def squared_difference(src_0: np.ndarray, src_1: np.ndarray, *, auto_broadcast: str = "numpy") -> np.ndarray:
     a, b = _binary_inputs(src_0, src_1, auto_broadcast)
     with np.errstate(all="ignore"):
         return np.square(a - b)
 
 
-def _prelu(src, slope_full, diff_dst):
+def _prelu(src: np.ndarray, slope_full: np.ndarray, diff_dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """diff_src and the per-element slope gradient (before summing), slope already broadcast."""
     positive = src > 0
     with np.errstate(all="ignore"):
@@ -147,10 +153,13 @@ def _sum_to(terms: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum `terms` over the dims where an operand of `shape` (same rank) was broadcast."""
     axes = tuple(d for d, size in enumerate(shape) if size == 1 and terms.shape[d] != 1)
     with np.errstate(all="ignore"):  # Inf - Inf is NaN, as it should be
-        return terms.sum(axis=axes, keepdims=True).reshape(shape)
+        sums: np.ndarray = terms.sum(axis=axes, keepdims=True)
+        return sums.reshape(shape)
 
 
-def prelu_backward(src, slope, diff_dst, *, data_format="NXC"):
+def prelu_backward(
+    src: np.ndarray, slope: np.ndarray, diff_dst: np.ndarray, *, data_format: str = "NXC"
+) -> tuple[np.ndarray, np.ndarray]:
     x, w, dy = _f64(src), _f64(slope), _f64(diff_dst)
     rank = x.ndim
     channel_axis = _channel_axis(rank, data_format)
@@ -170,7 +179,9 @@ def prelu_backward(src, slope, diff_dst, *, data_format="NXC"):
     return diff_src, diff_slope
 
 
-def aclnn_prelu_backward(grad_output, self, weight):
+def aclnn_prelu_backward(
+    grad_output: np.ndarray, self: np.ndarray, weight: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     x, w = _f64(self), _f64(weight)
     dy = np.broadcast_to(_f64(grad_output), x.shape)
     rank = x.ndim
@@ -188,8 +199,16 @@ def aclnn_prelu_backward(grad_output, self, weight):
 
 
 def batch_norm_training_backward(
-    src, diff_dst, mean, variance, gamma=None, *, epsilon, data_format="NXC", with_diff_gamma_beta=None
-):
+    src: np.ndarray,
+    diff_dst: np.ndarray,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    gamma: np.ndarray | None = None,
+    *,
+    epsilon: float,
+    data_format: str = "NXC",
+    with_diff_gamma_beta: bool | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     if with_diff_gamma_beta is None:
         with_diff_gamma_beta = gamma is not None
     x, dy = _f64(src), _f64(diff_dst)
@@ -214,8 +233,17 @@ def batch_norm_training_backward(
 
 
 def batch_norm_training_backward_bounds(
-    src, diff_dst, mean, variance, gamma=None, *, epsilon, data_format="NXC", with_diff_gamma_beta=None, float_run=0
-):
+    src: np.ndarray,
+    diff_dst: np.ndarray,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    gamma: np.ndarray | None = None,
+    *,
+    epsilon: float,
+    data_format: str = "NXC",
+    with_diff_gamma_beta: bool | None = None,
+    float_run: int = 0,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Error bounds of batch_norm_training_backward's diff_src, diff_gamma and diff_beta beyond 1
     ulp of their dtype, from the inputs in float64 (its spec's accuracy contract).
 
@@ -243,7 +271,16 @@ def batch_norm_training_backward_bounds(
         )
 
 
-def _batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon: float, axis: int, float_run: int):
+def _batch_norm_bounds(
+    src: np.ndarray,
+    diff_dst: np.ndarray,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    gamma_: np.ndarray | None,
+    epsilon: float,
+    axis: int,
+    float_run: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x, dy = src.astype(np.float64), diff_dst.astype(np.float64)
     view = [1] * x.ndim
     view[axis] = x.shape[axis]
@@ -275,17 +312,18 @@ def _batch_norm_bounds(src, diff_dst, mean, variance, gamma_, epsilon: float, ax
     return src_bound, gamma_bound, beta_bound
 
 
-def soft_max(src, *, axis=1):
+def soft_max(src: np.ndarray, *, axis: int = 1) -> np.ndarray:
     x = _f64(src)
     if x.shape[axis] == 0:
         return x.copy()
     with np.errstate(all="ignore"):
         # e^(x - max) / sum e^(x - max): a NaN makes its line NaN, as its max is
-        e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-        return e / np.sum(e, axis=axis, keepdims=True)
+        e: npt.NDArray[np.float64] = np.exp(x - np.max(x, axis=axis, keepdims=True))
+        total: npt.NDArray[np.float64] = np.sum(e, axis=axis, keepdims=True)
+        return e / total
 
 
-def soft_max_bounds(src, *, axis=1, float_run=0):
+def soft_max_bounds(src: np.ndarray, *, axis: int = 1, float_run: int = 0) -> tuple[np.ndarray]:
     """soft_max's error bound beyond 1 ulp of dst's dtype, from the inputs in float64 (its spec's
     accuracy contract). u = 2^-24; per line of n elements, d = x - max:
 
@@ -321,8 +359,16 @@ def _split_axes(x: np.ndarray, begin_norm_axis: int) -> tuple[tuple[int, ...], t
 
 
 def layer_norm_backward(
-    src, diff_dst, mean, variance, gamma=None, *, begin_norm_axis=-1, epsilon=1e-5, with_diff_gamma_beta=None
-):
+    src: np.ndarray,
+    diff_dst: np.ndarray,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    gamma: np.ndarray | None = None,
+    *,
+    begin_norm_axis: int = -1,
+    epsilon: float = 1e-5,
+    with_diff_gamma_beta: bool | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     if with_diff_gamma_beta is None:
         with_diff_gamma_beta = gamma is not None
     x, dy = _f64(src), _f64(diff_dst)
@@ -342,17 +388,17 @@ def layer_norm_backward(
 
 
 def layer_norm_backward_bounds(
-    src,
-    diff_dst,
-    mean,
-    variance,
-    gamma=None,
+    src: np.ndarray,
+    diff_dst: np.ndarray,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    gamma: np.ndarray | None = None,
     *,
-    begin_norm_axis=-1,
-    epsilon=1e-5,
-    with_diff_gamma_beta=None,
-    float_run=0,
-):
+    begin_norm_axis: int = -1,
+    epsilon: float = 1e-5,
+    with_diff_gamma_beta: bool | None = None,
+    float_run: int = 0,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """Error bounds of layer_norm_backward's outputs beyond 1 ulp of their dtype, from the inputs
     in float64 (its spec's accuracy contract). u = 2^-24, U = 2^-53; n elements a line, L lines.
 
@@ -399,28 +445,31 @@ def layer_norm_backward_bounds(
         return diff_src, diff_gamma + 4 * line_factors * tiny, diff_beta + 4 * lines * tiny
 
 
-def log_soft_max(src, *, axis=-1):
+def log_soft_max(src: np.ndarray, *, axis: int = -1) -> np.ndarray:
     x = _f64(src)
     if x.shape[axis] == 0:
         return x.copy()
     with np.errstate(all="ignore"):
         # log(e^x / sum e^x) = (x - max) - log(sum e^(x - max)): a NaN makes its line NaN, as its max is
-        shifted = x - np.max(x, axis=axis, keepdims=True)
-        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+        shifted: npt.NDArray[np.float64] = x - np.max(x, axis=axis, keepdims=True)
+        log_sum: npt.NDArray[np.float64] = np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+        return shifted - log_sum
 
 
-def soft_max_backward(diff_dst, dst, *, axis=1):
+def soft_max_backward(diff_dst: np.ndarray, dst: np.ndarray, *, axis: int = 1) -> np.ndarray:
     dy, y = _f64(diff_dst), _f64(dst)
     with np.errstate(all="ignore"):
         # d(softmax)/dx applied to dy: y * (dy - <dy, y>) along the axis
-        return y * (dy - np.sum(dy * y, axis=axis, keepdims=True))
+        dot: npt.NDArray[np.float64] = np.sum(dy * y, axis=axis, keepdims=True)
+        return y * (dy - dot)
 
 
-def log_soft_max_backward(diff_dst, dst, *, axis=-1):
+def log_soft_max_backward(diff_dst: np.ndarray, dst: np.ndarray, *, axis: int = -1) -> np.ndarray:
     dy, y = _f64(diff_dst), _f64(dst)
     with np.errstate(all="ignore"):
         # the softmax is e^dst: dy - softmax * sum(dy) along the axis
-        return dy - np.exp(y) * np.sum(dy, axis=axis, keepdims=True)
+        total: npt.NDArray[np.float64] = np.sum(dy, axis=axis, keepdims=True)
+        return dy - np.exp(y) * total
 
 
 def _normalized_axes(rank: int, begin_norm_axis: int) -> tuple[int, ...]:
@@ -428,7 +477,14 @@ def _normalized_axes(rank: int, begin_norm_axis: int) -> tuple[int, ...]:
     return tuple(range(first, rank))
 
 
-def layer_norm(src, gamma=None, beta=None, *, begin_norm_axis=-1, epsilon=1e-5):
+def layer_norm(
+    src: np.ndarray,
+    gamma: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+    *,
+    begin_norm_axis: int = -1,
+    epsilon: float = 1e-5,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = _f64(src)
     axes = _normalized_axes(x.ndim, begin_norm_axis)
     normalized = x.shape[axes[0] :]
@@ -445,7 +501,7 @@ def layer_norm(src, gamma=None, beta=None, *, begin_norm_axis=-1, epsilon=1e-5):
     return dst, mean.reshape(line), variance.reshape(line)
 
 
-def log_soft_max_bounds(src, *, axis=-1, float_run=0):
+def log_soft_max_bounds(src: np.ndarray, *, axis: int = -1, float_run: int = 0) -> tuple[np.ndarray]:
     """log_soft_max's error bound beyond 1 ulp of dst's dtype, from the inputs in float64 (its
     spec's accuracy contract). u = 2^-24 (the kernel computes in f32); per line of n elements,
     d = x - max (<= 0, exact), L = log(sum e^d) (>= 0):
@@ -478,7 +534,7 @@ def log_soft_max_bounds(src, *, axis=-1, float_run=0):
     return (bound,)
 
 
-def _wide_units(array) -> tuple[float, float, float]:
+def _wide_units(array: np.ndarray) -> tuple[float, float, float]:
     """(u, eta, store) of an op with compute = "wide" whose data has `array`'s dtype (the dtype
     table): u and eta, the unit roundoff of its compute type and half that type's smallest
     subnormal (f16: f32; f32 and bf16: double); `store`, 2^-24 where a double result is rounded
@@ -489,7 +545,9 @@ def _wide_units(array) -> tuple[float, float, float]:
     return _accuracy.U64, 2.0**-1075, _accuracy.U32 if dtype.itemsize < 4 else 0.0
 
 
-def soft_max_backward_bounds(diff_dst, dst, *, axis=1, float_run=0):
+def soft_max_backward_bounds(
+    diff_dst: np.ndarray, dst: np.ndarray, *, axis: int = 1, float_run: int = 0
+) -> tuple[np.ndarray]:
     """soft_max_backward's error bound beyond 1 ulp of diff_src's dtype, from the inputs in
     float64 (its spec's accuracy contract). u, eta: the compute type's unit roundoff and half
     its smallest subnormal (_wide_units: f32 for f16 data, double for f32 and bf16 data); per
@@ -521,7 +579,9 @@ def soft_max_backward_bounds(diff_dst, dst, *, axis=1, float_run=0):
     return (bound,)
 
 
-def log_soft_max_backward_bounds(diff_dst, dst, *, axis=-1, float_run=0):
+def log_soft_max_backward_bounds(
+    diff_dst: np.ndarray, dst: np.ndarray, *, axis: int = -1, float_run: int = 0
+) -> tuple[np.ndarray]:
     """log_soft_max_backward's error bound beyond 1 ulp of diff_src's dtype, from the inputs in
     float64 (its spec's accuracy contract). u, eta as in soft_max_backward_bounds; per line of
     n elements, s = sum diff_dst, A = sum |diff_dst|; per element e = exp(dst):
@@ -553,7 +613,15 @@ def log_soft_max_backward_bounds(diff_dst, dst, *, axis=-1, float_run=0):
     return (bound,)
 
 
-def layer_norm_bounds(src, gamma=None, beta=None, *, begin_norm_axis=-1, epsilon=1e-5, float_run=0):
+def layer_norm_bounds(
+    src: np.ndarray,
+    gamma: np.ndarray | None = None,
+    beta: np.ndarray | None = None,
+    *,
+    begin_norm_axis: int = -1,
+    epsilon: float = 1e-5,
+    float_run: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """layer_norm's error bounds beyond 1 ulp of their dtypes, of dst, mean and variance, from
     the inputs in float64 (its spec's accuracy contract). u, eta: the compute type's unit
     roundoff and half its smallest subnormal (_wide_units: f32 for f16 data, double for f32 and
@@ -613,7 +681,9 @@ def layer_norm_bounds(src, gamma=None, beta=None, *, begin_norm_axis=-1, epsilon
 # ---- ReduceX over a set of axes (an int list; empty: each element its own reduction) ----
 
 
-def _reduced(src, axes, keep_dims):
+def _reduced(
+    src: np.ndarray, axes: Sequence[int], keep_dims: bool
+) -> tuple[np.ndarray, tuple[int, ...], int, Callable[[np.ndarray], np.ndarray]]:
     """(src in float64, its axes as a sorted tuple, the count of elements each result reduces,
     and a function giving a reduction's result its output shape)."""
     x = _f64(src)
@@ -626,50 +696,50 @@ def _reduced(src, axes, keep_dims):
     return x, normalized, count, shaped
 
 
-def reduce_sum(src, *, axes=(), keep_dims=False):
+def reduce_sum(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:
     x, axes, _, shaped = _reduced(src, axes, keep_dims)
     with np.errstate(all="ignore"):
         return shaped(np.sum(x, axis=axes, keepdims=True))
 
 
-def reduce_mean(src, *, axes=(), keep_dims=False):
+def reduce_mean(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:
     """sum / count; 0 / 0 (NaN) where nothing is reduced."""
     x, axes, count, shaped = _reduced(src, axes, keep_dims)
     with np.errstate(all="ignore"):
         return shaped(np.sum(x, axis=axes, keepdims=True) / np.float64(count))
 
 
-def reduce_max(src, *, axes=(), keep_dims=False):
+def reduce_max(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:
     """NaN where an element is NaN (NumPy's max); -inf where nothing is reduced."""
     x, axes, _, shaped = _reduced(src, axes, keep_dims)
     return shaped(np.max(x, axis=axes, keepdims=True, initial=-np.inf))
 
 
-def reduce_min(src, *, axes=(), keep_dims=False):
+def reduce_min(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:
     """NaN where an element is NaN (NumPy's min); +inf where nothing is reduced."""
     x, axes, _, shaped = _reduced(src, axes, keep_dims)
     return shaped(np.min(x, axis=axes, keepdims=True, initial=np.inf))
 
 
-def reduce_prod(src, *, axes=(), keep_dims=False):
+def reduce_prod(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:
     x, axes, _, shaped = _reduced(src, axes, keep_dims)
     with np.errstate(all="ignore"):
         return shaped(np.prod(x, axis=axes, keepdims=True))
 
 
-def reduce_l1(src, *, axes=(), keep_dims=False):
+def reduce_l1(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:
     x, axes, _, shaped = _reduced(src, axes, keep_dims)
     with np.errstate(all="ignore"):
         return shaped(np.sum(np.abs(x), axis=axes, keepdims=True))
 
 
-def reduce_l2(src, *, axes=(), keep_dims=False):
+def reduce_l2(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:
     x, axes, _, shaped = _reduced(src, axes, keep_dims)
     with np.errstate(all="ignore"):
         return shaped(np.sqrt(np.sum(x * x, axis=axes, keepdims=True)))
 
 
-def _store_step(src) -> tuple[float, float]:
+def _store_step(src: np.ndarray) -> tuple[float, float]:
     """(relative, absolute) error of the step from the kernel's double result through f32 to a
     narrower output dtype (beyond the 1 ulp of that dtype allowed): 2^-24 and half f32's
     smallest subnormal; none for f32 outputs."""
@@ -683,7 +753,9 @@ def _sum_bound(magnitudes: np.ndarray, count: int) -> np.ndarray:
     return 2 * max(count - 1, 0) * _accuracy.U64 * magnitudes
 
 
-def reduce_sum_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+def reduce_sum_bounds(
+    src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False, float_run: int = 0
+) -> tuple[np.ndarray]:
     """reduce_sum's bound beyond 1 ulp of dst's dtype. Each term (an element, exact in double)
     is added in double in the kernel (lanes, then their fold, then the blocks' partial sums: n - 1
     additions in all for n terms) and in the oracle (NumPy's pairwise sum): each within
@@ -699,13 +771,17 @@ def reduce_sum_bounds(src, *, axes=(), keep_dims=False, float_run=0):
     return (shaped(bound),)
 
 
-def reduce_l1_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+def reduce_l1_bounds(
+    src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False, float_run: int = 0
+) -> tuple[np.ndarray]:
     """reduce_l1's bound beyond 1 ulp of dst's dtype: |x| is exact, so as reduce_sum's with the
     terms' magnitudes their sum: 2 (n - 1) 2^-53 sum |x| (1 + 1 %) + store."""
     return reduce_sum_bounds(np.abs(_f64(src)).astype(np.asarray(src).dtype), axes=axes, keep_dims=keep_dims)
 
 
-def reduce_mean_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+def reduce_mean_bounds(
+    src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False, float_run: int = 0
+) -> tuple[np.ndarray]:
     """reduce_mean's bound beyond 1 ulp of dst's dtype: the sum as in reduce_sum_bounds, over n
     (exact in double) with one more rounding in double in each of kernel and oracle (2^-53 of
     the mean): (2 (n - 1) 2^-53 sum |x| / n + 2 2^-53 |mean|) (1 + 1 %) + store."""
@@ -721,7 +797,9 @@ def reduce_mean_bounds(src, *, axes=(), keep_dims=False, float_run=0):
     return (shaped(bound),)
 
 
-def reduce_prod_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+def reduce_prod_bounds(
+    src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False, float_run: int = 0
+) -> tuple[np.ndarray]:
     """reduce_prod's bound beyond 1 ulp of dst's dtype. The n factors are exact in double; the
     kernel's n - 1 products in double (lanes, their fold, the blocks' partial products), each
     rounded by 2^-53 relatively, and the oracle's as many: within 2 gamma(n - 1) |prod| (in
@@ -743,7 +821,9 @@ def reduce_prod_bounds(src, *, axes=(), keep_dims=False, float_run=0):
     return (shaped(bound),)
 
 
-def reduce_l2_bounds(src, *, axes=(), keep_dims=False, float_run=0):
+def reduce_l2_bounds(
+    src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False, float_run: int = 0
+) -> tuple[np.ndarray]:
     """reduce_l2's bound beyond 1 ulp of dst's dtype. Each square is exact in the compute type
     (double for f32 and bf16 data, float for f16: twice the mantissa bits fit, and the range);
     the sum of n squares in double is within (n - 1) 2^-53 of the exact sum S in the kernel

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from opgen import binary, expr, float_range, lines
 from opgen.specs import DType, DTypeTable, OpSpec
@@ -126,8 +126,21 @@ STREAM_BYTES = 16 << 20  # bytes moved above which outputs use non-temporal stor
 # moved 19 % slower through the writer, 4 MB 22 % faster). The pass has a loop for each side.
 COSTLY_LINES_BYTES = 4 << 20
 PREFETCH_BYTES = 4096  # how far ahead of each block load the next lines are asked for
+
+
+class Target(TypedDict, total=False):
+    """An entry of TARGETS (the templates read it too)."""
+
+    name: Required[str]
+    isa: str  # the instruction sets of its own copy (target pragma); "" for the baseline
+    gcc_isa: str  # more of GCC's target pragma (options clang does not take)
+    copy_of: str  # the target whose code it runs (no code of its own)
+    flag: str  # a C int the dispatcher sets when this target is chosen
+    cpu: Required[tuple[str, ...]]  # the CPU flags it needs
+
+
 # Compiled copies of every kernel, best last; chosen at run time by what the CPU supports.
-TARGETS = (
+TARGETS: tuple[Target, ...] = (
     {"name": "baseline", "isa": "", "cpu": ()},
     {"name": "avx2", "isa": "avx2,fma,f16c,bmi,bmi2", "cpu": ("avx2", "fma", "f16c")},
     {
@@ -533,7 +546,9 @@ def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
     return n_sums + n_values if spec.pattern == "reduce_then_apply" else 0
 
 
-def _float_first(variant: Variant, compute: str, elements: list[tuple[str, Any]], table: DTypeTable) -> dict | None:
+def _float_first(
+    variant: Variant, compute: str, elements: list[tuple[str, Any]], table: DTypeTable
+) -> dict[str, Any] | None:
     """For an elementwise kernel: the input magnitudes for which its blocks may take a
     cheaper path (float_range), and the math there; None when there is none (a log,
     attributes...). Computed in double, the path is float when float's precision is enough
@@ -588,7 +603,7 @@ def _float_path(
     intervals: dict[str, float_range.Interval],
     last: dict[str, Any],
     calls_exp: bool,
-) -> dict:
+) -> dict[str, Any]:
     """_float_first's result: the path's type, the inputs it checks and its math in C."""
     outputs = [t.name for t in variant.op.outputs]
     kind = arithmetic.name
@@ -638,7 +653,7 @@ def _float_path(
     }
 
 
-def _vector_elements(ordered: list[tuple[str, Any]], arithmetic: float_range.Arithmetic) -> dict | None:
+def _vector_elements(ordered: list[tuple[str, Any]], arithmetic: float_range.Arithmetic) -> dict[str, Any] | None:
     """The float path's math as AVX-512 intrinsics (expr.to_vector), the same bits as its lane
     loop: the inputs it reads and each element's expression; None when any element has no
     such form. Timed from C, one thread, sigmoid and tanh from src in bf16 and f16: 5-9 %
@@ -660,7 +675,9 @@ def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
     return expr.to_c(expr.parse(repr(float(value))), {}, table.compute_types[kind].literal_suffix, "", "")
 
 
-def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, float_first: dict | None) -> str:
+def _detail(
+    variant: Variant, compute: str, accumulate: str, float_runs: bool, float_first: dict[str, Any] | None
+) -> str:
     dtypes = ", ".join(f"{name} {dtype}" for name, dtype in variant.row.items())
     computed = f"computed in {compute}"
     if float_first:
@@ -729,7 +746,9 @@ def _significand_bits(tree: Any, dtypes: dict[str, DType], in_range: bool) -> in
 
     def bits(node: Any) -> int | None:  # significand bits of an exact value, None if not exact
         if isinstance(node, ast.Constant):
-            return 1 if not isinstance(node.value, bool) and float(node.value) in (0.0, 1.0, -1.0) else None
+            return (
+                1 if not isinstance(node.value, bool) and float(cast(float, node.value)) in (0.0, 1.0, -1.0) else None
+            )
         if isinstance(node, ast.Name):
             if node.id not in dtypes or (in_range and not fits_range(dtypes[node.id])):
                 return None

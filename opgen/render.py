@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 
 from opgen import bundle, c_api, float_range, plan
-from opgen.specs import MAX_LINE_VALUES, DTypeTable, OpSpec, SpecError, load_specs
+from opgen.specs import MAX_LINE_VALUES, MAX_RANK, DTypeTable, OpSpec, SpecError, load_specs
 
 BUNDLED_SPECS = bundle.SPECS
 BUNDLED_TEMPLATES = bundle.TEMPLATES
@@ -205,7 +205,7 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
             for d in table.dtypes.values()
         ],
         "statuses": c_api.STATUSES,
-        "max_rank": c_api.MAX_RANK,
+        "max_rank": MAX_RANK,
         "max_operands": c_api.MAX_OPERANDS,
         "max_forms": len(c_api.FORM_CODES),
         "form_codes": list(c_api.FORM_CODES.values()),
@@ -220,7 +220,7 @@ def _source_files(
     kernels_by_op: dict[str, list[dict[str, Any]]],
     apis: list[dict[str, Any]],
     support: dict[str, tuple[str, list[dict[str, Any]]]],
-    compiled_targets: list[dict[str, Any]],
+    compiled_targets: list[plan.Target],
     settings: dict[str, Any],
 ) -> dict[str, str]:
     """The C sources of opgen's own functions, the drivers, and each op's kernels and API, with

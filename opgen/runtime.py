@@ -19,7 +19,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ml_dtypes
 import numpy as np
@@ -113,13 +113,16 @@ class _Op:
     def __init__(self, library: OpLibrary, spec: OpSpec) -> None:
         self.library = library
         self.spec = spec
-        self.plans: dict[tuple, Plan] = {}
+        self.plans: dict[tuple[Any, ...], Plan] = {}
         # per attribute values: the plans of exact-ndarray calls, most recent first (fastcall.c)
-        self.fast: dict[tuple, list] = {}
+        self.fast: dict[tuple[Any, ...], list[Any]] = {}
         self.namespace: dict[str, Any] = {}  # the generated function's globals
         self.single = len(spec.outputs) == 1
         camel = "".join(part.title() for part in spec.name.split("_"))
-        self.result = None if self.single else collections.namedtuple(f"{camel}Result", [t.name for t in spec.outputs])
+        # the named tuple of the results; None for one output
+        self.result: Callable[..., tuple[Any, ...]] | None = (
+            None if self.single else collections.namedtuple(f"{camel}Result", [t.name for t in spec.outputs])
+        )
 
 
 def make_function(library: OpLibrary, spec: OpSpec) -> Any:
@@ -180,7 +183,7 @@ def make_function(library: OpLibrary, spec: OpSpec) -> Any:
     return function
 
 
-def _fast_call(plans: list, *arrays: Any) -> None:
+def _fast_call(plans: list[Any], *arrays: Any) -> None:
     """Replaced by fastcall.c's call once it is built (the first plan): until then, no plan."""
     return None
 
@@ -204,7 +207,14 @@ def _docstring(spec: OpSpec) -> str:
     return "\n".join(lines)
 
 
-def _call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, settings: tuple, out: Any) -> Any:
+def _call(
+    op: _Op,
+    inputs: tuple[Any, ...],
+    attributes: tuple[Any, ...],
+    flags: tuple[Any, ...],
+    settings: tuple[Any, ...],
+    out: Any,
+) -> Any:
     """A call the fast path did not take; `settings` are its attribute values and flags with
     their types (the fast path's key). Inputs and `out` that are not NumPy arrays but export
     DLPack are read as arrays over their memory; given a torch.Tensor, the results are tensors."""
@@ -217,7 +227,14 @@ def _call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, settings: tup
     return _checked_call(op, inputs, attributes, flags, settings, out)
 
 
-def _fast_or_checked_call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, settings: tuple, out: Any) -> Any:
+def _fast_or_checked_call(
+    op: _Op,
+    inputs: tuple[Any, ...],
+    attributes: tuple[Any, ...],
+    flags: tuple[Any, ...],
+    settings: tuple[Any, ...],
+    out: Any,
+) -> Any:
     """A call on arrays read from other objects: the fast path when it takes them (the arrays
     are plain ndarrays now), else the checked one."""
     try:
@@ -238,7 +255,7 @@ def _foreign(out: Any) -> bool:
     return not isinstance(out, tuple) or any(x is not None and x.__class__ is not np.ndarray for x in out)
 
 
-def _torch_given(inputs: tuple, out: Any) -> Any:
+def _torch_given(inputs: tuple[Any, ...], out: Any) -> Any:
     """The torch module when an input or output is a torch.Tensor, else None. A tensor can only
     exist once torch is imported, so torch is never imported here."""
     torch = sys.modules.get("torch")
@@ -272,8 +289,10 @@ def _torch_as_array(torch: Any, tensor: Any) -> np.ndarray:
     if tensor.device.type != "cpu":
         raise TypeError(f"must be on the CPU, not {tensor.device}")
     if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return tensor.numpy()
+        array: np.ndarray = tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return array
+    array = tensor.numpy()
+    return array
 
 
 def _as_arrays(op: _Op, out: Any) -> Any:
@@ -300,6 +319,7 @@ def _to_torch(op: _Op, torch: Any, result: Any, given: Any) -> Any:
         mine = given[0] if isinstance(given, tuple) and given else given
         return mine if isinstance(mine, torch.Tensor) else array_to_torch(torch, result)
     given = given if isinstance(given, tuple) else (None,) * len(result)
+    assert op.result is not None  # not op.single
     return op.result(
         *(
             mine if isinstance(mine, torch.Tensor) else None if array is None else array_to_torch(torch, array)
@@ -308,7 +328,14 @@ def _to_torch(op: _Op, torch: Any, result: Any, given: Any) -> Any:
     )
 
 
-def _checked_call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, settings: tuple, out: Any) -> Any:
+def _checked_call(
+    op: _Op,
+    inputs: tuple[Any, ...],
+    attributes: tuple[Any, ...],
+    flags: tuple[Any, ...],
+    settings: tuple[Any, ...],
+    out: Any,
+) -> Any:
     try:
         key = (*((x.__class__, None if x is None else (x.dtype, x.shape)) for x in inputs), *settings)
         found = op.plans.get(key)
@@ -334,6 +361,7 @@ def _checked_call(op: _Op, inputs: tuple, attributes: tuple, flags: tuple, setti
     outputs = found.run(inputs, out)
     if op.single:
         return outputs[0]
+    assert op.result is not None  # not op.single
     return op.result(*outputs)
 
 
@@ -355,11 +383,11 @@ def c_entry_call(function: Any, *args: Any, **kwargs: Any) -> Callable[[], int]:
     )
     _, arguments, views = found.arguments(inputs, values["out"])
     call = functools.partial(found.function, *arguments)
-    call.views = views  # the data stay alive with the call
+    vars(call)["views"] = views  # the data stay alive with the call
     return call
 
 
-def _make_plan(op: _Op, inputs: tuple, attributes: tuple, flags: tuple) -> Plan:
+def _make_plan(op: _Op, inputs: tuple[Any, ...], attributes: tuple[Any, ...], flags: tuple[Any, ...]) -> Plan:
     spec = op.spec
     arguments = dict(zip([t.name for t in spec.inputs], inputs))
     arguments.update(zip([a.name for a in spec.attributes], attributes))
@@ -376,7 +404,7 @@ class Plan:
     descriptors (dtype, shape) and attribute values are written once, here; the data pointers
     are passed per call."""
 
-    def __init__(self, op: _Op, checked: Checked, inputs: tuple) -> None:
+    def __init__(self, op: _Op, checked: Checked, inputs: tuple[Any, ...]) -> None:
         library, spec = op.library, op.spec
         self.name = spec.name
         table = library.table
@@ -394,7 +422,7 @@ class Plan:
             self.outputs.append((tensor.name, checked.output_shape(tensor.name), dtype, requested))
         codes = {name: index for index, name in enumerate(table.dtypes)}
         described = [
-            (codes[checked.row[t.name]], checked.inputs[t.name].shape) if used else None
+            (codes[checked.row[t.name]], cast(np.ndarray, checked.inputs[t.name]).shape) if used else None
             for t, used in zip(spec.inputs, self.used)
         ]
         described += [
@@ -415,7 +443,7 @@ class Plan:
         ]
         self.doubles = tuple(doubles)
         self.numbers = ffi.new("double[]", doubles or [0.0])
-        self.allocate = [
+        self.allocate: list[Callable[[], np.ndarray | None]] = [
             functools.partial(
                 aligned_empty if math.prod(shape) * dtype.itemsize >= STREAM_ALIGN_BYTES else np.empty, shape, dtype
             )
@@ -444,7 +472,7 @@ class Plan:
         kind = {1: TypeError, 2: TypeError, 11: MemoryError}.get(status, ValueError)
         raise kind(message)
 
-    def _fast_plan(self, op: _Op, inputs: tuple) -> Any:
+    def _fast_plan(self, op: _Op, inputs: tuple[Any, ...]) -> Any:
         """This plan for fastcall.c (None without it): what a repeated call must match, and
         the C entry point opgen_<op>_with_arrays with the operands described here."""
         fast = _fastcall()
@@ -481,7 +509,7 @@ class Plan:
             found = self.local.workspace = (buffer, self.ffi.from_buffer(buffer))
         return found[1]
 
-    def _prepare(self, inputs: tuple) -> list[np.ndarray | None]:
+    def _prepare(self, inputs: tuple[Any, ...]) -> list[np.ndarray | None]:
         prepared = []
         for array, used, name in zip(inputs, self.used, self.input_names):
             if used and not (array.flags.c_contiguous and array.flags.aligned):
@@ -528,7 +556,9 @@ class Plan:
                 raise ValueError(f"{where}: must be C-contiguous, writeable and aligned to its dtype")
         return list(out)  # the C API rejects outputs that overlap another operand
 
-    def arguments(self, inputs: tuple, out: Any) -> tuple[list[np.ndarray | None], tuple, list]:
+    def arguments(
+        self, inputs: tuple[Any, ...], out: Any
+    ) -> tuple[list[np.ndarray | None], tuple[Any, ...], list[Any]]:
         """The outputs of a call, the arguments of its C entry point, and the buffer views the
         data pointers point into (keep them alive until the call returns)."""
         prepared, outputs = self._prepare(inputs), self._outputs(out)
@@ -541,7 +571,9 @@ class Plan:
         arguments = (self.operands, pointers, self.numbers, self.workspace(), self.workspace_bytes)
         return arrays[len(self.used) :], arguments, views
 
-    def _check_unseen_overlap(self, inputs: tuple, prepared: list, outputs: list) -> None:
+    def _check_unseen_overlap(
+        self, inputs: tuple[Any, ...], prepared: list[np.ndarray | None], outputs: list[np.ndarray | None]
+    ) -> None:
         """The C API rejects an output that overlaps an input it is given, but it is given copies
         of inputs that were not dense and nothing of inputs the call ignores (and will not
         write): the caller's own arrays are checked here, element by element."""
@@ -552,14 +584,15 @@ class Plan:
                 if output is None or not output.size or not original.size:
                     continue
                 try:
-                    shared = np.shares_memory(output, original, max_work=SHARED_MEMORY_WORK)
+                    # numpy's stub takes only -1 and 0 (its two named bounds); any count is allowed
+                    shared = np.shares_memory(output, original, max_work=SHARED_MEMORY_WORK)  # type: ignore[arg-type]
                     verdict = "shares memory"
                 except np.exceptions.TooHardError:  # too many cases to decide: say what is known
                     shared, verdict = True, "may share memory (too costly to decide)"
                 if shared:
                     raise ValueError(f"{self.name}(): {name}: {verdict} with {input_name}")
 
-    def run(self, inputs: tuple, out: Any) -> list[np.ndarray | None]:
+    def run(self, inputs: tuple[Any, ...], out: Any) -> list[np.ndarray | None]:
         outputs, arguments, _views = self.arguments(inputs, out)
         self._raise(self.function(*arguments))
         return outputs

@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, cast, overload
 
 import numpy as np
 
@@ -1049,7 +1049,7 @@ class _Where:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def fail(self, key: str, message: str) -> None:
+    def fail(self, key: str, message: str) -> NoReturn:
         raise SpecError(f"{self.path}: {key}: {message}")
 
 
@@ -1178,7 +1178,7 @@ class _SpecReader:
                     f"backward.inputs.{name}",
                     f"'{source}' is not an input or output of {spec.name}, nor grad(<output>)",
                 )
-        attributes = []
+        attributes: list[tuple[str, str, Any]] = []
         own = {a.name for a in spec.attributes}
         for name, value in self._table(raw.get("attributes", {}), "backward.attributes").items():
             if isinstance(value, str):
@@ -1374,7 +1374,7 @@ class _SpecReader:
             self.fail("op.reference", f"'{reference}' is not a tensor input")
         if next(t for t in inputs if t.name == reference).broadcast:
             self.fail("op.reference", f"the reference '{reference}' cannot itself broadcast")
-        return reference
+        return cast(str, reference)  # one of `tensors`
 
     def _layout(self, op: dict[str, Any], pattern: str, attributes: tuple[Attribute, ...]) -> str | None:
         from_attribute = [a for a in attributes if a.role == "layout"]
@@ -1397,6 +1397,10 @@ class _SpecReader:
             self.fail("op.edge_values", f"{value!r} is not 'all' or 'finite'")
         return str(value)
 
+    @overload
+    def _rank(self, op: dict[str, Any], key: str, default: int) -> int: ...
+    @overload
+    def _rank(self, op: dict[str, Any], key: str, default: None) -> int | None: ...
     def _rank(self, op: dict[str, Any], key: str, default: int | None) -> int | None:
         value = op.get(key, default)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_RANK):
@@ -1454,6 +1458,7 @@ class _SpecReader:
             if tensor.kind == "channel":
                 if tensor.like not in {t.name for t in channel_inputs}:
                     self.fail(f"{key}.like", "a channel output names the channel input whose shape it takes")
+                assert tensor.like is not None  # checked just above
                 if inputs[tensor.like].optional:
                     self.fail(
                         f"{key}.like",
@@ -1813,7 +1818,7 @@ def check_attribute_value(attribute: Attribute, value: Any) -> str | None:
     if number is not None and not math.isfinite(number):
         return f"must be a finite number, not {value!r}"
     if number is None or abs(number) >= _F32_OVERFLOW:
-        shown = repr(value) if len(repr(value)) <= 40 else f"an int of {len(str(abs(int(value))))} digits"
+        shown = repr(value) if len(repr(value)) <= 40 else f"an int of {len(str(abs(int(cast(int, value)))))} digits"
         return f"{shown} is outside the f32 range (it would round to infinity)"
     if attribute.minimum_exclusive is not None:
         as_f32 = float(np.float32(number))  # what the kernels get

@@ -29,7 +29,7 @@ from opgen.validate import Checked
 
 NAMESPACE = "opgen"
 _SCHEMA_TYPES = {"f32": "float", "bool": "bool", "string": "str", "int": "int", "int list": "int[]"}
-_TORCH_DTYPES = {
+_TORCH_DTYPES: dict[np.dtype, torch.dtype] = {
     np.dtype(np.float32): torch.float32,
     np.dtype(np.float16): torch.float16,
     np.dtype(ml_dtypes.bfloat16): torch.bfloat16,
@@ -143,7 +143,9 @@ def _autograd(spec: OpSpec, backward_spec: OpSpec, backward_op: Any) -> tuple[An
     output_names = [t.name for t in spec.outputs]
     saved = [(kind, name) for _, kind, name in pairing.inputs if kind in ("input", "output")]
 
-    def setup_context(ctx: Any, inputs: tuple, output: Any, keyword_only_inputs: dict | None = None) -> None:
+    def setup_context(
+        ctx: Any, inputs: tuple[Any, ...], output: Any, keyword_only_inputs: dict[str, Any] | None = None
+    ) -> None:
         outputs = output if isinstance(output, tuple) else (output,)
         values = {"input": dict(zip(input_names, inputs)), "output": dict(zip(output_names, outputs))}
         ctx.save_for_backward(*(values[kind][name] for kind, name in saved))
@@ -152,7 +154,7 @@ def _autograd(spec: OpSpec, backward_spec: OpSpec, backward_op: Any) -> tuple[An
             name: attributes[value] if kind == "attribute" else value for name, kind, value in pairing.attributes
         }
 
-    def backward(ctx: Any, *grads: Any) -> tuple:
+    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
         tensors = dict(zip(saved, ctx.saved_tensors))
         gradients = dict(zip(output_names, grads))
         arguments = {

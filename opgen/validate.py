@@ -7,7 +7,7 @@ run-time caches it (see runtime.py) and checks each new combination once.
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import numpy as np
 
@@ -26,13 +26,13 @@ class Checked:
         self.inputs = self._inputs(arguments)
         self.row = self._dtype_row(dtype_names)
         self.layout = self.attributes.get(spec.layout_attribute.name) if spec.layout_attribute else spec.layout
-        self.reference = self.inputs[spec.reference]
+        self.reference = cast(np.ndarray, self.inputs[spec.reference])  # a tensor input: required (specs.py)
         self._check_ranks()
         self.line_axes = self._line_axes()
         self.reduced_axes = self._reduced_axes()
         self.forms = self._shapes()
 
-    def fail(self, kind: type[Exception], argument: str, message: str) -> None:
+    def fail(self, kind: type[Exception], argument: str, message: str) -> NoReturn:
         raise kind(f"{self.name}(): {argument}: {message}")
 
     def _attributes(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -262,6 +262,7 @@ class Checked:
         if self.line_axes is not None:
             return shapes.axes_shape(self.reference.shape, *self.line_axes, tensor.kind)
         if self.spec.pattern == "reduce_then_apply":
-            return (shapes.channel_dims(self.reference.shape, self.layout)[1],)
-        form, expanded = self.forms[tensor.like]
-        return shapes.reduced_shape(form, self.inputs[tensor.like].shape, expanded)
+            return (shapes.channel_dims(self.reference.shape, cast(str, self.layout))[1],)  # these ops have a layout
+        like = cast(str, tensor.like)  # a channel output: the required channel input it is like
+        form, expanded = self.forms[like]
+        return shapes.reduced_shape(form, cast(np.ndarray, self.inputs[like]).shape, expanded)

@@ -1,4 +1,4 @@
-"""The Python code is ruff-clean (ruff comes with the test extras)."""
+"""The Python code is ruff-clean and mypy-strict-clean (both come with the test extras)."""
 
 import shutil
 import subprocess
@@ -14,4 +14,13 @@ def test_ruff_clean():
     result = subprocess.run(
         [ruff, "check", "."], cwd=Path(__file__).parent.parent, capture_output=True, text=True, check=False
     )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_clean():
+    """`mypy` with pyproject.toml's settings: --strict on opgen/."""
+    mypy = shutil.which("mypy")
+    if mypy is None:
+        pytest.skip("mypy is not installed (pip install -e '.[test]')")
+    result = subprocess.run([mypy], cwd=Path(__file__).parent.parent, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
