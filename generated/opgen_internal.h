@@ -391,21 +391,6 @@ static inline int64_t opgen_to_line(const void *pointer, size_t size)
 #ifndef OPGEN_PREFETCH_BYTES
 #define OPGEN_PREFETCH_BYTES 4096
 #endif
-/* The same for a line about to be written: asked for with the intent to write, so that the
- * store does not wait for the line to be read first (a pass that keeps its terms in an output
- * for the next pass to read: stores that cannot stream). */
-static inline void opgen_prefetch_write_ahead(const void *pointer, int64_t ahead)
-{
-#if defined(__GNUC__) || defined(__clang__)
-    if (OPGEN_PREFETCH_BYTES > 0) {
-        __builtin_prefetch((const void *)((uintptr_t)pointer + (uintptr_t)ahead), 1, 3);
-    }
-#else
-    (void)pointer;
-    (void)ahead;
-#endif
-}
-
 static inline void opgen_prefetch_ahead(const void *pointer, int64_t ahead)
 {
 #if defined(__GNUC__) || defined(__clang__)

@@ -109,7 +109,6 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
             dst_block[lane] = sum_exp_term;
         }
-        opgen_prefetch_write_ahead(dst + at, OPGEN_PREFETCH_BYTES);
         opgen_store_block_f32(dst + at, dst_block, 0);
     }
     if (at < length) {
