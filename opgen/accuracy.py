@@ -95,10 +95,9 @@ def sum_bound(terms_abs_sum: np.ndarray, count: int, float_run: int = 0) -> np.n
     return rounding + (max(count, 1) * 2.0**-150 if float_run else 0.0)
 
 
-def term_roundings(text: str) -> int:
+def term_roundings(tree: ast.expr) -> int:
     """Roundings a sum term takes where it is computed in floating point: one per operation,
     FUNCTION_ROUNDINGS per function call; selections, negations and comparisons are exact."""
-    tree = expr.parse(text)
     calls = sum(isinstance(node, ast.Call) for node in ast.walk(tree))
     return sum(isinstance(node, ast.BinOp) for node in ast.walk(tree)) + FUNCTION_ROUNDINGS * calls
 
@@ -110,7 +109,7 @@ def stated_sum_bound(spec: Any, name: str, magnitude: np.ndarray, count: int, fl
     bound = sum_bound(magnitude, count, float_run)
     if spec.pattern != "reduce_then_apply":
         return bound
-    roundings = term_roundings(dict(spec.math["sums"])[name])
+    roundings = term_roundings(next(e.tree for e in spec.math["sums"] if e.name == name))
     if not roundings:
         return bound
     unit = U32 if float_run else U64
@@ -143,9 +142,10 @@ def term_magnitudes(
     shape = np.shape(arrays[spec.reference])
     names = {**values, **_attribute_numbers(spec, kwargs)}
     result = {}
-    for name, text in spec.math.get("sums", ()):
+    for entry in spec.math.get("sums", ()):
+        name = entry.name
         with np.errstate(all="ignore"):
-            term = np.broadcast_to(np.abs(evaluate(expr.parse(text), names)), shape)
+            term = np.broadcast_to(np.abs(evaluate(entry.tree, names)), shape)
         term = np.where(np.isnan(term), np.inf, term)
         if spec.pattern == "broadcast_reduce":
             like = spec.tensor(name).like

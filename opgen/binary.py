@@ -87,7 +87,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     reference = dtypes[spec.reference]
     compute = reference.wide_compute if spec.compute == "wide" else reference.compute
     style = table.compute_types[compute]
-    trees = [(entry, expr.fold(expr.parse(text), constants)) for entry, text in spec.math["elements"]]
+    trees = [(e.name, expr.fold(e.tree, constants)) for e in spec.math["elements"]]
     live = {output.name}
     for entry, tree in reversed(trees):
         if entry in live:

@@ -13,8 +13,10 @@ or within f32's range, as kernels computed in float compile them as float consta
 from __future__ import annotations
 
 import ast
+import copy
 import math
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import NamedTuple, cast
 
 
@@ -66,22 +68,84 @@ class ExprError(ValueError):
     """An expression that is not in the allowed subset, or uses an unknown name."""
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a spec's math, parsed once when the spec loads: every emitter (C, vector
+    intrinsics, range analysis, accuracy bounds) reads `tree`, and none parses text again.
+    Invariant: no one changes `tree` in place (fold and scaled_exps build new trees)."""
+
+    name: str
+    text: str  # as written in the spec (error messages, docs)
+    reduction: str | None  # the REDUCTIONS function the whole entry is a call of, else None
+    tree: ast.expr  # the reduction's term, else the whole expression; numeric, names untyped
+
+
 def parse(text: str, conditions: Collection[str] | None = None) -> ast.expr:
     """Parse and check one expression; the result is numeric (not a bare condition).
 
     `conditions`: the names that are conditions (boolean attributes); every other name is a
-    number. None leaves names untyped (either kind), for text already checked with them.
+    number. None leaves names untyped (either kind): check_kinds types them later.
     """
+    source = _source(text)
+    tree = _syntax(source)
+    _check(tree, source, conditions)
+    return tree
+
+
+def parse_entry(name: str, text: str, reduction_allowed: bool) -> Entry:
+    """Parse one math entry: an expression or, where `reduction_allowed`, a whole call of a
+    REDUCTIONS function whose argument is the term. Names are left untyped (check_kinds)."""
+    source = _source(text)
+    tree = _syntax(source)
+    reduction = None
+    if reduction_allowed and isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name):
+        if tree.func.id in REDUCTIONS:
+            if tree.keywords or len(tree.args) != 1:
+                raise ExprError(f"{tree.func.id}() takes 1 positional argument (the term)")
+            reduction, tree = tree.func.id, tree.args[0]
+    _check(tree, source, None)
+    return Entry(name, text, reduction, tree)
+
+
+def number(value: float) -> ast.expr:
+    """The tree of the literal `value` as parse() makes it (a negative number is a negation)."""
+    literal = ast.Constant(abs(float(value)))
+    return ast.UnaryOp(ast.USub(), literal) if math.copysign(1.0, value) < 0 else literal
+
+
+def check_kinds(tree: ast.expr, conditions: Collection[str]) -> None:
+    """Type the names of a parsed expression (`conditions` are conditions, the rest numbers)
+    and check that every place takes its kind and that the whole is a number."""
+    try:
+        kind = _kind(tree, frozenset(conditions))
+    except RecursionError:
+        raise ExprError("nested too deeply") from None
+    if kind == "condition":
+        raise ExprError("the expression is a condition; it must give a number")
+
+
+def _source(text: str) -> str:
     if not isinstance(text, str) or not text.strip():
         raise ExprError("expected a non-empty expression string")
     if len(text) > MAX_LENGTH:
         raise ExprError(f"longer than {MAX_LENGTH} characters")
-    source = text.strip()
+    return text.strip()
+
+
+def _syntax(source: str) -> ast.expr:
+    """The one place an expression's text becomes a tree."""
     try:
-        tree = ast.parse(source, mode="eval").body
-        kind = _kind(tree, None if conditions is None else frozenset(conditions))
+        return ast.parse(source, mode="eval").body
     except SyntaxError as error:
         raise ExprError(f"syntax error at column {error.offset}: {error.msg}") from None
+    except (RecursionError, MemoryError):
+        raise ExprError("nested too deeply") from None
+
+
+def _check(tree: ast.expr, source: str, conditions: Collection[str] | None) -> None:
+    """The subset's rules on a tree parsed from `source`."""
+    try:
+        kind = _kind(tree, None if conditions is None else frozenset(conditions))
     except RecursionError:
         raise ExprError("nested too deeply") from None
     for node in ast.walk(tree):
@@ -92,21 +156,6 @@ def parse(text: str, conditions: Collection[str] | None = None) -> ast.expr:
                 raise ExprError(f"the literal {literal} rounds to zero in f32; {LITERAL_RULE}")
     if kind == "condition":
         raise ExprError("the expression is a condition; it must give a number")
-    return tree
-
-
-def split_reduction(text: str) -> tuple[str | None, str]:
-    """(reduction, its argument's text) when `text` is one call of a REDUCTIONS function, else
-    (None, text). Only the outermost call is looked at; the argument is checked by parse()."""
-    try:
-        tree = ast.parse(text.strip(), mode="eval").body
-    except (SyntaxError, RecursionError, ValueError):
-        return None, text
-    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id in REDUCTIONS:
-        if tree.keywords or len(tree.args) != 1:
-            raise ExprError(f"{tree.func.id}() takes 1 positional argument (the term)")
-        return tree.func.id, ast.get_source_segment(text.strip(), tree.args[0]) or ""
-    return None, text
 
 
 def literal_problem(value: float) -> str | None:
@@ -166,8 +215,7 @@ def fold(tree: ast.expr, constants: Mapping[str, bool]) -> ast.expr:
                 return ast.copy_location(ast.Constant(is_and), node)
             return kept[0] if len(kept) == 1 else ast.BoolOp(op=node.op, values=kept)
 
-    copy = ast.parse(ast.unparse(tree), mode="eval").body
-    return cast(ast.expr, Folder().visit(copy))
+    return cast(ast.expr, Folder().visit(copy.deepcopy(tree)))
 
 
 def to_c(
@@ -301,7 +349,7 @@ def scaled_exps(tree: ast.expr) -> ast.expr:
                     break
             return ast.copy_location(ast.Call(node.func, [argument, ast.Constant(scale)], []), node)
 
-    return cast(ast.expr, Scaler().visit(ast.parse(ast.unparse(tree), mode="eval").body))
+    return cast(ast.expr, Scaler().visit(copy.deepcopy(tree)))
 
 
 # constants a scaled value may be added to as one multiply-add (_scale_add): far above the

@@ -30,6 +30,7 @@ zero.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import math
 from collections.abc import Callable, Mapping
@@ -302,7 +303,7 @@ def last_factor(tree: ast.expr, name: str, definitions: Mapping[str, ast.expr]) 
         return node.left if right is one else ast.BinOp(node.left, node.op, right)
 
     pulled = pull(tree)
-    return None if pulled is None else ast.parse(ast.unparse(pulled), mode="eval").body
+    return None if pulled is None else copy.deepcopy(pulled)
 
 
 def last_factors(

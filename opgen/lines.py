@@ -142,10 +142,10 @@ def line_groups(spec: OpSpec) -> tuple[dict[str, int], dict[str, int]]:
     is of that group itself; a value is of the largest group it reads."""
     groups = {t.name: 0 for t in spec.inputs if t.kind == "line"}
     passes: dict[str, int] = {}
-    for name, text in spec.math.get("line", ()):
-        reduction, argument = expr.split_reduction(text)
-        read = max((groups[n] for n in expr.names(expr.parse(argument)) if n in groups), default=0)
-        if reduction is not None:
+    for entry in spec.math.get("line", ()):
+        name = entry.name
+        read = max((groups[n] for n in expr.names(entry.tree) if n in groups), default=0)
+        if entry.reduction is not None:
             passes[name] = read + 1
             groups[name] = read + 1
         else:
@@ -211,12 +211,12 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     operands = _operands(spec, dtypes, compute, table)
     numbers = tuple(a.name for a in spec.attributes if a.type == "f32")
 
-    def parse(text: str) -> ast.expr:
-        return expr.fold(expr.parse(text), constants)
+    def folded(entry: expr.Entry) -> ast.expr:
+        return expr.fold(entry.tree, constants)
 
     slots = {t.name: i for i, t in enumerate(t for t in spec.inputs if t.kind == "line")}
-    for entry, _ in spec.math.get("line", ()):
-        slots[entry] = len(slots)
+    for line_entry in spec.math.get("line", ()):
+        slots[line_entry.name] = len(slots)
     element_spelling = {t.name: f"{t.name}_value" for t in spec.inputs if t.kind != "line"}
     element_spelling |= {n: f"{n}_line" for n in slots}
     element_spelling |= {n: n for n in numbers}
@@ -230,7 +230,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         lines = tuple((n, s) for n, s in slots.items() if n in read)
         return inputs, lines
 
-    before, reductions, after = _line_steps(spec, operands, writer, parse, compute, accumulate)
+    before, reductions, after = _line_steps(spec, operands, writer, folded, compute, accumulate)
     pass_count = len(reductions)
     passes = []
     for k in range(1, pass_count + 1):
@@ -238,12 +238,12 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         passes.append(Pass(k, tuple(r for r, _ in reductions[k]), reads, line_reads, tuple(after[k])))
 
     output_operands = {t.name: operands[t.name] for t in spec.outputs}
-    element_trees = _live_elements(spec, parse)
+    element_trees = _live_elements(spec, folded)
     kept = _kept_terms(spec, dtypes, compute, element_trees, reductions.get(pass_count, []), slots)
     if kept:
         passes[-1] = dataclasses.replace(passes[-1], keeps=tuple((operands[o], r) for o, r in kept.items()))
         element_trees = _reading_kept(element_trees, kept, element_spelling)
-    across_trees = [(n, parse(expr.split_reduction(text)[1])) for n, text in spec.math.get("across", ())]
+    across_trees = [(e.name, folded(e)) for e in spec.math.get("across", ())]
     element_reads, element_line_reads = operand_reads([t for _, t in element_trees + across_trees])
     across = tuple(
         Reduction(n, k, "across_sum", accumulate, f"({accumulate})0", writer.c_text(t, compute), compute)
@@ -251,9 +251,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     )
     elements = _elements(element_trees, writer, compute, output_operands)
     over_axes = any(a.role == AXES_ROLE for a in spec.attributes)
-    all_trees = [t for _, t in element_trees] + [
-        parse(expr.split_reduction(text)[1]) for _, text in spec.math.get("line", ())
-    ]
+    all_trees = [t for _, t in element_trees] + [folded(e) for e in spec.math.get("line", ())]
     exps = sum(expr.calls(t, "exp") for t in all_trees)
     return LinesKernel(
         name=name,
@@ -307,9 +305,9 @@ def _elements(
     return elements
 
 
-def _live_elements(spec: OpSpec, parse: Callable[[str], ast.expr]) -> list[tuple[str, ast.expr]]:
-    """`math.elements` parsed, without the entries no tensor output reads."""
-    element_trees = [(n, parse(text)) for n, text in spec.math.get("elements", ())]
+def _live_elements(spec: OpSpec, folded: Callable[[expr.Entry], ast.expr]) -> list[tuple[str, ast.expr]]:
+    """`math.elements` folded, without the entries no tensor output reads."""
+    element_trees = [(e.name, folded(e)) for e in spec.math.get("elements", ())]
     live = {t.name for t in spec.outputs if t.kind == "tensor"}
     for entry, tree in reversed(element_trees):
         if entry in live:
@@ -333,7 +331,7 @@ def _line_steps(
     spec: OpSpec,
     operands: dict[str, Operand],
     writer: _Writer,
-    parse: Callable[[str], ast.expr],
+    folded: Callable[[expr.Entry], ast.expr],
     compute: str,
     accumulate: str,
 ) -> tuple[list[LineStep], dict[int, list[tuple[Reduction, ast.expr]]], dict[int, list[LineStep]]]:
@@ -356,9 +354,8 @@ def _line_steps(
     pass_count = max(pass_of.values(), default=0)
     reductions: dict[int, list[tuple[Reduction, ast.expr]]] = {k: [] for k in range(1, pass_count + 1)}
     after: dict[int, list[LineStep]] = {k: [] for k in range(1, pass_count + 1)}
-    for entry, text in spec.math.get("line", ()):
-        reduction, argument = expr.split_reduction(text)
-        tree = parse(argument)
+    for line_entry in spec.math.get("line", ()):
+        entry, reduction, tree = line_entry.name, line_entry.reduction, folded(line_entry)
         if reduction is None:
             step = LineStep(entry, slots[entry], writer.c_text(tree, accumulate, writer.line_spelling(accumulate)))
             (before if groups[entry] == 0 else after[groups[entry]]).append(step)

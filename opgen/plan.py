@@ -379,7 +379,7 @@ def _channel_kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
         frozenset(t.name for t in spec.inputs if t.kind == "tensor" or full),
     )
     trees = {
-        section: [(name, expr.fold(expr.parse(text), variant.constants)) for name, text in entries]
+        section: [(e.name, expr.fold(e.tree, variant.constants)) for e in entries]
         for section, entries in spec.math.items()
     }
     live = _live_names(spec, trees)
@@ -672,7 +672,7 @@ def _vector_elements(ordered: list[tuple[str, Any]], arithmetic: float_range.Ari
 def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
     if value is None:
         return ""
-    return expr.to_c(expr.parse(repr(float(value))), {}, table.compute_types[kind].literal_suffix, "", "")
+    return expr.to_c(expr.number(value), {}, table.compute_types[kind].literal_suffix, "", "")
 
 
 def _detail(

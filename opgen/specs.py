@@ -7,6 +7,7 @@ its broken specs (load_specs), and a subset of its ops loads those ops' files al
 
 from __future__ import annotations
 
+import ast
 import keyword
 import math
 import numbers
@@ -380,7 +381,8 @@ class OpSpec:
     outputs: tuple[Tensor, ...]
     flags: tuple[Flag, ...]
     dtypes: tuple[dict[str, str], ...]
-    math: dict[str, tuple[tuple[str, str], ...]]
+    # section -> its entries in the spec's order, each parsed once (expr.Entry)
+    math: dict[str, tuple[expr.Entry, ...]]
     path: str = ""
     specialized: tuple[str, ...] = field(default=())
     aclnn: str | None = None  # name of an aclnn-compatible API to generate (aclnn<Name>)
@@ -1426,17 +1428,25 @@ class _SpecReader:
             self.fail("dtypes", "at least one dtype combination is needed")
         return tuple(rows)
 
-    def _math_sections(self, raw: Any, pattern: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    def _math_sections(self, raw: Any, pattern: str) -> dict[str, tuple[expr.Entry, ...]]:
+        """Every entry parsed, the only time its text is: a reduction may be a whole entry of
+        math.line or math.across only (their checks say which)."""
         _check_keys(self.where, "math", raw, {name: _SECTION_KEYS[name] for name in _SECTIONS[pattern]})
         sections = {}
         for section in _SECTIONS[pattern]:
             table = raw.get(section, {})
             if not isinstance(table, dict):
                 self.fail(f"math.{section}", 'must be a table of name = "expression"')
+            entries = []
             for name, text in table.items():
-                _identifier(self.where, f"math.{section}.{name}", name, self.pattern)
-                _string(self.where, f"math.{section}.{name}", text)
-            sections[section] = tuple(table.items())
+                key = f"math.{section}.{name}"
+                _identifier(self.where, key, name, self.pattern)
+                _string(self.where, key, text)
+                try:
+                    entries.append(expr.parse_entry(name, text, reduction_allowed=section in ("line", "across")))
+                except expr.ExprError as error:
+                    self.fail(key, str(error))
+            sections[section] = tuple(entries)
         return sections
 
     # --- cross-field rules ---------------------------------------------------------
@@ -1518,14 +1528,8 @@ class _SpecReader:
             if tensor.kind != "line":
                 self.fail(f"outputs.{tensor.name}.kind", "an op whose axes are an int list has line outputs only")
         entries = spec.math.get("line", ())
-        kinds = []
-        for name, text in entries:
-            try:
-                kinds.append((name, expr.split_reduction(text)[0]))
-            except expr.ExprError as error:
-                self.fail(f"math.line.{name}", str(error))
-        reductions = [name for name, kind in kinds if kind is not None]
-        if len(reductions) != 1 or kinds[0][1] is None:
+        reductions = [e.name for e in entries if e.reduction is not None]
+        if len(reductions) != 1 or entries[0].reduction is None:
             self.fail(
                 "math.line",
                 "an op whose axes are an int list has one reduction, its first entry (the driver combines the "
@@ -1551,7 +1555,7 @@ class _SpecReader:
         channels = [t.name for t in spec.inputs if t.kind == "channel"]
         numbers = [a.name for a in spec.attributes if a.type == "f32"]
         booleans = [a.name for a in spec.attributes if a.type == "bool"]
-        defined: dict[str, list[str]] = {section: [n for n, _ in spec.math[section]] for section in spec.math}
+        defined: dict[str, list[str]] = {section: [e.name for e in spec.math[section]] for section in spec.math}
         readable = {
             "channel": channels + numbers,
             "sums": tensors + channels + numbers,
@@ -1562,20 +1566,20 @@ class _SpecReader:
         seen: set[str] = set()
         for section, entries in spec.math.items():
             local: list[str] = []
-            for name, text in entries:
+            for entry in entries:
+                name, tree = entry.name, entry.tree
                 key = f"math.{section}.{name}"
                 if name in seen:
                     self.fail(key, "defined twice in math")
                 seen.add(name)
                 if name in {t.name for t in spec.inputs} or name in numbers + booleans:
                     self.fail(key, f"'{name}' is an input or attribute; math defines new names only")
-                tree = self._parse(key, text)
                 allowed = set(readable[section]) | set(booleans) | (set() if section == "sums" else set(local))
                 for used in expr.names(tree):
                     if used not in allowed:
                         self.fail(key, f"unknown name '{used}' (this section may read: {', '.join(sorted(allowed))})")
                 # the names known, check their kinds: bool attributes are conditions, the rest numbers
-                self._parse(key, text, booleans)
+                self._kinds(key, tree, booleans)
                 used_booleans |= expr.names(tree) & set(booleans)
                 local.append(name)
         self._check_outputs_defined(spec, defined)
@@ -1592,21 +1596,17 @@ class _SpecReader:
         seen: set[str] = set()
         line_names: set[str] = set()
         for section in ("line", "elements", "across"):
-            for name, text in spec.math[section]:
+            for entry in spec.math[section]:
+                name, reduction, tree = entry.name, entry.reduction, entry.tree
                 key = f"math.{section}.{name}"
                 if name in seen:
                     self.fail(key, "defined twice in math")
                 if name in inputs or name in numbers + booleans:
                     self.fail(key, f"'{name}' is an input, an attribute or count; math defines new names only")
-                try:
-                    reduction, argument = expr.split_reduction(text) if section != "elements" else (None, text)
-                except expr.ExprError as error:
-                    self.fail(key, str(error))
                 if section == "across" and reduction != "across_sum":
                     self.fail(key, "each entry of math.across is across_sum(term), a sum across the lines")
                 if section == "line" and reduction == "across_sum":
                     self.fail(key, "across_sum(...) goes in math.across (a sum across lines, per position)")
-                tree = self._parse(key, argument)
                 if section == "across":  # the terms of the element pass: not its temporaries
                     allowed = set(per_element) | set(lines) | line_names
                 elif section == "elements" or reduction is not None:
@@ -1625,7 +1625,7 @@ class _SpecReader:
                         self.fail(
                             key, f"unknown name '{used}'{hint} (this entry may read: {', '.join(sorted(allowed))})"
                         )
-                self._parse(key, argument, booleans)
+                self._kinds(key, tree, booleans)
                 used_booleans |= expr.names(tree) & set(booleans)
                 seen.add(name)
                 if section == "line":
@@ -1633,7 +1633,7 @@ class _SpecReader:
         values = len(lines) + len(spec.math["line"])
         if values > MAX_LINE_VALUES:
             self.fail("math.line", f"{values} line values (line inputs and entries); at most {MAX_LINE_VALUES}")
-        defined = {section: [n for n, _ in spec.math[section]] for section in spec.math}
+        defined = {section: [e.name for e in spec.math[section]] for section in spec.math}
         self._check_outputs_defined(spec, defined)
         return tuple(a for a in booleans if a in used_booleans)
 
@@ -1684,12 +1684,11 @@ class _SpecReader:
                     "with role = 'broadcast')",
                 )
 
-    def _parse(self, key: str, text: str, conditions: list[str] | None = None) -> Any:
+    def _kinds(self, key: str, tree: ast.expr, conditions: list[str]) -> None:
         try:
-            return expr.parse(text, conditions)
+            expr.check_kinds(tree, conditions)
         except expr.ExprError as error:
-            problem = str(error)
-        self.fail(key, problem)
+            self.fail(key, str(error))
 
     def _check_outputs_defined(self, spec: OpSpec, defined: dict[str, list[str]]) -> None:
         channel_section = {"broadcast_reduce": "sums", "reduce_then_apply": "after", "along_axes": "line"}.get(
@@ -1717,8 +1716,8 @@ def sum_behind(spec: OpSpec, output: str) -> str | None:
         return None
     if spec.pattern == "broadcast_reduce":
         return output
-    after = dict(spec.math.get("after", ()))
-    sums = {name for name, _ in spec.math.get("sums", ())}
+    after = {e.name: e.text for e in spec.math.get("after", ())}
+    sums = {e.name for e in spec.math.get("sums", ())}
     text = after.get(output, "").strip()
     return text if text in sums else None
 

@@ -303,9 +303,9 @@ def interpret_lines(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarr
         elif tensor.kind == "line":
             value = np.expand_dims(value, axes)
         env[tensor.name] = value
-    for name, text in spec.math["line"]:
-        reduction, argument = expr.split_reduction(text)
-        tree = ast.parse(argument.strip(), mode="eval").body
+    for entry in spec.math["line"]:
+        name = entry.name
+        reduction, tree = _reduction(entry.text)
         if reduction is None:
             env[name] = evaluate(tree, env, np.float64)
             continue
@@ -319,11 +319,11 @@ def interpret_lines(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarr
                 pick, start = (np.max, -np.inf) if reduction == "line_max" else (np.min, np.inf)
                 env[name] = pick(terms, axis=axes, keepdims=True, initial=start)
     line_env = dict(env)  # sums across lines read what elements read, not their temporaries
-    for name, text in spec.math["elements"]:
-        env[name] = evaluate(ast.parse(text, mode="eval").body, env, dtype)
+    for entry in spec.math["elements"]:
+        env[entry.name] = evaluate(ast.parse(entry.text.strip(), mode="eval").body, env, dtype)
     kept = tuple(d for d in range(rank) if d not in axes)
-    for name, text in spec.math.get("across", ()):
-        tree = ast.parse(expr.split_reduction(text)[1].strip(), mode="eval").body
+    for entry in spec.math.get("across", ()):
+        name, (_, tree) = entry.name, _reduction(entry.text)
         terms = np.broadcast_to(evaluate(tree, line_env, dtype), call.shape).astype(np.float64)
         env[name] = terms.sum(axis=kept)
     outputs: dict[str, np.ndarray | None] = {}
@@ -343,6 +343,15 @@ def interpret_lines(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarr
         else:
             outputs[tensor.name] = np.broadcast_to(value, call.shape)
     return outputs
+
+
+def _reduction(text: str) -> tuple[str | None, ast.expr]:
+    """(reduction, its term) for an entry that is one call of a reduction, else (None, the
+    expression): read from the text here, apart from the loader's parse."""
+    tree = ast.parse(text.strip(), mode="eval").body
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id in expr.REDUCTIONS:
+        return tree.func.id, tree.args[0]
+    return None, tree
 
 
 def _kept(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...]:
@@ -366,8 +375,9 @@ def interpret(spec: OpSpec, call: Call, dtype: type) -> dict[str, np.ndarray | N
     results: dict[str, Any] = {}
     count = math.prod(call.shape) // max(1, call.shape[channel_axis(len(call.shape), call.layout)]) if call.shape else 1
     for section in ("channel", "sums", "after", "elements"):
-        for name, text in spec.math.get(section, ()):
-            value = evaluate(ast.parse(text, mode="eval").body, {**env, "count": count}, dtype)
+        for entry in spec.math.get(section, ()):
+            name = entry.name
+            value = evaluate(ast.parse(entry.text.strip(), mode="eval").body, {**env, "count": count}, dtype)
             value = np.broadcast_to(value, call.shape) if section != "elements" else value
             if section == "sums":
                 channel = next(t for t in spec.inputs if t.kind == "channel")

@@ -219,7 +219,7 @@ def evaluate(
 
 def formula(spec, variant) -> tuple[ast.expr, dict[str, ast.expr]]:
     """A kernel's output expression, and the element temporaries it reads."""
-    math = {name: expr.fold(expr.parse(text), variant.constants) for name, text in spec.math["elements"]}
+    math = {e.name: expr.fold(e.tree, variant.constants) for e in spec.math["elements"]}
     return math.pop(spec.outputs[0].name), math
 
 
@@ -631,7 +631,7 @@ def test_a_users_spec_with_two_outputs_gets_the_intervals_both_allow(tmp_path):
     spec = load_spec(directory / "two_outputs.toml", TABLE)
     (variant,) = plan.variants(spec, TABLE)
     first = plan.kernel(variant, TABLE)["float_first"]
-    math = {name: expr.parse(text) for name, text in spec.math["elements"]}
+    math = {e.name: e.tree for e in spec.math["elements"]}
     alone = {
         output: float_range.input_range(math[output], variant.dtypes, math, TABLE.dtypes["bf16"]).intervals
         for output in ("first", "second")

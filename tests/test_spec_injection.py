@@ -230,7 +230,7 @@ def test_the_generated_c_declares_no_name_a_spec_may_take():
     found: dict[str, set[str]] = {}
     for spec in library.specs:
         own = {spec.name, *(t.name for t in (*spec.inputs, *spec.outputs)), *(a.name for a in spec.attributes)}
-        own |= {f.name for f in spec.flags} | {name for entries in spec.math.values() for name, _ in entries}
+        own |= {f.name for f in spec.flags} | {e.name for entries in spec.math.values() for e in entries}
         for file in (f"{spec.name}.c", f"{spec.name}_api.c"):
             code = re.sub(r"/\*.*?\*/", "", library.files[file], flags=re.S)
             code = re.sub(r'"(\\.|[^"\\])*"', '""', code)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -395,3 +397,40 @@ def test_backward_gradients_in_another_dtype_are_rejected(tmp_path):
     spec_dir(tmp_path, mixed, "hard_sigmoid_backward")
     forward = HARD_SIGMOID_FORWARD.replace('src = "f16"\ndst = "f16"', 'src = "f16"\ndst = "bf16"')
     rejected(tmp_path, forward, "backward.gradients.src", "another dtype", name="hard_sigmoid")
+
+
+def test_each_expression_is_parsed_once(monkeypatch):
+    """The loader parses every math entry once (expr.Entry); planning and rendering every
+    kernel read the trees and never parse text again."""
+    from opgen import expr, render
+
+    parsed: list[str] = []
+    original = expr._syntax
+
+    def counting(source: str):
+        parsed.append(source)
+        return original(source)
+
+    monkeypatch.setattr(expr, "_syntax", counting)
+    table, loaded = load_specs(BUNDLED_SPECS)
+    entries = [e.text.strip() for spec in loaded for section in spec.math.values() for e in section]
+    assert sorted(parsed) == sorted(entries)
+    assert all(isinstance(e, expr.Entry) for spec in loaded for section in spec.math.values() for e in section)
+
+    real_parse = expr.ast.parse
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.startswith("opgen"):  # Jinja and pytest parse their own text with it
+            raise AssertionError(f"{caller} parses again after loading: {args[:1]!r}")
+        return real_parse(*args, **kwargs)
+
+    # render the specs loaded above; ast.parse restored at once
+    monkeypatch.setattr(render, "load_specs", lambda directory, ops=None: (table, loaded))
+    monkeypatch.setattr(expr, "_syntax", refuse)
+    expr.ast.parse = refuse
+    try:
+        library = render_library()
+    finally:
+        expr.ast.parse = real_parse
+    assert len(library.specs) == len(loaded)
