@@ -1586,6 +1586,20 @@ typedef struct opgen_op_info {
     const char *axis_name;   /* along_axes: its axis attribute; binary: its broadcast attribute (messages) */
 } opgen_op_info;
 
+/* A kernel's loop form, its place among an op's kernels of one dtype row and flag set. */
+typedef enum opgen_kernel_form {
+    OPGEN_KERNEL_NCX = 0,
+    OPGEN_KERNEL_NXC = 1,
+    OPGEN_KERNEL_FULL = 2,
+} opgen_kernel_form;
+
+/* The kernel of dtype row `row`, loop form `form` and `flags` (a bit per specialized bool
+ * attribute, set when it is false) in op->kernels and op->workspaces: plan.kernel_index. */
+static inline int opgen_kernel_index(const opgen_op_info *op, int row, opgen_kernel_form form, int flags)
+{
+    return (row * op->forms + (int)form) * (1 << op->flag_count) + flags;
+}
+
 /* A checked call and how it runs: kernel, dims and the layout of its workspace. */
 typedef struct opgen_call {
     const opgen_op_info *op;

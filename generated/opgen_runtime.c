@@ -808,7 +808,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
     const opgen_op_info *op = call->op;
     const opgen_tensor *reference = call->tensors[op->reference];
     size_t total = 0;
-    int form = 0;
+    opgen_kernel_form form = OPGEN_KERNEL_NCX;
     for (int i = 0; i < op->input_count; ++i) {
         const opgen_tensor *tensor = call->tensors[i];
         if (tensor != NULL && !op->operands[i].channel && op->operands[i].axes_kind == OPGEN_AXES_TENSOR &&
@@ -842,7 +842,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         call->dims[0] = outer;
         call->dims[1] = reference->dims[axis];
         call->dims[2] = inner;
-        form = inner > 1 ? 0 : 1;
+        form = inner > 1 ? OPGEN_KERNEL_NCX : OPGEN_KERNEL_NXC;
         const int past_caches = opgen_tensor_bytes(call) > (size_t)OPGEN_STREAM_BYTES;
         if (opgen_repeat_inner(outer, inner) &&
             (inner < OPGEN_BLOCK || (past_caches && call->dims[1] * inner < OPGEN_REPEAT_MAX_ROW))) {
@@ -854,7 +854,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
             call->repeat = inner;
             call->dims[1] *= inner;
             call->dims[2] = inner;
-            form = 1;
+            form = OPGEN_KERNEL_NXC;
             for (int i = 0; i < op->input_count + op->output_count; ++i) {
                 if (op->operands[i].channel && call->tensors[i] != NULL &&
                     !opgen_add_size(&total, (size_t)call->dims[1] * opgen_dtype_size(call->tensors[i]->dtype),
@@ -872,7 +872,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
             call->dims[d < call->first_axis ? 0 : d <= call->last_axis ? 1 : 2] *= reference->dims[d];
         }
         if (op->workspaces != NULL) { /* sums across lines: a row of partial sums per chunk */
-            const int64_t doubles = op->workspaces[(call->row * op->forms) * (1 << op->flag_count) + flags](
+            const int64_t doubles = op->workspaces[opgen_kernel_index(op, call->row, OPGEN_KERNEL_NCX, flags)](
                 call->dims[0], call->dims[1], call->dims[2]);
             if (doubles < 0 ||
                 !opgen_add_size(&total, (size_t)doubles * sizeof(double), &call->kernel_at)) {
@@ -881,17 +881,17 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
         }
     } else if (call->reference_count > 0) {
         opgen_plan_pieces(call);
-        form = call->dims[2] > 1 ? 0 : 1;
+        form = call->dims[2] > 1 ? OPGEN_KERNEL_NCX : OPGEN_KERNEL_NXC;
         call->sums_size = 1;
         for (int d = 0; d < reference->rank; ++d) {
             call->sums_size *= call->expanded[d];
         }
-        if (op->forms > 2 && call->sums_size == call->reference_count) {
+        if (op->forms > OPGEN_KERNEL_FULL && call->sums_size == call->reference_count) {
             /* the operand as big as the reference, in its order: one term per sum, one
              * elementwise pass (form full) that writes the outputs, no sums kept */
             call->full = 1;
             call->dims[0] = call->reference_count;
-            form = 2;
+            form = OPGEN_KERNEL_FULL;
         }
         /* one kernel call, sums not folded: the kernel keeps them and rounds them into the
          * outputs; else the calls add them to double sums here (zeroed, folded, rounded after) */
@@ -908,7 +908,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
             return opgen_workspace_overflow(op);
         }
     }
-    call->kernel = (call->row * op->forms + form) * (1 << op->flag_count) + flags;
+    call->kernel = opgen_kernel_index(op, call->row, form, flags);
     if (op->pattern != OPGEN_PATTERN_ELEMENTWISE && op->pattern != OPGEN_PATTERN_ALONG_AXES &&
         op->pattern != OPGEN_PATTERN_BINARY && !call->full &&
         call->dims[1] > 0 &&

@@ -127,7 +127,7 @@ static opgen_status tanh_backward_check(const opgen_tensor *src_or_dst, const op
     if (use_dst != 0 && use_dst != 1) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_tanh_backward", "use_dst", "must be 0 or 1, not %d", use_dst);
     }
-    opgen_flags |= (use_dst ? 0 : 1) << 0;
+    opgen_flags |= use_dst ? 0 : 1;
     (void)numbers;
     return opgen_check_call(call, &tanh_backward_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
                             opgen_broadcast, opgen_flags, opgen_with_data);

@@ -189,6 +189,8 @@ def _attributes(spec: OpSpec) -> list[dict[str, Any]]:
             "broadcast": attribute.role == "broadcast",
             "default_text": _default_text(attribute.name, attribute.type, attribute.default),
             "slot": slot,
+            # set in the kernel index when false (plan.flag_bit); 0: not specialized
+            "flag_bit": plan.flag_bit(spec, attribute.name) if attribute.name in spec.specialized else 0,
         }
         slot += 1 + MAX_RANK if attribute.type == "int list" else 1
         attributes.append(entry)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Required, TypedDict, cast
 
@@ -27,7 +28,11 @@ CHAINS = 4
 # as one masked block, shorter ones element by element, which costs less for one to three
 # (f32 PReLU, one thread, in cache: 3x6 20 % slower as a block, 14x14 35 % faster, 5x5 75 %).
 TAIL_BLOCK_MIN = 4
-FORMS = ("ncx", "nxc")
+# A kernel's loop form, in the order of an op's kernel table (C: OPGEN_KERNEL_<FORM>, the
+# runtime's choice): a channel op's ncx (channels apart) and nxc (interleaved) loops, and
+# broadcast_reduce's full form (an operand as big as the reference: one elementwise pass).
+KERNEL_FORMS = ("ncx", "nxc", "full")
+FORMS = KERNEL_FORMS[:2]
 # Reductions run in tiles fixed by the shape alone, so sums never depend on the thread count.
 TILE_ELEMENTS = 65536
 MAX_TILES = 64
@@ -217,16 +222,32 @@ def forms(spec: OpSpec) -> tuple[str | None, ...]:
         return (None,)
     if spec.pattern == "broadcast_reduce" and not any(t.optional for t in (*spec.inputs, *spec.outputs)):
         # a sum of one term is that term rounded once: no sums to keep, no reduction
-        return (*FORMS, "full")
+        return KERNEL_FORMS
     return FORMS
 
 
+def flag_bit(spec: OpSpec, name: str) -> int:
+    """The bit specialized bool attribute `name` sets in a kernel's index when it is false (the
+    op API's opgen_flags): the first attribute the highest bit."""
+    return 1 << (len(spec.specialized) - 1 - spec.specialized.index(name))
+
+
+def kernel_index(spec: OpSpec, row: int, form: str | None, constants: Mapping[str, bool]) -> int:
+    """Where the kernel of dtype row `row`, loop form `form` and specialized values `constants`
+    is in the op's kernel tables: the C runtime's opgen_kernel_index(op, row, form, flags)."""
+    flags = sum(flag_bit(spec, name) for name, value in constants.items() if not value)
+    form_index = KERNEL_FORMS.index(form) if form else 0
+    return (row * len(forms(spec)) + form_index) * (1 << len(spec.specialized)) + flags
+
+
 def variants(spec: OpSpec, table: DTypeTable) -> list[Variant]:
-    result = []
-    for row in spec.dtypes:
+    """Every kernel of the op, in its kernel table's order (kernel_index)."""
+    result: list[Variant] = []
+    for row_index, row in enumerate(spec.dtypes):
         for form in forms(spec):
             for values in itertools.product((True, False), repeat=len(spec.specialized)):
                 constants = dict(zip(spec.specialized, values))
+                assert kernel_index(spec, row_index, form, constants) == len(result)
                 parts = [spec.name, dtype_tag(row)]
                 if form:
                     parts.append(form)

@@ -209,6 +209,7 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
         "max_operands": c_api.MAX_OPERANDS,
         "max_forms": len(c_api.FORM_CODES),
         "form_codes": list(c_api.FORM_CODES.values()),
+        "kernel_forms": [form.upper() for form in plan.KERNEL_FORMS],
         "enums": c_api.enums(specs),
     }
 
