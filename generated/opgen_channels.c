@@ -9,6 +9,7 @@ typedef struct opgen_channels_loop {
     const opgen_channels_call *call;
     int64_t tiles;
     int split_units;      /* ncx: a tile is a range of units (else a range of every unit's blocks) */
+    int64_t parts;        /* ncx, fewer tiles than threads: each tile's channels in this many parts */
     int64_t inner_blocks; /* ncx */
     int64_t head;         /* nxc ranges: the channels before the line output's first cache line */
     int64_t ranges;
@@ -71,6 +72,34 @@ static void opgen_channels_ncx_tile(const opgen_channels_loop *loop, int64_t til
     }
 }
 
+/* Part `index % parts` of tile `index / parts` (split_units): that part of the channels, in every
+ * unit of the tile. A channel's unit sums reach its partial sum in unit order as in the whole
+ * tile, so the sums do not change; the parts write apart, each zeroing its own channels. */
+static void opgen_channels_ncx_part(const opgen_channels_loop *loop, int64_t index)
+{
+    const opgen_channels_call *call = loop->call;
+    const int64_t channels = call->channels;
+    const int64_t units = call->outer * channels;
+    const int64_t tile = index / loop->parts;
+    const int64_t first = opgen_range_first(channels, loop->parts, index % loop->parts);
+    const int64_t last = opgen_range_last(channels, loop->parts, index % loop->parts);
+    const int64_t unit_first = units * tile / loop->tiles;
+    const int64_t unit_last = units * (tile + 1) / loop->tiles;
+    double *partial = loop->call->workspace + tile * loop->kernel->sum_count * channels;
+    for (int s = 0; s < loop->kernel->sum_count; ++s) {
+        for (int64_t channel = first; channel < last; ++channel) {
+            partial[s * channels + channel] = 0;
+        }
+    }
+    for (int64_t row = unit_first / channels; row * channels < unit_last; ++row) {
+        const int64_t from = opgen_max(unit_first, row * channels + first);
+        const int64_t to = opgen_min(unit_last, row * channels + last);
+        if (from < to) {
+            loop->kernel->units(call, from, to, 0, call->inner, partial);
+        }
+    }
+}
+
 static void opgen_channels_nxc_tile(const opgen_channels_loop *loop, int64_t tile)
 {
     const int64_t outer = loop->call->outer;
@@ -96,7 +125,7 @@ static void opgen_channels_nxc_range(const opgen_channels_loop *loop, int64_t ra
 void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channels_call *given)
 {
     opgen_channels_call call = *given;
-    opgen_channels_loop loop = { kernel, NULL, &call, 0, 0, 0, 0, 0, 0, 1 };
+    opgen_channels_loop loop = { kernel, NULL, &call, 0, 0, 1, 0, 0, 0, 0, 1 };
     const int64_t elements = call.outer * call.channels * call.inner;
     const int64_t moved = elements * kernel->element_bytes;
     loop.threads = opgen_threads_for(elements * kernel->work_per_element);
@@ -106,7 +135,14 @@ void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channel
         loop.inner_blocks = (call.inner + OPGEN_BLOCK - 1) / OPGEN_BLOCK;
         /* streamed unless (opgen_stream_units) the units end in a tail */
         call.stream = opgen_stream_units(moved, call.inner);
-        opgen_channels_team(&loop, (int)opgen_min(loop.threads, loop.tiles), loop.tiles, opgen_channels_ncx_tile);
+        if (loop.split_units && loop.tiles < loop.threads) {
+            loop.parts = opgen_min(call.channels, (loop.threads + loop.tiles - 1) / loop.tiles);
+        }
+        if (loop.parts > 1) {
+            opgen_channels_team(&loop, loop.threads, loop.tiles * loop.parts, opgen_channels_ncx_part);
+        } else {
+            opgen_channels_team(&loop, (int)opgen_min(loop.threads, loop.tiles), loop.tiles, opgen_channels_ncx_tile);
+        }
     } else {
         const void *line_output = call.tensors[kernel->line_output];
         loop.tiles = opgen_tile_count(call.outer, call.channels, 1);

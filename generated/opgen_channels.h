@@ -16,7 +16,9 @@
  *   finish  the sums of channels [first, last) (sum s of channel c at sums[s * stride + c -
  *           first]) rounded into the channel outputs, or added to the caller's *_sums arrays.
  * Tiles are fixed by the shape alone and their partial sums added up in tile order; a range's
- * channels are summed by one thread: the sums never depend on the thread count.
+ * channels are summed by one thread: the sums never depend on the thread count. With fewer ncx
+ * tiles than threads, each tile's channels are cut into parts, one a thread: a channel's rows
+ * still add to its partial sum in their order.
  *
  * reduce_then_apply (opgen_channels_run_twice): the same view; per-channel sums, then values of
  * each channel from them (and the channel outputs), then an element pass that reads those

@@ -346,6 +346,11 @@ static inline int64_t opgen_min(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
+static inline int64_t opgen_max(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
 /* An nxc reduction splits its channels, not its rows, among the threads: rows longer than
  * `longest` channels (the most its tiles of rows take), or too few rows per tile (each tile
  * sums into partial sums of all channels, which costs as much as the rows themselves then).

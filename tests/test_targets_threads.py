@@ -167,6 +167,11 @@ def test_thread_count_does_not_change_results(dtype):
     wide = (6, 40000)  # NXC with too few rows for its tiles: ranges of channels
     xw, dw = data(generator, wide, dtype), data(generator, wide, dtype)
     stats = "f32" if dtype != "bf16" else "bf16"
+    # NCX with fewer tiles than threads: each tile's channels in parts, one a thread (one tile
+    # of 120 units; two tiles of 105 units, the second starting inside a row)
+    one_tile, two_tiles = (3, 40, 7, 61), (3, 35, 31, 23)
+    x1, d1 = data(generator, one_tile, dtype), data(generator, one_tile, dtype)
+    x2, d2 = data(generator, two_tiles, dtype), data(generator, two_tiles, dtype)
 
     def batch_norm(src, diff_dst, channels, layout, with_gamma=False):
         mean, variance = data(rng("m"), (channels,), stats), np.abs(data(rng("v"), (channels,), stats))
@@ -178,6 +183,12 @@ def test_thread_count_does_not_change_results(dtype):
     calls = {
         "per-channel NCX": lambda: opgen.prelu_backward(x, data(rng("s1"), (24,), dtype), d, data_format="NCX"),
         "per-channel NXC": lambda: opgen.prelu_backward(x, data(rng("s2"), (33,), dtype), d, data_format="NXC"),
+        "per-channel NCX one tile": lambda: opgen.prelu_backward(
+            x1, data(rng("s7"), (40,), dtype), d1, data_format="NCX"
+        ),
+        "per-channel NCX two tiles": lambda: opgen.prelu_backward(
+            x2, data(rng("s8"), (35,), dtype), d2, data_format="NCX"
+        ),
         "per-tensor": lambda: opgen.prelu_backward(x, data(rng("s3"), (1,), dtype), d),
         "trailing": lambda: opgen.prelu_backward(x, data(rng("s4"), shape[1:], dtype), d),
         "numpy": lambda: opgen.prelu_backward(x, data(rng("s5"), (8, 1, 40, 1), dtype), d),
@@ -202,6 +213,36 @@ def test_thread_count_does_not_change_results(dtype):
         for name in calls:
             for one, many in zip(results[1][name], results[threads][name]):
                 assert identical(one, many), f"{name}: {threads} threads differ"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("shape", [(3, 40, 7, 61), (3, 35, 41, 31)])
+def test_threads_keep_the_order_in_which_rows_add_to_a_channel(dtype, shape):
+    """A per-channel sum whose value depends on the order its rows' sums are added in: 1, then
+    2^53, then -2^53 is 0 from the left, 1 in another order. One tile, or two (the second
+    starting inside row 1), cut into parts of channels on 2 and 3 threads: the bits of one
+    thread, which are 0 where a channel's rows are in one tile."""
+    channels = shape[1]
+    src = np.ones(shape, np.float32)  # src > 0: no term
+    diff_dst = rng("order").standard_normal(shape).astype(np.float32)
+    picked = [0, 17, channels - 1]
+    for row, (value, grad) in enumerate([(-1.0, -1.0), (-(2.0**27), -(2.0**26)), (-(2.0**27), 2.0**26)]):
+        for channel in picked:
+            src[row, channel, row, row + 3] = value
+            diff_dst[row, channel, row, row + 3] = grad
+    slope = np.full(channels, 0.25, np.float32)
+    x, d, w = (a.astype(dtype_of(dtype)) for a in (src, diff_dst, slope))
+    sums = {}
+    try:
+        for threads in (1, 2, 3):
+            opgen.set_num_threads(threads)
+            sums[threads] = np.asarray(opgen.prelu_backward(x, w, d, data_format="NCX")[1], np.float64)[picked]
+    finally:
+        opgen.set_num_threads(0)
+    one_tile = np.prod(shape) < plan.TILE_ELEMENTS * 2
+    assert (sums[1] == 0).all() if one_tile else (sums[1] == [0, 1, 1]).all(), sums[1]
+    for threads in (2, 3):
+        assert (sums[threads] == sums[1]).all(), f"{threads} threads: {sums[threads]}, one: {sums[1]}"
 
 
 def test_kernels_whose_math_calls_exp_start_threads_sooner():
