@@ -166,15 +166,10 @@ static const opgen_op_info aclnn_prelu_backward_info = {
 static opgen_status aclnn_prelu_backward_check(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { grad_output, self, weight, grad_input, grad_weight };
-    int opgen_channel_axis = 1;
-    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
-    const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
-    int opgen_keep_dims = 0;
-    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int opgen_flags = 0;
+    /* the attributes' defaults: binary inputs broadcast unless told otherwise */
+    opgen_call_settings opgen_settings = { .channel_axis = 1, .broadcast = 1 };
     (void)numbers;
-    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
-                            opgen_broadcast, opgen_flags, opgen_with_data);
+    return opgen_check_call(call, &aclnn_prelu_backward_info, tensors, &opgen_settings, opgen_with_data);
 }
 
 opgen_status opgen_aclnn_prelu_backward_workspace_size(const opgen_tensor *grad_output, const opgen_tensor *self, const opgen_tensor *weight, const opgen_tensor *grad_input, const opgen_tensor *grad_weight, size_t *workspace_size)

@@ -109,13 +109,9 @@ static const opgen_op_info layer_norm_backward_info = {
 static opgen_status layer_norm_backward_check(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src, diff_dst, mean, variance, gamma, diff_src, diff_gamma, diff_beta };
-    int opgen_channel_axis = 0;
-    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
-    const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
-    int opgen_keep_dims = 0;
-    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int opgen_flags = 0;
-    opgen_axis = begin_norm_axis; /* checked against the reference's rank with the shapes */
+    /* the attributes' defaults: binary inputs broadcast unless told otherwise */
+    opgen_call_settings opgen_settings = { .channel_axis = 0, .broadcast = 1 };
+    opgen_settings.axis = begin_norm_axis; /* checked against the reference's rank with the shapes */
     if (!isfinite(epsilon)) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_layer_norm_backward", "epsilon", "must be a finite number, not %g", (double)epsilon);
     }
@@ -125,8 +121,7 @@ static opgen_status layer_norm_backward_check(const opgen_tensor *src, const opg
     }
     numbers[0] = epsilon;
     (void)numbers;
-    return opgen_check_call(call, &layer_norm_backward_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
-                            opgen_broadcast, opgen_flags, opgen_with_data);
+    return opgen_check_call(call, &layer_norm_backward_info, tensors, &opgen_settings, opgen_with_data);
 }
 
 opgen_status opgen_layer_norm_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *diff_dst, const opgen_tensor *mean, const opgen_tensor *variance, const opgen_tensor *gamma, const opgen_tensor *diff_src, const opgen_tensor *diff_gamma, const opgen_tensor *diff_beta, int64_t begin_norm_axis, float epsilon, size_t *workspace_size)

@@ -88,26 +88,21 @@ static const opgen_op_info multiply_info = {
 static opgen_status multiply_check(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src_0, src_1, dst };
-    int opgen_channel_axis = 0;
-    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
-    const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
-    int opgen_keep_dims = 0;
-    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int opgen_flags = 0;
+    /* the attributes' defaults: binary inputs broadcast unless told otherwise */
+    opgen_call_settings opgen_settings = { .channel_axis = 0, .broadcast = 1 };
     switch (auto_broadcast) {
     case OPGEN_AUTO_BROADCAST_NONE:
-        opgen_broadcast = 0;
+        opgen_settings.broadcast = 0;
         break;
     case OPGEN_AUTO_BROADCAST_NUMPY:
-        opgen_broadcast = 1;
+        opgen_settings.broadcast = 1;
         break;
     default:
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_multiply", "auto_broadcast", "must be OPGEN_AUTO_BROADCAST_NONE or OPGEN_AUTO_BROADCAST_NUMPY, not %d",
                            (int)auto_broadcast);
     }
     (void)numbers;
-    return opgen_check_call(call, &multiply_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
-                            opgen_broadcast, opgen_flags, opgen_with_data);
+    return opgen_check_call(call, &multiply_info, tensors, &opgen_settings, opgen_with_data);
 }
 
 opgen_status opgen_multiply_workspace_size(const opgen_tensor *src_0, const opgen_tensor *src_1, const opgen_tensor *dst, opgen_auto_broadcast auto_broadcast, size_t *workspace_size)

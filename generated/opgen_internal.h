@@ -1643,9 +1643,18 @@ typedef struct opgen_call {
 } opgen_call;
 
 opgen_status opgen_error(opgen_status status, const char *function, const char *argument, const char *format, ...);
+/* What an op API's attributes tell the shared checks, beside the f32 numbers. */
+typedef struct opgen_call_settings {
+    int channel_axis;           /* 1 (NCX), -1 (NXC) or 0 (no channel) */
+    int64_t axis;               /* along_axes: the axis attribute as given */
+    const opgen_int_list *axes; /* along_axes: the axes attribute (an int list), or NULL */
+    int keep_dims;              /* along_axes: line outputs keep the reduced axes as 1 */
+    int broadcast;              /* binary: the inputs may broadcast against each other (else equal shapes) */
+    int flags;                  /* a bit per specialized bool attribute that is false (opgen_kernel_index) */
+} opgen_call_settings;
+
 opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
-                              int channel_axis, int64_t axis, const opgen_int_list *axes, int keep_dims, int broadcast,
-                              int flags, int with_data);
+                              const opgen_call_settings *settings, int with_data);
 opgen_status opgen_run_call(const opgen_call *call, const float *numbers, void *workspace, size_t workspace_size);
 opgen_status opgen_call_once(const opgen_call *call, const float *numbers);
 size_t opgen_dtype_size(opgen_dtype dtype);

@@ -931,8 +931,7 @@ static opgen_status opgen_plan_workspace(opgen_call *call, int flags)
 }
 
 opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const opgen_tensor *const *tensors,
-                              int channel_axis, int64_t axis, const opgen_int_list *axes, int keep_dims, int broadcast,
-                              int flags, int with_data)
+                              const opgen_call_settings *settings, int with_data)
 {
     const int operands = op->input_count + op->output_count;
     int requested = 0, requestable = 0;
@@ -940,13 +939,13 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
     memset(call, 0, sizeof *call);
     call->repeat = 1;
     call->op = op;
-    call->channel_axis = channel_axis;
-    call->axis = axis;
-    if (axes != NULL) {
-        call->axes = *axes;
+    call->channel_axis = settings->channel_axis;
+    call->axis = settings->axis;
+    if (settings->axes != NULL) {
+        call->axes = *settings->axes;
     }
-    call->keep_dims = keep_dims;
-    call->broadcast = broadcast;
+    call->keep_dims = settings->keep_dims;
+    call->broadcast = settings->broadcast;
     for (int i = 0; i < operands; ++i) {
         const opgen_operand_info *info = &op->operands[i];
         if (tensors[i] == NULL && !info->optional) {
@@ -1007,12 +1006,12 @@ opgen_status opgen_check_call(opgen_call *call, const opgen_op_info *op, const o
             return status;
         }
     }
-    status = op->pattern == OPGEN_PATTERN_BINARY ? opgen_check_binary(call) : opgen_check_shapes(call, channel_axis);
+    status = op->pattern == OPGEN_PATTERN_BINARY ? opgen_check_binary(call) : opgen_check_shapes(call, settings->channel_axis);
     if (status == OPGEN_SUCCESS && with_data) {
         status = opgen_check_overlap(call);
     }
     if (status == OPGEN_SUCCESS) {
-        status = opgen_plan_workspace(call, flags);
+        status = opgen_plan_workspace(call, settings->flags);
     }
     return status;
 }

@@ -166,26 +166,21 @@ static const opgen_op_info prelu_backward_info = {
 static opgen_status prelu_backward_check(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src, slope, diff_dst, diff_src, diff_slope };
-    int opgen_channel_axis = 0;
-    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
-    const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
-    int opgen_keep_dims = 0;
-    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int opgen_flags = 0;
+    /* the attributes' defaults: binary inputs broadcast unless told otherwise */
+    opgen_call_settings opgen_settings = { .channel_axis = 0, .broadcast = 1 };
     switch (data_format) {
     case OPGEN_DATA_FORMAT_NCX:
-        opgen_channel_axis = 1;
+        opgen_settings.channel_axis = 1;
         break;
     case OPGEN_DATA_FORMAT_NXC:
-        opgen_channel_axis = -1;
+        opgen_settings.channel_axis = -1;
         break;
     default:
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_prelu_backward", "data_format", "must be OPGEN_DATA_FORMAT_NCX or OPGEN_DATA_FORMAT_NXC, not %d",
                            (int)data_format);
     }
     (void)numbers;
-    return opgen_check_call(call, &prelu_backward_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
-                            opgen_broadcast, opgen_flags, opgen_with_data);
+    return opgen_check_call(call, &prelu_backward_info, tensors, &opgen_settings, opgen_with_data);
 }
 
 opgen_status opgen_prelu_backward_workspace_size(const opgen_tensor *src, const opgen_tensor *slope, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, const opgen_tensor *diff_slope, opgen_data_format data_format, size_t *workspace_size)

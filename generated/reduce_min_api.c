@@ -85,20 +85,15 @@ static const opgen_op_info reduce_min_info = {
 static opgen_status reduce_min_check(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src, dst };
-    int opgen_channel_axis = 0;
-    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
-    const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
-    int opgen_keep_dims = 0;
-    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int opgen_flags = 0;
-    opgen_axes = &axes; /* checked against the reference's rank with the shapes */
+    /* the attributes' defaults: binary inputs broadcast unless told otherwise */
+    opgen_call_settings opgen_settings = { .channel_axis = 0, .broadcast = 1 };
+    opgen_settings.axes = &axes; /* checked against the reference's rank with the shapes */
     if (keep_dims != 0 && keep_dims != 1) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_reduce_min", "keep_dims", "must be 0 or 1, not %d", keep_dims);
     }
-    opgen_keep_dims = keep_dims;
+    opgen_settings.keep_dims = keep_dims;
     (void)numbers;
-    return opgen_check_call(call, &reduce_min_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
-                            opgen_broadcast, opgen_flags, opgen_with_data);
+    return opgen_check_call(call, &reduce_min_info, tensors, &opgen_settings, opgen_with_data);
 }
 
 opgen_status opgen_reduce_min_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, opgen_int_list axes, int keep_dims, size_t *workspace_size)

@@ -88,18 +88,13 @@ static const opgen_op_info relu_backward_info = {
 static opgen_status relu_backward_check(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src_or_dst, diff_dst, diff_src };
-    int opgen_channel_axis = 0;
-    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
-    const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
-    int opgen_keep_dims = 0;
-    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int opgen_flags = 0;
+    /* the attributes' defaults: binary inputs broadcast unless told otherwise */
+    opgen_call_settings opgen_settings = { .channel_axis = 0, .broadcast = 1 };
     if (use_dst != 0 && use_dst != 1) {
         return opgen_error(OPGEN_INVALID_ATTRIBUTE, "opgen_relu_backward", "use_dst", "must be 0 or 1, not %d", use_dst);
     }
     (void)numbers;
-    return opgen_check_call(call, &relu_backward_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
-                            opgen_broadcast, opgen_flags, opgen_with_data);
+    return opgen_check_call(call, &relu_backward_info, tensors, &opgen_settings, opgen_with_data);
 }
 
 opgen_status opgen_relu_backward_workspace_size(const opgen_tensor *src_or_dst, const opgen_tensor *diff_dst, const opgen_tensor *diff_src, int use_dst, size_t *workspace_size)

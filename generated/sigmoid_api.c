@@ -85,15 +85,10 @@ static const opgen_op_info sigmoid_info = {
 static opgen_status sigmoid_check(const opgen_tensor *src, const opgen_tensor *dst, int opgen_with_data, opgen_call *call, float *numbers)
 {
     const opgen_tensor *tensors[] = { src, dst };
-    int opgen_channel_axis = 0;
-    int64_t opgen_axis = 0; /* along_axes: the axis attribute */
-    const opgen_int_list *opgen_axes = NULL; /* along_axes: the axes attribute (an int list) */
-    int opgen_keep_dims = 0;
-    int opgen_broadcast = 1; /* binary: the inputs may broadcast against each other (else equal shapes) */
-    int opgen_flags = 0;
+    /* the attributes' defaults: binary inputs broadcast unless told otherwise */
+    opgen_call_settings opgen_settings = { .channel_axis = 0, .broadcast = 1 };
     (void)numbers;
-    return opgen_check_call(call, &sigmoid_info, tensors, opgen_channel_axis, opgen_axis, opgen_axes, opgen_keep_dims,
-                            opgen_broadcast, opgen_flags, opgen_with_data);
+    return opgen_check_call(call, &sigmoid_info, tensors, &opgen_settings, opgen_with_data);
 }
 
 opgen_status opgen_sigmoid_workspace_size(const opgen_tensor *src, const opgen_tensor *dst, size_t *workspace_size)
