@@ -215,32 +215,42 @@ def test_thread_count_does_not_change_results(dtype):
                 assert identical(one, many), f"{name}: {threads} threads differ"
 
 
+ORDER_CASES = {
+    # layout, shape, where a picked channel's three terms are: (n, h, w) of each
+    "NCX one tile": ("NCX", (3, 40, 7, 61), [(0, 0, 3), (1, 1, 4), (2, 2, 5)]),
+    "NCX two tiles": ("NCX", (3, 35, 41, 31), [(0, 0, 3), (1, 1, 4), (2, 2, 5)]),
+    # rows 0, 16 and 400: three groups of rows (OPGEN_ROW_GROUP), the last past the middle
+    "NXC one tile": ("NXC", (1, 7, 61, 40), [(0, 0, 0), (0, 0, 16), (0, 6, 34)]),
+    "NXC two tiles": ("NXC", (1, 41, 83, 40), [(0, 0, 0), (0, 20, 40), (0, 40, 82)]),
+}
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
-@pytest.mark.parametrize("shape", [(3, 40, 7, 61), (3, 35, 41, 31)])
-def test_threads_keep_the_order_in_which_rows_add_to_a_channel(dtype, shape):
+@pytest.mark.parametrize("case", sorted(ORDER_CASES))
+def test_threads_keep_the_order_in_which_rows_add_to_a_channel(dtype, case):
     """A per-channel sum whose value depends on the order its rows' sums are added in: 1, then
-    2^53, then -2^53 is 0 from the left, 1 in another order. One tile, or two (the second
-    starting inside row 1), cut into parts of channels on 2 and 3 threads: the bits of one
-    thread, which are 0 where a channel's rows are in one tile."""
-    channels = shape[1]
+    2^53, then -2^53 is 0 from the left, 1 in another order. One tile, or two, cut into parts of
+    channels on 2 and 3 threads: the bits of one thread, which are 0 for one tile."""
+    layout, shape, places = ORDER_CASES[case]
+    channels = shape[1] if layout == "NCX" else shape[-1]
     src = np.ones(shape, np.float32)  # src > 0: no term
     diff_dst = rng("order").standard_normal(shape).astype(np.float32)
     picked = [0, 17, channels - 1]
-    for row, (value, grad) in enumerate([(-1.0, -1.0), (-(2.0**27), -(2.0**26)), (-(2.0**27), 2.0**26)]):
+    for (n, h, w), (value, grad) in zip(places, [(-1.0, -1.0), (-(2.0**27), -(2.0**26)), (-(2.0**27), 2.0**26)]):
         for channel in picked:
-            src[row, channel, row, row + 3] = value
-            diff_dst[row, channel, row, row + 3] = grad
+            at = (n, channel, h, w) if layout == "NCX" else (n, h, w, channel)
+            src[at], diff_dst[at] = value, grad
     slope = np.full(channels, 0.25, np.float32)
     x, d, w = (a.astype(dtype_of(dtype)) for a in (src, diff_dst, slope))
     sums = {}
     try:
         for threads in (1, 2, 3):
             opgen.set_num_threads(threads)
-            sums[threads] = np.asarray(opgen.prelu_backward(x, w, d, data_format="NCX")[1], np.float64)[picked]
+            sums[threads] = np.asarray(opgen.prelu_backward(x, w, d, data_format=layout)[1], np.float64)[picked]
     finally:
         opgen.set_num_threads(0)
-    one_tile = np.prod(shape) < plan.TILE_ELEMENTS * 2
-    assert (sums[1] == 0).all() if one_tile else (sums[1] == [0, 1, 1]).all(), sums[1]
+    if "one tile" in case:
+        assert (sums[1] == 0).all(), sums[1]
     for threads in (2, 3):
         assert (sums[threads] == sums[1]).all(), f"{threads} threads: {sums[threads]}, one: {sums[1]}"
 
