@@ -24,3 +24,48 @@ def test_mypy_strict_clean():
         pytest.skip("mypy is not installed (pip install -e '.[test]')")
     result = subprocess.run([mypy], cwd=Path(__file__).parent.parent, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _macro_arguments(text: str, open_paren: int) -> list[str]:
+    """The top-level arguments of the call whose "(" is at `open_paren` (strings and nested
+    brackets skipped)."""
+    arguments, depth, start, quote = [], 0, open_paren + 1, ""
+    for at in range(open_paren, len(text)):
+        char = text[at]
+        if quote:
+            quote = "" if char == quote and text[at - 1] != "\\" else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                arguments.append(text[start:at].strip())
+                return arguments
+        elif char == "," and depth == 1:
+            arguments.append(text[start:at].strip())
+            start = at + 1
+    raise AssertionError(f"unclosed call at {open_paren}")
+
+
+def test_templates_pass_switches_and_counts_by_name():
+    """A macro call reads like its meaning: a True, False, None or number passed to a template
+    macro names its parameter (elements=True, lines=0), never by position."""
+    import re
+
+    from opgen.render import BUNDLED_TEMPLATES
+
+    sources = {path.name: path.read_text() for path in BUNDLED_TEMPLATES.glob("*.j2")}
+    macros = {name for text in sources.values() for name in re.findall(r"{%-? macro (\w+)\(", text)}
+    assert {"block", "row_tail", "nxc_rows", "line_writers"} <= macros
+    positional = []
+    for file, text in sources.items():
+        for call in re.finditer(r"\b(\w+)\(", text):
+            if call[1] not in macros or re.match(r"{%-? macro ", text[max(0, call.start() - 12) : call.start()]):
+                continue
+            for argument in _macro_arguments(text, call.end() - 1):
+                if re.fullmatch(r"True|False|None|-?\d+", argument):
+                    line = text.count("\n", 0, call.start()) + 1
+                    positional.append(f"{file}:{line}: {call[1]}(... {argument} ...)")
+    assert not positional, "\n".join(positional)
