@@ -134,7 +134,7 @@ static void opgen_channels_nxc_range(const opgen_channels_loop *loop, int64_t ra
 void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channels_call *given)
 {
     opgen_channels_call call = *given;
-    opgen_channels_loop loop = { kernel, NULL, &call, 0, 0, 1, 0, 0, 0, 0, 1 };
+    opgen_channels_loop loop = { .kernel = kernel, .call = &call, .parts = 1, .threads = 1 };
     const int64_t elements = call.outer * call.channels * call.inner;
     const int64_t moved = elements * kernel->element_bytes;
     loop.threads = opgen_threads_for(elements * kernel->work_per_element);
@@ -274,7 +274,7 @@ static void opgen_channels_apply_steps(const void *context, int64_t first, int64
 void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const opgen_channels_call *given)
 {
     opgen_channels_call call = *given;
-    opgen_channels_loop loop = { NULL, kernel, &call, 0, 0, 0, 0, 0, 0, 1 };
+    opgen_channels_loop loop = { .twice = kernel, .call = &call, .parts = 1, .threads = 1 };
     const int64_t elements = call.outer * call.channels * (kernel->channels != NULL ? call.inner : 1);
     const int64_t moved = elements * kernel->element_bytes;
     loop.threads = opgen_threads_for(elements * kernel->work_per_element);

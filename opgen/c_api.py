@@ -97,7 +97,7 @@ def _default_text(name: str, attribute_type: str, default: Any) -> str:
     return repr(float(default))
 
 
-def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> dict[str, Any]:
+def describe(spec: OpSpec, table: DTypeTable, kernels: list[plan.KernelPlan]) -> dict[str, Any]:
     """Everything api.c.j2 and opgen.h.j2 need to write opgen_<op> and its tables."""
     tensors = [*spec.inputs, *spec.outputs]
     if len(tensors) > MAX_OPERANDS:
@@ -141,7 +141,7 @@ def describe(spec: OpSpec, table: DTypeTable, kernels: list[dict[str, Any]]) -> 
         "rows_text": rows_text,
         "forms": len(plan.forms(spec)),
         # per-kernel workspace functions: reductions over channels, sums across lines
-        "workspaces": len(plan.forms(spec)) > 1 or any(k.get("across_count") for k in kernels),
+        "workspaces": len(plan.forms(spec)) > 1 or any(k.across_count for k in kernels),
         "adapters": adapters,
         "axes_mode": AXES_MODES[axis.role] if axis and axis.role else "OPGEN_AXES_ONE",
         # the attribute messages name: along_axes' axis, binary's broadcast rule
@@ -197,14 +197,14 @@ def _attributes(spec: OpSpec) -> list[dict[str, Any]]:
     return attributes
 
 
-def _adapter(kernel: dict[str, Any], index: dict[str, int], numbers: list[str]) -> dict[str, Any]:
+def _adapter(kernel: plan.KernelPlan, index: dict[str, int], numbers: list[str]) -> dict[str, Any]:
     """How the op API calls `kernel`: each of its C parameters from the call's operands, sizes
     and numbers."""
     arguments = []
-    for c_type, name in kernel["params"]:
+    for c_type, name in kernel.params:
         if name == "workspace":
             arguments.append("workspace")
-        elif kernel["pattern"] == "binary" and name in SHAPES:
+        elif kernel.pattern == "binary" and name in SHAPES:
             arguments.append(SHAPES[name])
         elif name in DIMS:
             arguments.append(f"opgen_dims[{DIMS[name]}]")
@@ -218,4 +218,4 @@ def _adapter(kernel: dict[str, Any], index: dict[str, int], numbers: list[str]) 
             else:
                 at = str(index[name])
             arguments.append(f"({c_type.strip()})tensors[{at}]")
-    return {"kernel": kernel["name"], "arguments": arguments, "pattern": kernel["pattern"]}
+    return {"kernel": kernel.name, "arguments": arguments, "pattern": kernel.pattern}

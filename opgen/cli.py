@@ -74,7 +74,7 @@ def _list(args: argparse.Namespace) -> int:
     for spec in library.specs:
         print(f"{spec.name}  [{spec.pattern}]  {spec.source}")
         for kernel in library.variants(spec.name):
-            print(f"    {kernel['name']:48s} {kernel['detail']}")
+            print(f"    {kernel.name:48s} {kernel.detail}")
     return 0
 
 

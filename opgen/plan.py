@@ -12,12 +12,15 @@ each boolean attribute the math reads is fixed at generation time and named last
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Required, TypedDict, cast
 
 from opgen import binary, expr, float_range, lines
+from opgen.binary import BinaryKernel
+from opgen.lines import LinesKernel
 from opgen.specs import DType, DTypeTable, OpSpec
 
 BLOCK = 16  # elements per unrolled step; also the number of partial sums in a reduction (fixed order)
@@ -212,6 +215,122 @@ class Variant:
         return dtype_tag(self.row)
 
 
+@dataclass(frozen=True)
+class Signature:
+    """A generated C function as the header and the dispatcher declare it: every kernel, and
+    opgen's own functions compiled per target (the bandwidth probes, the narrowers)."""
+
+    name: str
+    summary: str
+    detail: str  # the comment line under the summary: dtypes, types, specialized values
+    params: tuple[tuple[str, str], ...]  # (C type, ending in a space or *; name), in order
+    pattern: str  # the op's pattern, or "probe" / "narrow"
+    form: str | None  # KERNEL_FORMS' name; None: one form
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelPlan(Signature):
+    """What the header, the dispatcher and the op API read of every kernel. The along_axes and
+    binary kernels carry their pattern's typed plan; elementwise, broadcast_reduce and
+    reduce_then_apply kernels are ChannelKernel."""
+
+    op: str
+    workspace_per_channel: int = 0  # doubles of per-channel scratch (channel patterns)
+    work_per_element: int = 1  # plain-arithmetic units an element costs (an exp costs more)
+    across_count: int = 0  # along_axes: sums across lines (> 0: a <name>_workspace_size)
+    lines: LinesKernel | None = None
+    binary: BinaryKernel | None = None
+
+
+@dataclass(frozen=True)
+class KernelInput:
+    """What the templates read of an input of a channel-pattern kernel: how it loads in each
+    type (`@`: the index), and which math sections read it."""
+
+    name: str
+    kind: str  # "tensor" or "channel" ("tensor" for every input in form full)
+    c_type: str
+    optional: bool
+    default_compute: str  # the default as a literal of the compute type ("" with none)
+    default_acc: str
+    default_float: str
+    load_compute: str
+    load_float: str
+    load_acc: str
+    load_block: str
+    load_part: str
+    in_elements: bool
+    in_sums: bool
+    in_loop: bool  # read by the elements or the sums: the pass that loops over elements
+    in_channel: bool  # read by math.channel or math.after (per-channel values)
+    in_sums_only: bool
+
+
+@dataclass(frozen=True)
+class KernelOutput:
+    """What the templates read of an output of a channel-pattern kernel: how it stores."""
+
+    name: str
+    kind: str
+    c_type: str
+    dtype: str
+    optional: bool
+    store_block: str
+    store_part: str
+    line_writer: str | None
+    line_writer_cheap: bool
+    store: str  # its value (in its section's type) stored to `name[@]`
+    store_float: str
+
+
+@dataclass(frozen=True)
+class MathEntry:
+    """One math entry of a channel-pattern kernel, in C."""
+
+    name: str
+    c: str  # in the section's type (a float run's term in float)
+    c_double: str  # in the accumulation type (scalar tails, runs summed again)
+    guarded: bool  # a float term that may leave f32's range: its runs are checked
+    output: bool
+    type: str  # the C type it is computed in; "float" for a sum in float runs
+
+
+@dataclass(frozen=True)
+class ChannelMath:
+    """The live math entries of a channel-pattern kernel, per section (ORDER)."""
+
+    channel: tuple[MathEntry, ...]
+    sums: tuple[MathEntry, ...]
+    after: tuple[MathEntry, ...]
+    elements: tuple[MathEntry, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChannelKernel(KernelPlan):
+    """The plan of an elementwise, broadcast_reduce or reduce_then_apply kernel: what its
+    pattern's template writes from."""
+
+    compute: str
+    accumulate: str
+    element_bytes: str  # C: the bytes an element moves in every tensor operand
+    inputs: tuple[KernelInput, ...]
+    outputs: tuple[KernelOutput, ...]
+    attributes: tuple[str, ...]  # the f32 attributes the math reads, in parameter order
+    math: ChannelMath
+    sums: tuple[str, ...]
+    sum_types: dict[str, str]
+    float_sums: tuple[str, ...]
+    half_line_blocks: bool  # a block of a tensor input is shorter than a cache line (IN_ORDER_CHANNELS)
+    segment: str  # C: channels of a row group's sums in SEGMENT_BYTES (nxc_rows_in_order's arrays)
+    guarded_sums: tuple[str, ...]  # float sums whose terms may leave f32's range (bf16 products)
+    float_term_reads: tuple[str, ...]  # what the sum terms computed in float read
+    double_term_reads: tuple[str, ...]  # ... and those computed in the accumulation type
+    element_channel_values: tuple[str, ...]
+    float_first: dict[str, Any] | None  # elementwise: the float path (_float_path), if any
+    block: int
+    tail_block_min: str | None  # C: from how many elements a row's tail is a block; None: never
+
+
 def dtype_tag(row: dict[str, str]) -> str:
     return "_".join(dict.fromkeys(row.values()))
 
@@ -266,42 +385,36 @@ def _store(dtype: DType, value: str, compute: str) -> str:
     return dtype.store.format(value if compute == "float" else f"(float)({value})")
 
 
-def kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
+def kernel(variant: Variant, table: DTypeTable) -> KernelPlan:
     """Everything a pattern template needs for one kernel, with the math already in C."""
     spec = variant.op
     if spec.pattern == "along_axes":
         planned = lines.kernel(spec, variant.name, variant.row, variant.constants, table)
-        # what the header, the dispatcher and the op API read of every kernel; the
-        # microkernels' template reads the typed plan
-        return {
-            **_typed_plan_keys(spec, planned.name, planned.summary, planned.detail, planned.params),
-            "across_count": len(planned.across),  # > 0: <name>_workspace_size, the chunks' sums
-            "lines": planned,
-        }
+        return KernelPlan(
+            name=planned.name,
+            summary=planned.summary,
+            detail=planned.detail,
+            params=tuple(planned.params),
+            pattern=spec.pattern,
+            form=None,
+            op=spec.name,
+            across_count=len(planned.across),
+            lines=planned,
+        )
     if spec.pattern == "binary":
         planned_binary = binary.kernel(spec, variant.name, variant.row, variant.constants, table)
-        return {
-            **_typed_plan_keys(
-                spec, planned_binary.name, planned_binary.summary, planned_binary.detail, planned_binary.params
-            ),
-            "work_per_element": planned_binary.work_per_element,
-            "binary": planned_binary,
-        }
+        return KernelPlan(
+            name=planned_binary.name,
+            summary=planned_binary.summary,
+            detail=planned_binary.detail,
+            params=tuple(planned_binary.params),
+            pattern=spec.pattern,
+            form=None,
+            op=spec.name,
+            work_per_element=planned_binary.work_per_element,
+            binary=planned_binary,
+        )
     return _channel_kernel(variant, table)
-
-
-def _typed_plan_keys(spec: OpSpec, name: str, summary: str, detail: str, params: Any) -> dict[str, Any]:
-    """The keys every kernel has, for the patterns planned as typed objects (lines, binary)."""
-    return {
-        "name": name,
-        "op": spec.name,
-        "pattern": spec.pattern,
-        "form": None,
-        "summary": summary,
-        "detail": detail,
-        "params": list(params),
-        "workspace_per_channel": 0,
-    }
 
 
 @dataclass(frozen=True)
@@ -355,33 +468,33 @@ class _Speller:
         style = self.table.compute_types[kind]
         return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
 
-    def entry(self, section: str, name: str, tree: Any, outputs: set[str]) -> dict[str, Any]:
+    def entry(self, section: str, name: str, tree: Any, outputs: set[str]) -> MathEntry:
         """One math entry: its C in the section's type (float runs' terms in float), and in the
         accumulation type (scalar tails, runs summed again)."""
         in_runs = self.in_float_runs(section, tree)
-        return {
-            "name": name,
-            "c": self.c_text(section, tree),
-            "c_double": self.c_text(section, tree, runs=False),
-            "guarded": not _exact_in_float(tree, self.variant.dtypes),
-            "output": name in outputs,
+        return MathEntry(
+            name=name,
+            c=self.c_text(section, tree),
+            c_double=self.c_text(section, tree, runs=False),
+            guarded=not _exact_in_float(tree, self.variant.dtypes),
+            output=name in outputs,
             # float: summed in runs of at most FLOAT_RUN terms in float before the double sums
-            "type": "float" if in_runs else self.compute if section == "elements" else self.accumulate,
-        }
+            type="float" if in_runs else self.compute if section == "elements" else self.accumulate,
+        )
 
-    def full_form_entry(self, entry: dict[str, Any], tree: Any) -> dict[str, Any]:
+    def full_form_entry(self, entry: MathEntry, tree: Any) -> MathEntry:
         """Form full: a sum of one term as an element. +0 first, as in a sum: a -0 term gives +0.
         A term float rounds once is computed there: narrowed to f32 it equals the term computed
         exactly in double and narrowed."""
         if self.compute == "float" and _rounded_once_in_float(tree, self.variant.dtypes):
-            return {**entry, "c": f"0.0f + {self.c_text('elements', tree)}", "type": self.compute}
-        return {**entry, "c": f"({self.accumulate})0 + {entry['c_double']}", "type": self.accumulate}
+            return dataclasses.replace(entry, c=f"0.0f + {self.c_text('elements', tree)}", type=self.compute)
+        return dataclasses.replace(entry, c=f"({self.accumulate})0 + {entry.c_double}", type=self.accumulate)
 
 
 ORDER = ("channel", "sums", "after", "elements")  # the math sections, in the order they run
 
 
-def _channel_kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
+def _channel_kernel(variant: Variant, table: DTypeTable) -> ChannelKernel:
     """kernel() for elementwise, broadcast_reduce and reduce_then_apply."""
     spec = variant.op
     reference_dtype = variant.dtypes[spec.reference]
@@ -422,94 +535,90 @@ def _channel_kernel(variant: Variant, table: DTypeTable) -> dict[str, Any]:
     attributes = [name for name in numbers if any(name in reads[s] for s in ORDER)]
     float_first = _float_first(variant, compute, sections["elements"], table) if spec.pattern == "elementwise" else None
     moved = [variant.dtypes[t.name].c_type for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor" or full]
-    segment_type = "float" if all(entry["type"] == "float" for entry in math["sums"]) else accumulate
-    sums = [entry["name"] for entry in math["sums"]]
-    return {
-        "params": _parameters(variant, attributes),
-        "element_bytes": " + ".join(f"sizeof({c_type})" for c_type in moved),
-        "name": variant.name,
-        "op": spec.name,
-        "pattern": spec.pattern,
-        "form": variant.form,
-        "summary": spec.summary,
-        "detail": _detail(variant, compute, accumulate, any(e["type"] == "float" for e in math["sums"]), float_first),
-        "compute": compute,
-        "accumulate": accumulate,
-        "inputs": [_input_entry(variant, t.name, compute, accumulate, reads, table) for t in spec.inputs],
-        "outputs": [_output_entry(variant, t.name, compute, accumulate) for t in spec.outputs],
-        "attributes": attributes,
-        "math": math,
-        "sums": sums,
-        "sum_types": {entry["name"]: entry["type"] for entry in math["sums"]},
-        "float_sums": [entry["name"] for entry in math["sums"] if entry["type"] == "float"],
-        # a block of a tensor input is shorter than a cache line (see IN_ORDER_CHANNELS)
-        "half_line_blocks": any(variant.dtypes[t.name].size * BLOCK < 64 for t in spec.inputs if t.kind == "tensor"),
-        # channels of a row group's sums in SEGMENT_BYTES (nxc_rows_in_order's arrays)
-        "segment": f"(int64_t)(OPGEN_SEGMENT_BYTES / sizeof({segment_type}))",
-        # float sums whose terms may leave f32's range (bf16 products): checked, run by run
-        "guarded_sums": [e["name"] for e in math["sums"] if e["type"] == "float" and e["guarded"]],
-        # what the sum terms computed in float, and those in the accumulation type, read
-        "float_term_reads": term_reads(True),
-        "double_term_reads": term_reads(False),
-        "element_channel_values": element_channel_values,
-        "workspace_per_channel": workspace_per_channel(spec, len(sums), len(element_channel_values)),
-        "float_first": float_first,
-        "work_per_element": 1 + EXP_WORK * sum(expr.calls(t, "exp") for s in ORDER for _, t in sections[s]),
-        "block": BLOCK,
-        "tail_block_min": _tail_block_min(spec, variant),
-    }
+    segment_type = "float" if all(entry.type == "float" for entry in math["sums"]) else accumulate
+    sums = tuple(entry.name for entry in math["sums"])
+    return ChannelKernel(
+        name=variant.name,
+        summary=spec.summary,
+        detail=_detail(variant, compute, accumulate, any(e.type == "float" for e in math["sums"]), float_first),
+        params=tuple(_parameters(variant, attributes)),
+        pattern=spec.pattern,
+        form=variant.form,
+        op=spec.name,
+        workspace_per_channel=workspace_per_channel(spec, len(sums), len(element_channel_values)),
+        work_per_element=1 + EXP_WORK * sum(expr.calls(t, "exp") for s in ORDER for _, t in sections[s]),
+        compute=compute,
+        accumulate=accumulate,
+        element_bytes=" + ".join(f"sizeof({c_type})" for c_type in moved),
+        inputs=tuple(_input_entry(variant, t.name, compute, accumulate, reads, table) for t in spec.inputs),
+        outputs=tuple(_output_entry(variant, t.name, compute, accumulate) for t in spec.outputs),
+        attributes=tuple(attributes),
+        math=ChannelMath(**{section: tuple(math[section]) for section in ORDER}),
+        sums=sums,
+        sum_types={entry.name: entry.type for entry in math["sums"]},
+        float_sums=tuple(entry.name for entry in math["sums"] if entry.type == "float"),
+        half_line_blocks=any(variant.dtypes[t.name].size * BLOCK < 64 for t in spec.inputs if t.kind == "tensor"),
+        segment=f"(int64_t)(OPGEN_SEGMENT_BYTES / sizeof({segment_type}))",
+        guarded_sums=tuple(e.name for e in math["sums"] if e.type == "float" and e.guarded),
+        float_term_reads=tuple(term_reads(True)),
+        double_term_reads=tuple(term_reads(False)),
+        element_channel_values=tuple(element_channel_values),
+        float_first=float_first,
+        block=BLOCK,
+        tail_block_min=_tail_block_min(spec, variant),
+    )
 
 
 def _input_entry(
     variant: Variant, name: str, compute: str, accumulate: str, reads: dict[str, set[str]], table: DTypeTable
-) -> dict[str, Any]:
+) -> KernelInput:
     """What the templates read of input `name`: how it loads in each type, and which sections read it."""
     tensor = next(t for t in variant.op.inputs if t.name == name)
     dtype = variant.dtypes[name]
-    return {
-        "name": name,
-        "kind": "tensor" if variant.form == "full" else tensor.kind,
-        "c_type": dtype.c_type,
-        "optional": tensor.optional,
-        "default_compute": _literal(tensor.default, compute, table),
-        "default_acc": _literal(tensor.default, accumulate, table),
-        "load_compute": _load(dtype, f"{name}[@]", compute),
-        "load_float": _load(dtype, f"{name}[@]", "float"),
-        "load_block": dtype.load_block,
-        "load_part": dtype.load_part,
-        "default_float": _literal(tensor.default, "float", table),
-        "load_acc": _load(dtype, f"{name}[@]", accumulate),
-        "in_elements": name in reads["elements"],
-        "in_sums": name in reads["sums"],
-        "in_loop": name in reads["elements"] | reads["sums"],
-        "in_channel": name in reads["channel"] | reads["after"],
-        "in_sums_only": name in reads["sums"] - reads["channel"] - reads["after"],
-    }
+    return KernelInput(
+        name=name,
+        kind="tensor" if variant.form == "full" else tensor.kind,
+        c_type=dtype.c_type,
+        optional=tensor.optional,
+        default_compute=_literal(tensor.default, compute, table),
+        default_acc=_literal(tensor.default, accumulate, table),
+        default_float=_literal(tensor.default, "float", table),
+        load_compute=_load(dtype, f"{name}[@]", compute),
+        load_float=_load(dtype, f"{name}[@]", "float"),
+        load_acc=_load(dtype, f"{name}[@]", accumulate),
+        load_block=dtype.load_block,
+        load_part=dtype.load_part,
+        in_elements=name in reads["elements"],
+        in_sums=name in reads["sums"],
+        in_loop=name in reads["elements"] | reads["sums"],
+        in_channel=name in reads["channel"] | reads["after"],
+        in_sums_only=name in reads["sums"] - reads["channel"] - reads["after"],
+    )
 
 
-def _output_entry(variant: Variant, name: str, compute: str, accumulate: str) -> dict[str, Any]:
+def _output_entry(variant: Variant, name: str, compute: str, accumulate: str) -> KernelOutput:
     """What the templates read of output `name`: how it stores, from which type."""
     tensor = next(t for t in variant.op.outputs if t.name == name)
     dtype = variant.dtypes[name]
     full = variant.form == "full"
     from_compute = tensor.kind == "tensor"
-    return {
-        "name": name,
-        "kind": "tensor" if full else tensor.kind,
-        "c_type": dtype.c_type,
-        "dtype": dtype.name,
-        "optional": tensor.optional,
-        "store_block": dtype.store_block,
-        "store_part": dtype.store_part,
-        "line_writer": dtype.line_writer,
-        "line_writer_cheap": dtype.line_writer_cheap,
-        "store": _store(
+    return KernelOutput(
+        name=name,
+        kind="tensor" if full else tensor.kind,
+        c_type=dtype.c_type,
+        dtype=dtype.name,
+        optional=tensor.optional,
+        store_block=dtype.store_block,
+        store_part=dtype.store_part,
+        line_writer=dtype.line_writer,
+        line_writer_cheap=dtype.line_writer_cheap,
+        store=_store(
             dtype,
             f"{name}_{'value' if from_compute or full else 'acc'}",
             compute if from_compute else accumulate,
         ),
-        "store_float": _store(dtype, f"{name}_value", "float"),
-    }
+        store_float=_store(dtype, f"{name}_value", "float"),
+    )
 
 
 def _parameters(variant: Variant, attributes: list[str]) -> list[tuple[str, str]]:
@@ -545,7 +654,9 @@ def float_runs(spec: OpSpec, row: dict[str, str], table: DTypeTable) -> dict[str
         return result  # along_axes: every term goes to its sum in the accumulation type; binary: no sums
     for variant in variants(spec, table):
         if variant.row == row:
-            for name, kind in kernel(variant, table)["sum_types"].items():
+            planned = kernel(variant, table)
+            assert isinstance(planned, ChannelKernel)  # the channel patterns have sums
+            for name, kind in planned.sum_types.items():
                 result[name] = max(result.get(name, 0), FLOAT_RUN if kind == "float" else 0)
     return result
 

@@ -42,12 +42,12 @@ class Library:
     spec_dir: Path
     table: DTypeTable
     specs: list[OpSpec]
-    kernels: list[dict[str, Any]]
+    kernels: list[plan.KernelPlan]
     files: dict[str, str]  # file name -> text
     cdef: str
 
-    def variants(self, op: str) -> list[dict[str, Any]]:
-        return [k for k in self.kernels if k["op"] == op]
+    def variants(self, op: str) -> list[plan.KernelPlan]:
+        return [k for k in self.kernels if k.op == op]
 
 
 def _fail(message: str) -> None:
@@ -218,9 +218,9 @@ def _source_files(
     env: jinja2.Environment,
     template_dir: Path,
     specs: list[OpSpec],
-    kernels_by_op: dict[str, list[dict[str, Any]]],
+    kernels_by_op: dict[str, list[plan.KernelPlan]],
     apis: list[dict[str, Any]],
-    support: dict[str, tuple[str, list[dict[str, Any]]]],
+    support: dict[str, tuple[str, list[plan.Signature]]],
     compiled_targets: list[plan.Target],
     settings: dict[str, Any],
 ) -> dict[str, str]:
@@ -237,9 +237,12 @@ def _source_files(
             for name in names:
                 files[name] = (template_dir / "drivers" / name).read_text()
     for spec, api in zip(specs, apis):
-        described = kernels_by_op[spec.name]
-        if spec.pattern in ("along_axes", "binary"):
-            described = [k["lines" if spec.pattern == "along_axes" else "binary"] for k in described]  # typed plans
+        # each pattern's template reads its kernels' own plans
+        described: list[Any] = kernels_by_op[spec.name]
+        if spec.pattern == "along_axes":
+            described = [k.lines for k in described]
+        elif spec.pattern == "binary":
+            described = [k.binary for k in described]
         files[f"{spec.name}.c"] = _render(env, f"{spec.pattern}.c.j2", op=spec.name, kernels=described)
         files[f"{spec.name}_api.c"] = _render(env, "api.c.j2", api=api)
         for target in compiled_targets:
@@ -317,7 +320,7 @@ def select(specs: list[OpSpec], table: DTypeTable, ops: list[str] | None, dtypes
     return specs
 
 
-def _probes() -> list[dict[str, Any]]:
+def _probes() -> list[plan.Signature]:
     """The benchmark's bandwidth probes, described like kernels for the header and dispatcher."""
     floats = [("const float *", "first"), ("const float *", "second")]
     described = [
@@ -338,35 +341,28 @@ def _probes() -> list[dict[str, Any]]:
         ),
     ]
     return [
-        {
-            "name": name,
-            "summary": summary,
-            "detail": "f32; stream: non-temporal stores",
-            "params": params,
-            "pattern": "probe",
-            "form": None,
-        }
+        plan.Signature(name, summary, "f32; stream: non-temporal stores", tuple(params), "probe", None)
         for name, summary, params in described
     ]
 
 
-def _narrowers(table: DTypeTable) -> list[dict[str, Any]]:
+def _narrowers(table: DTypeTable) -> list[plan.Signature]:
     """The sums-to-dtype conversions (opgen_narrow.c), described like kernels for the header and
     dispatcher."""
     return [
-        {
-            "name": f"opgen_narrow_{d.name}",
-            "summary": f"sums (double) to {d.name}, rounded as the kernels round (to f32, then to {d.name})",
-            "detail": "for the *_sums of the broadcast_reduce kernels",
-            "params": [("const double *", "sums"), (f"{d.c_type} *", "out"), ("int64_t ", "count")],
-            "pattern": "narrow",
-            "form": None,
-        }
+        plan.Signature(
+            name=f"opgen_narrow_{d.name}",
+            summary=f"sums (double) to {d.name}, rounded as the kernels round (to f32, then to {d.name})",
+            detail="for the *_sums of the broadcast_reduce kernels",
+            params=(("const double *", "sums"), (f"{d.c_type} *", "out"), ("int64_t ", "count")),
+            pattern="narrow",
+            form=None,
+        )
         for d in table.dtypes.values()
     ]
 
 
-def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]], files: dict[str, str]) -> dict[str, Any]:
+def _manifest(specs: list[OpSpec], kernels: list[plan.KernelPlan], files: dict[str, str]) -> dict[str, Any]:
     """A build-system-neutral list of the files and functions."""
     return {
         "generator": "opgen",
@@ -385,13 +381,13 @@ def _manifest(specs: list[OpSpec], kernels: list[dict[str, Any]], files: dict[st
                 + ([f"aclnn{spec.aclnn}GetWorkspaceSize", f"aclnn{spec.aclnn}"] if spec.aclnn else []),
                 "functions": [
                     {
-                        "name": k["name"],
-                        "form": k["form"],
-                        "detail": k["detail"],
-                        "workspace_doubles_per_channel": k["workspace_per_channel"],
+                        "name": k.name,
+                        "form": k.form,
+                        "detail": k.detail,
+                        "workspace_doubles_per_channel": k.workspace_per_channel,
                     }
                     for k in kernels
-                    if k["op"] == spec.name
+                    if k.op == spec.name
                 ],
             }
             for spec in specs

@@ -140,7 +140,7 @@ def test_list_shows_every_variant():
     result = run_cli("list")
     assert result.returncode == 0, result.stderr
     for kernel in render_library().kernels:
-        assert kernel["name"] in result.stdout
+        assert kernel.name in result.stdout
 
 
 @pytest.mark.slow  # compiles a library (one op and dtype: the error is in relu_backward.c either way)

@@ -29,10 +29,10 @@ from tests.helpers import TABLE, assert_ulps, describe, rng, run_on_target
 BF16 = ml_dtypes.bfloat16
 LIBRARY = render_library()
 KERNELS = [
-    (spec, variant, plan.kernel(variant, TABLE)["float_first"])
+    (spec, variant, plan.kernel(variant, TABLE).float_first)
     for spec in opgen.bundled.specs
     for variant in plan.variants(spec, TABLE)
-    if spec.pattern == "elementwise" and plan.kernel(variant, TABLE)["float_first"]
+    if spec.pattern == "elementwise" and plan.kernel(variant, TABLE).float_first
 ]
 # bf16 kernels are computed in double, and their blocks inside the intervals in float
 BF16_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if variant.row[spec.reference] == "bf16"]
@@ -630,7 +630,7 @@ def test_a_users_spec_with_two_outputs_gets_the_intervals_both_allow(tmp_path):
     (directory / "two_outputs.toml").write_text(TWO_OUTPUTS)
     spec = load_spec(directory / "two_outputs.toml", TABLE)
     (variant,) = plan.variants(spec, TABLE)
-    first = plan.kernel(variant, TABLE)["float_first"]
+    first = plan.kernel(variant, TABLE).float_first
     math = {e.name: e.tree for e in spec.math["elements"]}
     alone = {
         output: float_range.input_range(math[output], variant.dtypes, math, TABLE.dtypes["bf16"]).intervals

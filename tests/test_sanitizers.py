@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from opgen import plan
 from opgen.compile import compiler
 from opgen.plan import BLOCK, CHANNEL_SPLIT, PARALLEL_THRESHOLD, STREAM_BYTES, TARGETS, compiled_targets, host_targets
 from opgen.render import render_library
@@ -39,35 +40,35 @@ NXC += [(STREAM_BYTES // 4 // 67 + 1, 67)]  # past the caches: rows in memory or
 NXC_REPEAT = [(5, 3 * 7, 7), (BIG // 20 + 1, 4 * 5, 5)]  # (outer, channels, repeat): a short NCX inner dim
 
 
-def call(kernel: dict, dims: tuple[int, ...], sums_given: bool) -> str:
+def call(kernel: plan.ChannelKernel, dims: tuple[int, ...], sums_given: bool) -> str:
     """C statements that allocate exact-size buffers, call the kernel and free them. A
     broadcast_reduce kernel gets its channel outputs (rounded sums) or, `sums_given`, double
     sums to add to instead, the other pointer NULL."""
-    sums = {name[: -len("_sums")] for _, name in kernel["params"] if name.endswith("_sums")}
+    sums = {name[: -len("_sums")] for _, name in kernel.params if name.endswith("_sums")}
     absent = {f"{name}_sums" for name in sums} if not sums_given else sums
-    if kernel["pattern"] == "elementwise" or kernel["form"] == "full":
+    if kernel.pattern == "elementwise" or kernel.form == "full":
         (count,) = dims
         total, channels = count, 0
         size_args = [str(count)]
     else:
-        outer, channels, inner = dims if kernel["form"] == "ncx" else (*dims[:2], 1)
+        outer, channels, inner = dims if kernel.form == "ncx" else (*dims[:2], 1)
         total = outer * channels * inner
-        size_args = [str(d) for d in dims[: 3 if kernel["form"] == "ncx" else 2]]
-        if any(name == "repeat" for _, name in kernel["params"]):
+        size_args = [str(d) for d in dims[: 3 if kernel.form == "ncx" else 2]]
+        if any(name == "repeat" for _, name in kernel.params):
             size_args.append(str(dims[2] if len(dims) > 2 else 1))
     lines, names, frees = [], [], []
-    for type_, name in kernel["params"]:
+    for type_, name in kernel.params:
         c_type = type_.replace("const ", "").replace("*", "").strip()
         if name == "workspace":
-            ncx_inner = dims[2] if kernel["form"] == "ncx" else 1
-            lines.append(f"int64_t {name}_n = {kernel['name']}_workspace_size({dims[0]}, {dims[1]}, {ncx_inner});")
+            ncx_inner = dims[2] if kernel.form == "ncx" else 1
+            lines.append(f"int64_t {name}_n = {kernel.name}_workspace_size({dims[0]}, {dims[1]}, {ncx_inner});")
             lines.append(f"double *{name} = (double *)checked_malloc((size_t){name}_n * sizeof(double));")
             frees.append(name)
         elif name in absent:
             pass
         elif "*" in type_:
             is_channel = name.endswith("_sums") or any(
-                t["name"] == name and t["kind"] == "channel" for t in (*kernel["inputs"], *kernel["outputs"])
+                t.name == name and t.kind == "channel" for t in (*kernel.inputs, *kernel.outputs)
             )
             count = channels if is_channel else total
             lines.append(f"{c_type} *{name} = ({c_type} *)checked_malloc((size_t){count} * sizeof({c_type}));")
@@ -75,7 +76,7 @@ def call(kernel: dict, dims: tuple[int, ...], sums_given: bool) -> str:
             frees.append(name)
         names.append(name)
     arguments = []
-    for type_, name in kernel["params"]:
+    for type_, name in kernel.params:
         if name in absent:
             arguments.append("NULL")
         elif "*" in type_:
@@ -83,7 +84,7 @@ def call(kernel: dict, dims: tuple[int, ...], sums_given: bool) -> str:
         elif type_.startswith("float"):
             arguments.append("0.25f")
     arguments += size_args
-    lines.append(f"{kernel['name']}({', '.join(arguments)});")
+    lines.append(f"{kernel.name}({', '.join(arguments)});")
     lines += [f"free({name});" for name in frees]
     return "{\n        " + "\n        ".join(lines) + "\n    }"
 
@@ -105,26 +106,26 @@ BLOCK_LINES = [
 ]
 
 
-def call_lines(kernel: dict, dims: tuple[int, int, int], blocks: tuple[tuple[int, bool], ...] = ()) -> str:
+def call_lines(kernel: plan.KernelPlan, dims: tuple[int, int, int], blocks: tuple[tuple[int, bool], ...] = ()) -> str:
     """C statements calling an along_axes kernel on exact-size buffers: tensors outer * length
     * inner elements, line operands outer * inner (outer without its reduced blocks, with
     `blocks`), along operands length; its workspace."""
     outer, length, inner = dims
-    planned = kernel["lines"]
+    planned = kernel.lines
     kept = outer // math.prod(size for size, reduced in blocks if reduced)
     counts = {
         o.name: {"tensor": outer * length * inner, "line": kept * inner, "along": length}[o.kind]
         for o in (*planned.inputs, *planned.outputs)
     }
     lines, arguments, frees = [], [], []
-    for type_, name in kernel["params"]:
+    for type_, name in kernel.params:
         c_type = type_.replace("const ", "").replace("*", "").strip()
         if name == "blocks":
             values = [len(blocks), *(value for size, reduced in blocks for value in (size, int(reduced)))]
             lines.append(f"const int64_t blocks[] = {{ {', '.join(str(v) for v in values)} }};")
             continue
         if name == "workspace":
-            lines.append(f"int64_t workspace_n = {kernel['name']}_workspace_size({outer}, {length}, {inner});")
+            lines.append(f"int64_t workspace_n = {kernel.name}_workspace_size({outer}, {length}, {inner});")
             lines.append("double *workspace = (double *)checked_malloc((size_t)workspace_n * sizeof(double));")
             frees.append(name)
         elif "*" in type_:
@@ -133,8 +134,8 @@ def call_lines(kernel: dict, dims: tuple[int, int, int], blocks: tuple[tuple[int
             frees.append(name)
         arguments.append(name if "*" in type_ else "0.25f" if type_.startswith("float") else None)
     arguments = [a for a in arguments if a is not None] + [str(outer), str(length), str(inner)]
-    arguments += ["blocks"] if any(name == "blocks" for _, name in kernel["params"]) else []
-    lines.append(f"{kernel['name']}({', '.join(arguments)});")
+    arguments += ["blocks"] if any(name == "blocks" for _, name in kernel.params) else []
+    lines.append(f"{kernel.name}({', '.join(arguments)});")
     lines += [f"free({name});" for name in frees]
     return "{\n        " + "\n        ".join(lines) + "\n    }"
 
@@ -146,10 +147,10 @@ BINARY += [((2, 1, 0), (1, 4, 1)), ((1, 31, 1), (7, 1, 29)), ((1,), (BIG,)), ((B
 BINARY += [((3, 40000), (3, 1))]
 
 
-def call_binary(kernel: dict, shapes: tuple[tuple[int, ...], tuple[int, ...]]) -> str:
+def call_binary(kernel: plan.KernelPlan, shapes: tuple[tuple[int, ...], tuple[int, ...]]) -> str:
     """C statements calling a binary kernel on exact-size buffers: each input of its own shape,
     the output of their broadcast shape, with each input's rank and dims."""
-    planned = kernel["binary"]
+    planned = kernel.binary
     first, second = shapes
     counts = {planned.first.name: math.prod(first), planned.second.name: math.prod(second)}
     counts[planned.output.name] = math.prod(np.broadcast_shapes(first, second))
@@ -164,7 +165,7 @@ def call_binary(kernel: dict, shapes: tuple[tuple[int, ...], tuple[int, ...]]) -
         dims = ", ".join(str(d) for d in shape) or "0"
         lines.append(f"const int64_t dims_{index}[] = {{ {dims} }};")
         arguments += [str(len(shape)), f"dims_{index}"]
-    lines.append(f"{kernel['name']}({', '.join(arguments)});")
+    lines.append(f"{kernel.name}({', '.join(arguments)});")
     lines += [f"free({name});" for name in frees]
     return "{\n        " + "\n        ".join(lines) + "\n    }"
 
@@ -172,20 +173,20 @@ def call_binary(kernel: dict, shapes: tuple[tuple[int, ...], tuple[int, ...]]) -
 def driver() -> str:
     body = []
     for kernel in LIBRARY.kernels:
-        if kernel["pattern"] == "along_axes":
+        if kernel.pattern == "along_axes":
             body += [f"    {call_lines(kernel, dims)}" for dims in LINES]
-            if any(name == "blocks" for _, name in kernel["params"]):
+            if any(name == "blocks" for _, name in kernel.params):
                 body += [f"    {call_lines(kernel, dims, blocks)}" for dims, blocks in BLOCK_LINES]
             continue
-        if kernel["pattern"] == "binary":
+        if kernel.pattern == "binary":
             body += [f"    {call_binary(kernel, shapes)}" for shapes in BINARY]
             continue
-        if kernel["pattern"] == "elementwise" or kernel["form"] == "full":
+        if kernel.pattern == "elementwise" or kernel.form == "full":
             shapes = [(count,) for count in ELEMENTWISE]
-        elif kernel["form"] == "ncx":
+        elif kernel.form == "ncx":
             shapes = NCX
         else:
-            repeats = any(name == "repeat" for _, name in kernel["params"])
+            repeats = any(name == "repeat" for _, name in kernel.params)
             shapes = NXC + (NXC_REPEAT if repeats else [])
         body += [f"    {call(kernel, dims, index % 2 == 1)}" for index, dims in enumerate(shapes)]
     return "\n".join(

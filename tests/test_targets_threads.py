@@ -265,8 +265,8 @@ def test_kernels_whose_math_calls_exp_start_threads_sooner():
             continue  # their drivers weigh lines (opgen/lines.py): test_along_axes
         for variant in plan.variants(spec, table):
             kernel = plan.kernel(variant, table)
-            work[variant.name] = kernel["work_per_element"]
-            assert kernel["work_per_element"] >= 1
+            work[variant.name] = kernel.work_per_element
+            assert kernel.work_per_element >= 1
     # exp() in the math: sigmoid's forward, and sigmoid's and tanh's backward from src (tanh's
     # forward calls tanh(), which counts as an element's ordinary work)
     from_src = ("sigmoid_backward", "tanh_backward")
