@@ -260,15 +260,14 @@ static void aclnn_prelu_backward_f32_nxc_finish(const opgen_channels_call *call,
     }
 }
 
-/* aclnn_prelu_backward_f32_nxc: rows [row_first, row_last), channels [first, last) (whole blocks, or to the
- * end), the sums' terms added to partial[sum * channels + channel]; every channel in memory
- * order when streamed */
+/* aclnn_prelu_backward_f32_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
-                                                          int64_t first, int64_t last, double *OPGEN_RESTRICT partial)
+                                                          double *OPGEN_RESTRICT partial)
 {
     (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_f32 grad_input_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
-    if ((stream) && first == 0 && last == channels) {
+    if (stream) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
@@ -328,8 +327,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_R
     } else {
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-            int64_t channel = first;
-            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 double grad_weight_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -357,7 +356,7 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_R
                     partial[0 * channels + channel + lane] += grad_weight_group[lane];
                 }
             }
-            for (; channel < last; ++channel) {
+            for (; channel < channels; ++channel) {
                 const float weight_value = weight[channel];
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -374,10 +373,9 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_R
     opgen_lines_f32_finish(&grad_input_lines);
 }
 
-static void aclnn_prelu_backward_f32_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
-                                              int64_t last, double *partial)
+static void aclnn_prelu_backward_f32_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
 {
-    aclnn_prelu_backward_f32_nxc_rows_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, partial);
+    aclnn_prelu_backward_f32_nxc_rows_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
 }
 
 /* aclnn_prelu_backward_f32_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
@@ -863,14 +861,13 @@ static void aclnn_prelu_backward_f16_nxc_finish(const opgen_channels_call *call,
     }
 }
 
-/* aclnn_prelu_backward_f16_nxc: rows [row_first, row_last), channels [first, last) (whole blocks, or to the
- * end), the sums' terms added to partial[sum * channels + channel]; every channel in memory
- * order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+/* aclnn_prelu_backward_f16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
-                                                          int64_t first, int64_t last, double *OPGEN_RESTRICT partial)
+                                                          double *OPGEN_RESTRICT partial)
 {
     (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
-    if ((stream || channels >= OPGEN_IN_ORDER_CHANNELS) && first == 0 && last == channels) {
+    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
@@ -930,8 +927,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPG
     } else {
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-            int64_t channel = first;
-            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 float grad_weight_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -959,7 +956,7 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPG
                     partial[0 * channels + channel + lane] += grad_weight_group[lane];
                 }
             }
-            for (; channel < last; ++channel) {
+            for (; channel < channels; ++channel) {
                 const float weight_value = opgen_f16_to_f32(weight[channel]);
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -975,10 +972,9 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPG
     }
 }
 
-static void aclnn_prelu_backward_f16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
-                                              int64_t last, double *partial)
+static void aclnn_prelu_backward_f16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
 {
-    aclnn_prelu_backward_f16_nxc_rows_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, partial);
+    aclnn_prelu_backward_f16_nxc_rows_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
 }
 
 /* aclnn_prelu_backward_f16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
@@ -1543,14 +1539,13 @@ static void aclnn_prelu_backward_bf16_nxc_finish(const opgen_channels_call *call
     }
 }
 
-/* aclnn_prelu_backward_bf16_nxc: rows [row_first, row_last), channels [first, last) (whole blocks, or to the
- * end), the sums' terms added to partial[sum * channels + channel]; every channel in memory
- * order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+/* aclnn_prelu_backward_bf16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
-                                                           int64_t first, int64_t last, double *OPGEN_RESTRICT partial)
+                                                           double *OPGEN_RESTRICT partial)
 {
     (void)grad_output; (void)self; (void)weight; (void)grad_input; (void)grad_weight; (void)outer; (void)channels; (void)inner; (void)stream;
-    if ((stream || channels >= OPGEN_IN_ORDER_CHANNELS) && first == 0 && last == channels) {
+    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
@@ -1632,8 +1627,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *O
     } else {
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-            int64_t channel = first;
-            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 float grad_weight_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -1683,7 +1678,7 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *O
                     partial[0 * channels + channel + lane] += grad_weight_group[lane];
                 }
             }
-            for (; channel < last; ++channel) {
+            for (; channel < channels; ++channel) {
                 const float weight_value = opgen_bf16_to_f32(weight[channel]);
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -1699,10 +1694,9 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *O
     }
 }
 
-static void aclnn_prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
-                                               int64_t last, double *partial)
+static void aclnn_prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
 {
-    aclnn_prelu_backward_bf16_nxc_rows_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, partial);
+    aclnn_prelu_backward_bf16_nxc_rows_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
 }
 
 /* aclnn_prelu_backward_bf16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their

@@ -260,15 +260,14 @@ static void prelu_backward_f32_nxc_finish(const opgen_channels_call *call, int64
     }
 }
 
-/* prelu_backward_f32_nxc: rows [row_first, row_last), channels [first, last) (whole blocks, or to the
- * end), the sums' terms added to partial[sum * channels + channel]; every channel in memory
- * order when streamed */
+/* prelu_backward_f32_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed */
 OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
-                                                    int64_t first, int64_t last, double *OPGEN_RESTRICT partial)
+                                                    double *OPGEN_RESTRICT partial)
 {
     (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
     opgen_lines_f32 diff_src_lines = opgen_lines_f32_start(stream && channels % OPGEN_BLOCK == 0);
-    if ((stream) && first == 0 && last == channels) {
+    if (stream) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)) : OPGEN_SEGMENT;
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
@@ -328,8 +327,8 @@ OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRIC
     } else {
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-            int64_t channel = first;
-            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 double diff_slope_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -357,7 +356,7 @@ OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRIC
                     partial[0 * channels + channel + lane] += diff_slope_group[lane];
                 }
             }
-            for (; channel < last; ++channel) {
+            for (; channel < channels; ++channel) {
                 const float slope_value = slope[channel];
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -374,10 +373,9 @@ OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRIC
     opgen_lines_f32_finish(&diff_src_lines);
 }
 
-static void prelu_backward_f32_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
-                                        int64_t last, double *partial)
+static void prelu_backward_f32_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
 {
-    prelu_backward_f32_nxc_rows_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, partial);
+    prelu_backward_f32_nxc_rows_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
 }
 
 /* prelu_backward_f32_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
@@ -897,14 +895,13 @@ static void prelu_backward_bf16_nxc_finish(const opgen_channels_call *call, int6
     }
 }
 
-/* prelu_backward_bf16_nxc: rows [row_first, row_last), channels [first, last) (whole blocks, or to the
- * end), the sums' terms added to partial[sum * channels + channel]; every channel in memory
- * order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+/* prelu_backward_bf16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
 OPGEN_MICROKERNEL void prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
-                                                     int64_t first, int64_t last, double *OPGEN_RESTRICT partial)
+                                                     double *OPGEN_RESTRICT partial)
 {
     (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
-    if ((stream || channels >= OPGEN_IN_ORDER_CHANNELS) && first == 0 && last == channels) {
+    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
@@ -986,8 +983,8 @@ OPGEN_MICROKERNEL void prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_R
     } else {
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-            int64_t channel = first;
-            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 float diff_slope_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -1037,7 +1034,7 @@ OPGEN_MICROKERNEL void prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_R
                     partial[0 * channels + channel + lane] += diff_slope_group[lane];
                 }
             }
-            for (; channel < last; ++channel) {
+            for (; channel < channels; ++channel) {
                 const float slope_value = opgen_bf16_to_f32(slope[channel]);
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -1053,10 +1050,9 @@ OPGEN_MICROKERNEL void prelu_backward_bf16_nxc_rows_of(const opgen_bf16 *OPGEN_R
     }
 }
 
-static void prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
-                                         int64_t last, double *partial)
+static void prelu_backward_bf16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
 {
-    prelu_backward_bf16_nxc_rows_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, partial);
+    prelu_backward_bf16_nxc_rows_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
 }
 
 /* prelu_backward_bf16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their
@@ -1599,14 +1595,13 @@ static void prelu_backward_f16_nxc_finish(const opgen_channels_call *call, int64
     }
 }
 
-/* prelu_backward_f16_nxc: rows [row_first, row_last), channels [first, last) (whole blocks, or to the
- * end), the sums' terms added to partial[sum * channels + channel]; every channel in memory
- * order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
+/* prelu_backward_f16_nxc: rows [row_first, row_last), every channel, the sums' terms added to
+ * partial[sum * channels + channel]; in memory order when streamed, or past OPGEN_IN_ORDER_CHANNELS: blocks of half a line */
 OPGEN_MICROKERNEL void prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
-                                                    int64_t first, int64_t last, double *OPGEN_RESTRICT partial)
+                                                    double *OPGEN_RESTRICT partial)
 {
     (void)src; (void)slope; (void)diff_dst; (void)diff_src; (void)diff_slope; (void)outer; (void)channels; (void)inner; (void)stream;
-    if ((stream || channels >= OPGEN_IN_ORDER_CHANNELS) && first == 0 && last == channels) {
+    if (stream || channels >= OPGEN_IN_ORDER_CHANNELS) {
         const int64_t whole_channels = channels / OPGEN_BLOCK * OPGEN_BLOCK;
         const int64_t segment_length = channels <= (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) ? (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)) : OPGEN_SEGMENT;
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
@@ -1666,8 +1661,8 @@ OPGEN_MICROKERNEL void prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RES
     } else {
         for (int64_t group = row_first; group < row_last; group += OPGEN_ROW_GROUP) {
             const int64_t group_end = opgen_min(group + OPGEN_ROW_GROUP, row_last);
-            int64_t channel = first;
-            for (; channel + OPGEN_BLOCK <= last; channel += OPGEN_BLOCK) {
+            int64_t channel = 0;
+            for (; channel + OPGEN_BLOCK <= channels; channel += OPGEN_BLOCK) {
                 float diff_slope_group[OPGEN_BLOCK] = {0};
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -1695,7 +1690,7 @@ OPGEN_MICROKERNEL void prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RES
                     partial[0 * channels + channel + lane] += diff_slope_group[lane];
                 }
             }
-            for (; channel < last; ++channel) {
+            for (; channel < channels; ++channel) {
                 const float slope_value = opgen_f16_to_f32(slope[channel]);
                 for (int64_t row = group; row < group_end; ++row) {
                     const int64_t base = row * channels;
@@ -1711,10 +1706,9 @@ OPGEN_MICROKERNEL void prelu_backward_f16_nxc_rows_of(const opgen_f16 *OPGEN_RES
     }
 }
 
-static void prelu_backward_f16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, int64_t first,
-                                        int64_t last, double *partial)
+static void prelu_backward_f16_nxc_rows(const opgen_channels_call *call, int64_t row_first, int64_t row_last, double *partial)
 {
-    prelu_backward_f16_nxc_rows_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, first, last, partial);
+    prelu_backward_f16_nxc_rows_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->outer, call->channels, call->inner, call->stream, row_first, row_last, partial);
 }
 
 /* prelu_backward_f16_nxc: channels [first, last) of every row (whole blocks from blocks_first), their

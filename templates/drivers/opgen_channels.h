@@ -10,16 +10,15 @@
  *   units   (ncx) (row, channel) units [unit_first, unit_last), inner elements [inner_first,
  *           inner_last) of each, their terms added to `partial` (sum s of channel c at
  *           partial[s * channels + c]);
- *   rows    (nxc) rows [row_first, row_last), channels [first, last) (whole blocks, or to the
- *           end), added to `partial` likewise;
+ *   rows    (nxc) rows [row_first, row_last), every channel, added to `partial` likewise;
  *   range   (nxc, few rows of many channels) every row, channels [first, last), summed in
  *           `share` (the calling thread's, `span` doubles a sum) and finished there;
  *   finish  the sums of channels [first, last) (sum s of channel c at sums[s * stride + c -
  *           first]) rounded into the channel outputs, or added to the caller's *_sums arrays.
  * Tiles are fixed by the shape alone and their partial sums added up in tile order; a range's
- * channels are summed by one thread: the sums never depend on the thread count. With fewer
+ * channels are summed by one thread: the sums never depend on the thread count. With fewer ncx
  * tiles than threads, each tile's channels are cut into parts (whole blocks), one a thread: a
- * channel's rows still add to its partial sum in their order.
+ * channel's units still add to its partial sum in their order.
  *
  * reduce_then_apply (opgen_channels_run_twice): the same view; per-channel sums, then values of
  * each channel from them (and the channel outputs), then an element pass that reads those
@@ -57,7 +56,7 @@ typedef struct opgen_channels_call {
 typedef void (*opgen_channels_units_function)(const opgen_channels_call *call, int64_t unit_first, int64_t unit_last,
                                               int64_t inner_first, int64_t inner_last, double *partial);
 typedef void (*opgen_channels_rows_function)(const opgen_channels_call *call, int64_t row_first, int64_t row_last,
-                                             int64_t first, int64_t last, double *partial);
+                                             double *partial);
 typedef void (*opgen_channels_range_function)(const opgen_channels_call *call, int64_t first, int64_t last,
                                               int64_t blocks_first, double *share, int64_t span);
 typedef void (*opgen_channels_finish_function)(const opgen_channels_call *call, int64_t first, int64_t last,
