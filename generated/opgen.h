@@ -645,6 +645,12 @@ const char *opgen_cpu_target(void);
 #define OPGEN_MAX_THREADS 1024
 void opgen_set_num_threads(int threads);
 int opgen_get_num_threads(void);
+/* Bytes a call moves (its operands' sizes added up) from which its outputs are written with
+ * non-temporal stores, past the caches: the size of the largest cache the CPU reports to the
+ * system (Linux: /sys/devices/system/cpu/cpu0/cache), else 16777216; on one thread
+ * (opgen_get_num_threads) at most 16777216. The environment variable OPGEN_STREAM_BYTES,
+ * a positive count of bytes, replaces it (read once, at the first call). */
+int64_t opgen_stream_threshold(void);
 
 /* ---- The kernel API ---- */
 

@@ -10,6 +10,7 @@
  * this file: that target is then never chosen. Also: thread count and the fixed tiling of
  * reductions.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,6 +97,75 @@ static int opgen_target_index(void)
 const char *opgen_cpu_target(void)
 {
     return opgen_target_names[opgen_target_index()];
+}
+
+/* The size of the highest-level data or unified cache in Linux's sysfs, in KiB; 0 if unread. */
+static int opgen_last_cache_kib(void)
+{
+    int level_read = 0, kib = 0;
+    for (int index = 0; index < 8; ++index) {
+        char path[64], type[16] = "";
+        int level = 0;
+        long long size = 0;
+        char unit = 'K';
+        FILE *file;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", index);
+        if ((file = fopen(path, "r")) == NULL) {
+            break;
+        }
+        const int typed = fscanf(file, "%15s", type) == 1;
+        fclose(file);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", index);
+        if (!typed || strcmp(type, "Instruction") == 0 || (file = fopen(path, "r")) == NULL) {
+            continue;
+        }
+        const int leveled = fscanf(file, "%d", &level) == 1;
+        fclose(file);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", index);
+        if (!leveled || level <= level_read || (file = fopen(path, "r")) == NULL) {
+            continue;
+        }
+        const int sized = fscanf(file, "%lld%c", &size, &unit) >= 1;
+        fclose(file);
+        if (sized && size > 0 && size < (1LL << 30)) {
+            const long long size_kib = unit == 'M' ? size * 1024 : unit == 'G' ? size * 1024 * 1024 : size;
+            if (size_kib < (1LL << 30)) {
+                level_read = level;
+                kib = (int)size_kib;
+            }
+        }
+    }
+    return kib;
+}
+
+/* KiB: OPGEN_STREAM_BYTES's (negative) or the last-level cache's; 0 until read. Any thread
+ * that reads it first writes the same value. */
+static int opgen_stream_kib = 0;
+
+int64_t opgen_stream_threshold(void)
+{
+    int kib = OPGEN_ATOMIC_LOAD(opgen_stream_kib);
+    if (kib == 0) {
+        const char *given = getenv("OPGEN_STREAM_BYTES");
+        char *end = NULL;
+        const long long bytes = given != NULL ? strtoll(given, &end, 10) : 0;
+        if (given != NULL && end != given && *end == '\0' && bytes > 0 && bytes < (1LL << 40)) {
+            kib = -(int)((bytes + 1023) / 1024);
+        } else {
+            kib = opgen_last_cache_kib();
+            kib = kib > 0 ? kib : (int)(OPGEN_STREAM_BYTES_DEFAULT / 1024);
+        }
+        OPGEN_ATOMIC_STORE(opgen_stream_kib, kib);
+    }
+    if (kib < 0) {
+        return (int64_t)-kib * 1024;
+    }
+    /* one thread streams from OPGEN_STREAM_BYTES_DEFAULT already, if the cache is larger: a
+     * core alone fetched a tensor that filled most of the cache more slowly than memory took
+     * streamed stores (f32 ReLU backward, 19 MB moved, 32 MiB cache: ordinary stores 1.5x the
+     * time on one thread, 0.6x on two; docs/performance-changes.md) */
+    const int64_t cache = (int64_t)kib * 1024;
+    return opgen_get_num_threads() > 1 || cache < OPGEN_STREAM_BYTES_DEFAULT ? cache : OPGEN_STREAM_BYTES_DEFAULT;
 }
 
 /* 0: as many threads as OpenMP would use (OMP_NUM_THREADS, else one per core). */

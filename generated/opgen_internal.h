@@ -153,8 +153,10 @@
 #error "row groups of float terms are float runs too"
 #endif
 
-/* Total bytes a kernel moves above which its outputs are streamed past the caches. */
-#define OPGEN_STREAM_BYTES ((int64_t)16777216)
+/* Total bytes a kernel moves from which its outputs are streamed past the caches: the
+ * last-level cache's size, read once (opgen_stream_threshold, opgen.h); this where it cannot be read. */
+#define OPGEN_STREAM_BYTES_DEFAULT ((int64_t)16777216)
+#define OPGEN_STREAM_BYTES opgen_stream_threshold()
 /* ... from which elementwise passes store through the line writers that are not cheap. */
 #define OPGEN_COSTLY_LINES_BYTES ((int64_t)4194304)
 

@@ -51,12 +51,15 @@ def get_num_threads() -> int:
 
 
 def info() -> dict[str, Any]:
-    """What runs: the compiled copy (CPU target) chosen on this machine, the threads, and each op's variants."""
+    """What runs: the compiled copy (CPU target) chosen on this machine, the threads, the size from
+    which outputs stream past the caches, and each op's variants."""
     lib = bundled.module.lib
     return {
         "version": __version__,
         "cpu_target": bundled.module.ffi.string(lib.opgen_cpu_target()).decode(),
         "threads": int(lib.opgen_get_num_threads()),
+        # bytes a call moves from which its outputs stream past the caches (opgen.h)
+        "stream_from_bytes": int(lib.opgen_stream_threshold()),
         "ops": {name: sorted(variants) for name, variants in bundled.variants.items()},
     }
 

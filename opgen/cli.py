@@ -199,6 +199,8 @@ def _info(args: argparse.Namespace) -> int:
     print(
         f"opgen {details['version']}: kernels run the {details['cpu_target']} copy{hint}, {details['threads']} threads"
     )
+    stream = details["stream_from_bytes"]
+    print(f"  outputs stream past the caches from {stream / 2**20:g} MiB moved a call (OPGEN_STREAM_BYTES sets it)")
     for op, variants in details["ops"].items():
         print(f"  {op}: {len(variants)} variants, {details['cpu_target']}")
     return 0

@@ -8,10 +8,18 @@ be repeated exactly: `OPGEN_TEST_SEED=<seed> python -m pytest ...`.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from opgen import plan
 from tests.builds import ObjectBuilds
 from tests.helpers import SEED
+
+# The tests size their streamed cases from plan.STREAM_BYTES: the kernels stream from there
+# (in this process and in the builds it runs) rather than from this machine's last-level cache
+# (opgen_stream_threshold; tests/test_c_api.py checks that reading)
+os.environ["OPGEN_STREAM_BYTES"] = str(plan.STREAM_BYTES)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -660,3 +660,42 @@ def test_aclnn_inner_error_when_memory_runs_out(tmp_path):
     assert lines[0] == "tensor NULL"
     assert lines[1] == "status 561000", result.stdout
     assert "executor: could not allocate" in lines[2]
+
+
+def _largest_cache_bytes() -> int | None:
+    """The largest data or unified cache of CPU 0 in Linux's sysfs, read here apart from the C."""
+    from pathlib import Path
+
+    found: dict[int, int] = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = int((index / "level").read_text())
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind != "Instruction" and size[:-1].isdigit():
+            found[level] = int(size[:-1]) * {"K": 1024, "M": 1 << 20, "G": 1 << 30}[size[-1]]
+    return found[max(found)] if found else None
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("given", [None, "1048576", "1000", "0", "-5", "16M", ""])
+def test_outputs_stream_from_the_last_level_cache_or_the_environment(given, threads):
+    """opgen_stream_threshold: OPGEN_STREAM_BYTES when it is a positive count of bytes (rounded
+    up to KiB); else the largest cache the system reports (plan.STREAM_BYTES if none), at most
+    plan.STREAM_BYTES on one thread. Read in a fresh process: the environment is read once."""
+    import os
+    import sys
+
+    environment = {k: v for k, v in os.environ.items() if k != "OPGEN_STREAM_BYTES"}
+    environment["OMP_NUM_THREADS"] = threads
+    if given is not None:
+        environment["OPGEN_STREAM_BYTES"] = given
+    code = "import opgen; print(opgen.info()['stream_from_bytes'])"
+    result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True)
+    cache = _largest_cache_bytes() or opgen.plan.STREAM_BYTES
+    if threads == "1":
+        cache = min(cache, opgen.plan.STREAM_BYTES)
+    valid = given is not None and given.isdigit() and int(given) > 0
+    assert int(result.stdout) == (-(-int(given) // 1024) * 1024 if valid else cache)
