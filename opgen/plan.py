@@ -388,8 +388,9 @@ def _store(dtype: DType, value: str, compute: str) -> str:
 def kernel(variant: Variant, table: DTypeTable) -> KernelPlan:
     """Everything a pattern template needs for one kernel, with the math already in C."""
     spec = variant.op
-    if spec.pattern == "along_axes":
-        planned = lines.kernel(spec, variant.name, variant.row, variant.constants, table)
+    if spec.pattern in ("along_axes", "binary"):
+        plan_of = lines.kernel if spec.pattern == "along_axes" else binary.kernel
+        planned = plan_of(spec, variant.name, variant.row, variant.constants, table)
         return KernelPlan(
             name=planned.name,
             summary=planned.summary,
@@ -398,21 +399,10 @@ def kernel(variant: Variant, table: DTypeTable) -> KernelPlan:
             pattern=spec.pattern,
             form=None,
             op=spec.name,
-            across_count=len(planned.across),
-            lines=planned,
-        )
-    if spec.pattern == "binary":
-        planned_binary = binary.kernel(spec, variant.name, variant.row, variant.constants, table)
-        return KernelPlan(
-            name=planned_binary.name,
-            summary=planned_binary.summary,
-            detail=planned_binary.detail,
-            params=tuple(planned_binary.params),
-            pattern=spec.pattern,
-            form=None,
-            op=spec.name,
-            work_per_element=planned_binary.work_per_element,
-            binary=planned_binary,
+            work_per_element=planned.work_per_element,
+            across_count=len(planned.across) if isinstance(planned, LinesKernel) else 0,
+            lines=planned if isinstance(planned, LinesKernel) else None,
+            binary=planned if isinstance(planned, BinaryKernel) else None,
         )
     return _channel_kernel(variant, table)
 
