@@ -120,7 +120,14 @@
 /* With at least this many rows, reductions split rows only. */
 #define OPGEN_MIN_ROW_TILES 16
 /* At most this many partial sums (doubles) per sum across all tiles. */
-#define OPGEN_MAX_PARTIALS ((int64_t)1 << 20)
+#define OPGEN_MAX_PARTIALS ((int64_t)1048576)
+/* along_axes: chunks of lines whose sums across lines are kept apart: a function of the shape
+ * alone. More chunks than threads, so that threads share them out evenly. */
+#define OPGEN_LINES_MAX_CHUNKS 64
+/* binary: elements of the longest run one microkernel call computes: long rows are split into
+ * such pieces so that threads share them out even when there are few rows (a multiple of
+ * OPGEN_BLOCK: only a row's last piece has a partial block). */
+#define OPGEN_BINARY_PIECE ((int64_t)16384)
 /* Rows of at least this many channels are split by channel, not by row (rows longer than a
  * segment too, where one pass reads them)... */
 #define OPGEN_CHANNEL_SPLIT 16384

@@ -2,10 +2,6 @@
 #include "opgen.h"
 #include "opgen_lines.h"
 
-/* Chunks of lines (or of tiles of lines) whose sums across lines are kept apart: a function of
- * the shape alone. More chunks than threads, so that threads share them out evenly. */
-#define OPGEN_LINES_MAX_CHUNKS 64
-
 /* One contiguous line, start to end. */
 static void opgen_lines_one(const opgen_lines_kernel *kernel, const opgen_lines_call *call, int64_t line,
                             double *across)

@@ -39,6 +39,19 @@ FORMS = KERNEL_FORMS[:2]
 # Reductions run in tiles fixed by the shape alone, so sums never depend on the thread count.
 TILE_ELEMENTS = 65536
 MAX_TILES = 64
+MIN_ROW_TILES = 16  # rows from which a reduction's tiles are ranges of rows (else of the inner dim)
+MAX_PARTIALS = 1 << 20  # partial sums (doubles) of one sum across all tiles, at most
+ROW_GROUP = 16  # rows of an nxc reduction summed in registers before the partial sums in memory
+# along_axes: chunks of lines whose sums across lines are kept apart (a function of the shape
+# alone), more than threads so that threads share them out evenly
+LINES_MAX_CHUNKS = 64
+# binary: elements of the longest run one microkernel call computes; long rows are cut into such
+# pieces so that threads share them out even when there are few rows (a multiple of BLOCK)
+BINARY_PIECE = 16384
+# OPGEN_UNROLLED: how many times GCC writes out a short loop of a constant trip count (the
+# lanes' tree sum: 8 writes its 6 halvings out whole)
+UNROLLED = 8
+assert BINARY_PIECE % BLOCK == 0, "a binary piece is whole blocks"
 # An nxc reduction over many rows sums them in tiles of rows, a group of 16 rows
 # (OPGEN_ROW_GROUP) at a time into arrays that hold the group's sums for SEGMENT_BYTES of
 # channels (2048 channels of double sums, 4096 of float runs): whole rows up to that length.

@@ -69,3 +69,20 @@ def test_templates_pass_switches_and_counts_by_name():
                     line = text.count("\n", 0, call.start()) + 1
                     positional.append(f"{file}:{line}: {call[1]}(... {argument} ...)")
     assert not positional, "\n".join(positional)
+
+
+def test_tuning_constants_come_from_the_model():
+    """Every number the C is tuned by is a constant of opgen/plan.py emitted into
+    opgen_internal.h ({{ ... }}), not a literal in a template or a driver; 0 and 1 (feature
+    switches) aside."""
+    import re
+
+    from opgen.render import BUNDLED_TEMPLATES
+
+    found = []
+    for path in [*BUNDLED_TEMPLATES.glob("*.j2"), *(BUNDLED_TEMPLATES / "drivers").glob("*.[ch]")]:
+        for name, value in re.findall(r"^\s*#define (OPGEN_\w+) (.+)$", path.read_text(), re.M):
+            value = value.split("/*")[0].strip()
+            if "{{" not in value and value not in ("0", "1") and re.search(r"\b\d", value):
+                found.append(f"{path.name}: {name} {value}")
+    assert not found, "literal tuning constants:\n" + "\n".join(found)

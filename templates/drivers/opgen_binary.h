@@ -22,11 +22,6 @@
 
 #include "opgen_internal.h"
 
-/* Elements of the longest run one microkernel call computes: long rows are split into such
- * pieces so that threads share them out even when there are few rows (a multiple of
- * OPGEN_BLOCK: only a row's last piece has a partial block). */
-#define OPGEN_BINARY_PIECE ((int64_t)16384)
-
 /* `count` contiguous output elements from `out`; each input from its pointer, contiguous or
  * one element repeated, as the microkernel's name says. stream: store past the caches. */
 typedef void (*opgen_binary_function)(const void *first, const void *second, void *out, int64_t count, int stream);
