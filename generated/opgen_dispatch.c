@@ -161,9 +161,8 @@ int64_t opgen_stream_threshold(void)
         return (int64_t)-kib * 1024;
     }
     /* one thread streams from OPGEN_STREAM_BYTES_DEFAULT already, if the cache is larger: a
-     * core alone fetched a tensor that filled most of the cache more slowly than memory took
-     * streamed stores (f32 ReLU backward, 19 MB moved, 32 MiB cache: ordinary stores 1.5x the
-     * time on one thread, 0.6x on two; docs/performance-changes.md) */
+     * core alone fetches a tensor that fills most of the cache back more slowly than memory
+     * takes streamed stores (docs/performance-changes.md, 2026-11-28) */
     const int64_t cache = (int64_t)kib * 1024;
     return opgen_get_num_threads() > 1 || cache < OPGEN_STREAM_BYTES_DEFAULT ? cache : OPGEN_STREAM_BYTES_DEFAULT;
 }

@@ -165,9 +165,9 @@ void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channel
             opgen_channels_team(&loop, loop.threads, loop.ranges, opgen_channels_nxc_range);
             return;
         }
-        /* not in parts as ncx tiles are: its rows microkernel over a range of channels ran NXC
-         * PReLU 12-20 % slower (1 x 28 x 28 x 64 on one thread; bf16 and f16 8 x 56 x 56 x 64 on
-         * two), more than the parts gained on two threads at 1 x 28 x 28 x 64 */
+        /* not in parts as ncx tiles are: a rows microkernel over a range of channels costs more
+         * where the tiles are enough than the parts gain where they are not
+         * (docs/performance-changes.md, 2026-11-28) */
         opgen_channels_team(&loop, (int)opgen_min(loop.threads, loop.tiles), loop.tiles, opgen_channels_nxc_tile);
     }
     /* the tiles' partial sums, in tile order, into the first tile's */
