@@ -167,7 +167,7 @@ void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channel
         }
         /* not in parts as ncx tiles are: a rows microkernel over a range of channels costs more
          * where the tiles are enough than the parts gain where they are not
-         * (docs/performance-changes.md, 2026-11-28) */
+         * (docs/performance-changes.md, 2026-11-27) */
         opgen_channels_team(&loop, (int)opgen_min(loop.threads, loop.tiles), loop.tiles, opgen_channels_nxc_tile);
     }
     /* the tiles' partial sums, in tile order, into the first tile's */

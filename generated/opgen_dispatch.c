@@ -162,7 +162,7 @@ int64_t opgen_stream_threshold(void)
     }
     /* one thread streams from OPGEN_STREAM_BYTES_DEFAULT already, if the cache is larger: a
      * core alone fetches a tensor that fills most of the cache back more slowly than memory
-     * takes streamed stores (docs/performance-changes.md, 2026-11-28) */
+     * takes streamed stores (docs/performance-changes.md, 2026-11-27) */
     const int64_t cache = (int64_t)kib * 1024;
     return opgen_get_num_threads() > 1 || cache < OPGEN_STREAM_BYTES_DEFAULT ? cache : OPGEN_STREAM_BYTES_DEFAULT;
 }
