@@ -21,7 +21,7 @@ static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -45,14 +45,16 @@ static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
             sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
-    values[0] = (double)sum_src_lanes[0];
+    values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -67,7 +69,7 @@ static void layer_norm_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -84,7 +86,7 @@ static void layer_norm_f32_reduce_1_columns(const opgen_lines_call *call, int64_
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 5 + 0] = (double)sum_src_lanes[lane];
+        values[lane * 5 + 0] = (double)(sum_src_lanes[lane] + 0.0);
     }
 }
 
@@ -108,7 +110,7 @@ static void layer_norm_f32_reduce_2(const opgen_lines_call *call, int64_t line, 
     const double mean_line = (double)values[1];
     double sum_squares_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_squares_lanes[lane] = (double)0;
+        sum_squares_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -132,14 +134,16 @@ static void layer_norm_f32_reduce_2(const opgen_lines_call *call, int64_t line, 
             sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
     }
-    values[2] = (double)sum_squares_lanes[0];
+    values[2] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -152,13 +156,13 @@ static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (double)values[lane * 5 + 1];
+    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
     double sum_squares_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_squares_lanes[lane] = (double)0;
+        sum_squares_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -176,7 +180,7 @@ static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 5 + 2] = (double)sum_squares_lanes[lane];
+        values[lane * 5 + 2] = (double)(sum_squares_lanes[lane] + 0.0);
     }
 }
 
@@ -287,13 +291,13 @@ static void layer_norm_f32_apply_columns(const opgen_lines_call *call, int64_t o
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (double)values[lane * 5 + 1];
+    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double inv_std_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_std_line_lanes[lane] = (double)values[lane * 5 + 4];
+    double inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -376,7 +380,7 @@ static void layer_norm_bf16_f32_reduce_1(const opgen_lines_call *call, int64_t l
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -400,14 +404,16 @@ static void layer_norm_bf16_f32_reduce_1(const opgen_lines_call *call, int64_t l
             sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
-    values[0] = (double)sum_src_lanes[0];
+    values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -422,7 +428,7 @@ static void layer_norm_bf16_f32_reduce_1_columns(const opgen_lines_call *call, i
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -439,7 +445,7 @@ static void layer_norm_bf16_f32_reduce_1_columns(const opgen_lines_call *call, i
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 5 + 0] = (double)sum_src_lanes[lane];
+        values[lane * 5 + 0] = (double)(sum_src_lanes[lane] + 0.0);
     }
 }
 
@@ -463,7 +469,7 @@ static void layer_norm_bf16_f32_reduce_2(const opgen_lines_call *call, int64_t l
     const double mean_line = (double)values[1];
     double sum_squares_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_squares_lanes[lane] = (double)0;
+        sum_squares_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -487,14 +493,16 @@ static void layer_norm_bf16_f32_reduce_2(const opgen_lines_call *call, int64_t l
             sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
     }
-    values[2] = (double)sum_squares_lanes[0];
+    values[2] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -507,13 +515,13 @@ static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, i
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (double)values[lane * 5 + 1];
+    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
     double sum_squares_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_squares_lanes[lane] = (double)0;
+        sum_squares_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -531,7 +539,7 @@ static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, i
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 5 + 2] = (double)sum_squares_lanes[lane];
+        values[lane * 5 + 2] = (double)(sum_squares_lanes[lane] + 0.0);
     }
 }
 
@@ -642,13 +650,13 @@ static void layer_norm_bf16_f32_apply_columns(const opgen_lines_call *call, int6
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (double)values[lane * 5 + 1];
+    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double inv_std_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_std_line_lanes[lane] = (double)values[lane * 5 + 4];
+    double inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -731,7 +739,7 @@ static void layer_norm_bf16_reduce_1(const opgen_lines_call *call, int64_t line,
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -755,14 +763,16 @@ static void layer_norm_bf16_reduce_1(const opgen_lines_call *call, int64_t line,
             sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
-    values[0] = (double)sum_src_lanes[0];
+    values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -777,7 +787,7 @@ static void layer_norm_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -794,7 +804,7 @@ static void layer_norm_bf16_reduce_1_columns(const opgen_lines_call *call, int64
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 5 + 0] = (double)sum_src_lanes[lane];
+        values[lane * 5 + 0] = (double)(sum_src_lanes[lane] + 0.0);
     }
 }
 
@@ -818,7 +828,7 @@ static void layer_norm_bf16_reduce_2(const opgen_lines_call *call, int64_t line,
     const double mean_line = (double)values[1];
     double sum_squares_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_squares_lanes[lane] = (double)0;
+        sum_squares_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -842,14 +852,16 @@ static void layer_norm_bf16_reduce_2(const opgen_lines_call *call, int64_t line,
             sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
     }
-    values[2] = (double)sum_squares_lanes[0];
+    values[2] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -862,13 +874,13 @@ static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (double)values[lane * 5 + 1];
+    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
     double sum_squares_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_squares_lanes[lane] = (double)0;
+        sum_squares_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -886,7 +898,7 @@ static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 5 + 2] = (double)sum_squares_lanes[lane];
+        values[lane * 5 + 2] = (double)(sum_squares_lanes[lane] + 0.0);
     }
 }
 
@@ -997,13 +1009,13 @@ static void layer_norm_bf16_apply_columns(const opgen_lines_call *call, int64_t 
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (double)values[lane * 5 + 1];
+    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double inv_std_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_std_line_lanes[lane] = (double)values[lane * 5 + 4];
+    double inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -1086,7 +1098,7 @@ static void layer_norm_f16_f32_reduce_1(const opgen_lines_call *call, int64_t li
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -1110,14 +1122,16 @@ static void layer_norm_f16_f32_reduce_1(const opgen_lines_call *call, int64_t li
             sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
-    values[0] = (double)sum_src_lanes[0];
+    values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -1132,7 +1146,7 @@ static void layer_norm_f16_f32_reduce_1_columns(const opgen_lines_call *call, in
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -1149,7 +1163,7 @@ static void layer_norm_f16_f32_reduce_1_columns(const opgen_lines_call *call, in
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 5 + 0] = (double)sum_src_lanes[lane];
+        values[lane * 5 + 0] = (double)(sum_src_lanes[lane] + 0.0);
     }
 }
 
@@ -1173,7 +1187,7 @@ static void layer_norm_f16_f32_reduce_2(const opgen_lines_call *call, int64_t li
     const float mean_line = (float)values[1];
     double sum_squares_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_squares_lanes[lane] = (double)0;
+        sum_squares_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -1197,14 +1211,16 @@ static void layer_norm_f16_f32_reduce_2(const opgen_lines_call *call, int64_t li
             sum_squares_lanes[lane] = lane < filled ? sum_squares_lanes[lane] + (double)sum_squares_term : sum_squares_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_squares_term = sum_squares_lanes[lane + opgen_width];
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
     }
-    values[2] = (double)sum_squares_lanes[0];
+    values[2] = (double)(sum_squares_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -1217,13 +1233,13 @@ static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, in
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (float)values[lane * 5 + 1];
+    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 1] : 0;
     }
     double sum_squares_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_squares_lanes[lane] = (double)0;
+        sum_squares_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -1241,7 +1257,7 @@ static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, in
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 5 + 2] = (double)sum_squares_lanes[lane];
+        values[lane * 5 + 2] = (double)(sum_squares_lanes[lane] + 0.0);
     }
 }
 
@@ -1352,13 +1368,13 @@ static void layer_norm_f16_f32_apply_columns(const opgen_lines_call *call, int64
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (float)values[lane * 5 + 1];
+    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 1] : 0;
     }
-    float inv_std_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_std_line_lanes[lane] = (float)values[lane * 5 + 4];
+    float inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 4] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];

@@ -35,8 +35,8 @@ static void layer_norm_backward_f32_reduce_1(const opgen_lines_call *call, int64
     double sum_g_lanes[OPGEN_BLOCK];
     double sum_g_centered_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_g_lanes[lane] = (double)0;
-        sum_g_centered_lanes[lane] = (double)0;
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -90,7 +90,9 @@ static void layer_norm_backward_f32_reduce_1(const opgen_lines_call *call, int64
             sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_g_term = sum_g_lanes[lane + opgen_width];
@@ -99,8 +101,8 @@ static void layer_norm_backward_f32_reduce_1(const opgen_lines_call *call, int64
             sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
     }
-    values[3] = (double)sum_g_lanes[0];
-    values[4] = (double)sum_g_centered_lanes[0];
+    values[3] = (double)(sum_g_lanes[0] + 0.0);
+    values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -115,15 +117,15 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (float)values[lane * 7 + 0];
+    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
     double sum_g_lanes[OPGEN_BLOCK];
     double sum_g_centered_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_g_lanes[lane] = (double)0;
-        sum_g_centered_lanes[lane] = (double)0;
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -151,8 +153,8 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 7 + 3] = (double)sum_g_lanes[lane];
-        values[lane * 7 + 4] = (double)sum_g_centered_lanes[lane];
+        values[lane * 7 + 3] = (double)(sum_g_lanes[lane] + 0.0);
+        values[lane * 7 + 4] = (double)(sum_g_centered_lanes[lane] + 0.0);
     }
 }
 
@@ -271,21 +273,21 @@ static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, 
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (float)values[lane * 7 + 0];
+    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_std_line_lanes[lane] = (float)values[lane * 7 + 2];
+    float inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_g_line_lanes[lane] = (float)values[lane * 7 + 5];
+    float mean_g_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        centered_coefficient_line_lanes[lane] = (float)values[lane * 7 + 6];
+    float centered_coefficient_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -407,8 +409,8 @@ static void layer_norm_backward_bf16_f32_reduce_1(const opgen_lines_call *call, 
     double sum_g_lanes[OPGEN_BLOCK];
     double sum_g_centered_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_g_lanes[lane] = (double)0;
-        sum_g_centered_lanes[lane] = (double)0;
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -462,7 +464,9 @@ static void layer_norm_backward_bf16_f32_reduce_1(const opgen_lines_call *call, 
             sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_g_term = sum_g_lanes[lane + opgen_width];
@@ -471,8 +475,8 @@ static void layer_norm_backward_bf16_f32_reduce_1(const opgen_lines_call *call, 
             sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
     }
-    values[3] = (double)sum_g_lanes[0];
-    values[4] = (double)sum_g_centered_lanes[0];
+    values[3] = (double)(sum_g_lanes[0] + 0.0);
+    values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -487,15 +491,15 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (float)values[lane * 7 + 0];
+    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
     double sum_g_lanes[OPGEN_BLOCK];
     double sum_g_centered_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_g_lanes[lane] = (double)0;
-        sum_g_centered_lanes[lane] = (double)0;
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -523,8 +527,8 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 7 + 3] = (double)sum_g_lanes[lane];
-        values[lane * 7 + 4] = (double)sum_g_centered_lanes[lane];
+        values[lane * 7 + 3] = (double)(sum_g_lanes[lane] + 0.0);
+        values[lane * 7 + 4] = (double)(sum_g_centered_lanes[lane] + 0.0);
     }
 }
 
@@ -643,21 +647,21 @@ static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *c
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (float)values[lane * 7 + 0];
+    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_std_line_lanes[lane] = (float)values[lane * 7 + 2];
+    float inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_g_line_lanes[lane] = (float)values[lane * 7 + 5];
+    float mean_g_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        centered_coefficient_line_lanes[lane] = (float)values[lane * 7 + 6];
+    float centered_coefficient_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -779,8 +783,8 @@ static void layer_norm_backward_f16_f32_reduce_1(const opgen_lines_call *call, i
     double sum_g_lanes[OPGEN_BLOCK];
     double sum_g_centered_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_g_lanes[lane] = (double)0;
-        sum_g_centered_lanes[lane] = (double)0;
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -834,7 +838,9 @@ static void layer_norm_backward_f16_f32_reduce_1(const opgen_lines_call *call, i
             sum_g_centered_lanes[lane] = lane < filled ? sum_g_centered_lanes[lane] + (double)sum_g_centered_term : sum_g_centered_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_g_term = sum_g_lanes[lane + opgen_width];
@@ -843,8 +849,8 @@ static void layer_norm_backward_f16_f32_reduce_1(const opgen_lines_call *call, i
             sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
         }
     }
-    values[3] = (double)sum_g_lanes[0];
-    values[4] = (double)sum_g_centered_lanes[0];
+    values[3] = (double)(sum_g_lanes[0] + 0.0);
+    values[4] = (double)(sum_g_centered_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -859,15 +865,15 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (float)values[lane * 7 + 0];
+    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
     double sum_g_lanes[OPGEN_BLOCK];
     double sum_g_centered_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_g_lanes[lane] = (double)0;
-        sum_g_centered_lanes[lane] = (double)0;
+        sum_g_lanes[lane] = (double)-0.0;
+        sum_g_centered_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -895,8 +901,8 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 7 + 3] = (double)sum_g_lanes[lane];
-        values[lane * 7 + 4] = (double)sum_g_centered_lanes[lane];
+        values[lane * 7 + 3] = (double)(sum_g_lanes[lane] + 0.0);
+        values[lane * 7 + 4] = (double)(sum_g_centered_lanes[lane] + 0.0);
     }
 }
 
@@ -1015,21 +1021,21 @@ static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *ca
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_line_lanes[lane] = (float)values[lane * 7 + 0];
+    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_std_line_lanes[lane] = (float)values[lane * 7 + 2];
+    float inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        mean_g_line_lanes[lane] = (float)values[lane * 7 + 5];
+    float mean_g_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        centered_coefficient_line_lanes[lane] = (float)values[lane * 7 + 6];
+    float centered_coefficient_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];

@@ -43,7 +43,9 @@ static void log_soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const float max_src_term = max_src_lanes[lane + opgen_width];
@@ -94,7 +96,7 @@ static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -118,14 +120,16 @@ static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
-    values[1] = (double)sum_exp_lanes[0];
+    values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -136,13 +140,13 @@ static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int6
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -160,7 +164,7 @@ static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int6
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
     }
 }
 
@@ -222,13 +226,13 @@ static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t
     float *dst = (float *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        log_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
+    float log_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -320,7 +324,9 @@ static void log_soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t lin
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const float max_src_term = max_src_lanes[lane + opgen_width];
@@ -371,7 +377,7 @@ static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t lin
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -395,14 +401,16 @@ static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t lin
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
-    values[1] = (double)sum_exp_lanes[0];
+    values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -413,13 +421,13 @@ static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -437,7 +445,7 @@ static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
     }
 }
 
@@ -499,13 +507,13 @@ static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        log_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
+    float log_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -597,7 +605,9 @@ static void log_soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const float max_src_term = max_src_lanes[lane + opgen_width];
@@ -648,7 +658,7 @@ static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -672,14 +682,16 @@ static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
-    values[1] = (double)sum_exp_lanes[0];
+    values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -690,13 +702,13 @@ static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int6
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -714,7 +726,7 @@ static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int6
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
     }
 }
 
@@ -776,13 +788,13 @@ static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        log_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
+    float log_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];

@@ -19,7 +19,7 @@ static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_diff_dst_lanes[lane] = (double)0;
+        sum_diff_dst_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -43,14 +43,16 @@ static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int
             sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
             sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
     }
-    values[0] = (double)sum_diff_dst_lanes[0];
+    values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -63,7 +65,7 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_diff_dst_lanes[lane] = (double)0;
+        sum_diff_dst_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -80,7 +82,7 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)sum_diff_dst_lanes[lane];
+        values[lane * 1 + 0] = (double)(sum_diff_dst_lanes[lane] + 0.0);
     }
 }
 
@@ -141,9 +143,9 @@ static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call
     float *diff_src = (float *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double sum_diff_dst_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        sum_diff_dst_line_lanes[lane] = (double)values[lane * 1 + 0];
+    double sum_diff_dst_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -216,7 +218,7 @@ static void log_soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, in
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_diff_dst_lanes[lane] = (double)0;
+        sum_diff_dst_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -240,14 +242,16 @@ static void log_soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, in
             sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
             sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
     }
-    values[0] = (double)sum_diff_dst_lanes[0];
+    values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -260,7 +264,7 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_diff_dst_lanes[lane] = (double)0;
+        sum_diff_dst_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -277,7 +281,7 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)sum_diff_dst_lanes[lane];
+        values[lane * 1 + 0] = (double)(sum_diff_dst_lanes[lane] + 0.0);
     }
 }
 
@@ -338,9 +342,9 @@ static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *cal
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double sum_diff_dst_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        sum_diff_dst_line_lanes[lane] = (double)values[lane * 1 + 0];
+    double sum_diff_dst_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -413,7 +417,7 @@ static void log_soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_diff_dst_lanes[lane] = (double)0;
+        sum_diff_dst_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -437,14 +441,16 @@ static void log_soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int
             sum_diff_dst_lanes[lane] = lane < filled ? sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term : sum_diff_dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_diff_dst_term = sum_diff_dst_lanes[lane + opgen_width];
             sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
     }
-    values[0] = (double)sum_diff_dst_lanes[0];
+    values[0] = (double)(sum_diff_dst_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -457,7 +463,7 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
     (void)count;
     double sum_diff_dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_diff_dst_lanes[lane] = (double)0;
+        sum_diff_dst_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -474,7 +480,7 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)sum_diff_dst_lanes[lane];
+        values[lane * 1 + 0] = (double)(sum_diff_dst_lanes[lane] + 0.0);
     }
 }
 
@@ -535,9 +541,9 @@ static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
     const float count = (float)call->count;
     (void)count;
-    float sum_diff_dst_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        sum_diff_dst_line_lanes[lane] = (float)values[lane * 1 + 0];
+    float sum_diff_dst_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        sum_diff_dst_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];

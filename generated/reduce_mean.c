@@ -19,7 +19,7 @@ static void reduce_mean_f32_reduce_1(const opgen_lines_call *call, int64_t line,
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -43,14 +43,16 @@ static void reduce_mean_f32_reduce_1(const opgen_lines_call *call, int64_t line,
             sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
-    values[0] = (double)sum_src_lanes[0];
+    values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -63,7 +65,7 @@ static void reduce_mean_f32_reduce_1_columns(const opgen_lines_call *call, int64
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -80,7 +82,7 @@ static void reduce_mean_f32_reduce_1_columns(const opgen_lines_call *call, int64
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 0] = (double)sum_src_lanes[lane];
+        values[lane * 2 + 0] = (double)(sum_src_lanes[lane] + 0.0);
     }
 }
 
@@ -143,7 +145,7 @@ static void reduce_mean_bf16_reduce_1(const opgen_lines_call *call, int64_t line
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -167,14 +169,16 @@ static void reduce_mean_bf16_reduce_1(const opgen_lines_call *call, int64_t line
             sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
-    values[0] = (double)sum_src_lanes[0];
+    values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -187,7 +191,7 @@ static void reduce_mean_bf16_reduce_1_columns(const opgen_lines_call *call, int6
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -204,7 +208,7 @@ static void reduce_mean_bf16_reduce_1_columns(const opgen_lines_call *call, int6
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 0] = (double)sum_src_lanes[lane];
+        values[lane * 2 + 0] = (double)(sum_src_lanes[lane] + 0.0);
     }
 }
 
@@ -267,7 +271,7 @@ static void reduce_mean_f16_reduce_1(const opgen_lines_call *call, int64_t line,
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -291,14 +295,16 @@ static void reduce_mean_f16_reduce_1(const opgen_lines_call *call, int64_t line,
             sum_src_lanes[lane] = lane < filled ? sum_src_lanes[lane] + (double)sum_src_term : sum_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_src_term = sum_src_lanes[lane + opgen_width];
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
     }
-    values[0] = (double)sum_src_lanes[0];
+    values[0] = (double)(sum_src_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -311,7 +317,7 @@ static void reduce_mean_f16_reduce_1_columns(const opgen_lines_call *call, int64
     (void)count;
     double sum_src_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_src_lanes[lane] = (double)0;
+        sum_src_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -328,7 +334,7 @@ static void reduce_mean_f16_reduce_1_columns(const opgen_lines_call *call, int64
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 2 + 0] = (double)sum_src_lanes[lane];
+        values[lane * 2 + 0] = (double)(sum_src_lanes[lane] + 0.0);
     }
 }
 

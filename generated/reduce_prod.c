@@ -43,7 +43,9 @@ static void reduce_prod_f32_reduce_1(const opgen_lines_call *call, int64_t line,
             dst_lanes[lane] = lane < filled ? dst_lanes[lane] * (double)dst_term : dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dst_term = dst_lanes[lane + opgen_width];
@@ -159,7 +161,9 @@ static void reduce_prod_bf16_reduce_1(const opgen_lines_call *call, int64_t line
             dst_lanes[lane] = lane < filled ? dst_lanes[lane] * (double)dst_term : dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dst_term = dst_lanes[lane + opgen_width];
@@ -275,7 +279,9 @@ static void reduce_prod_f16_reduce_1(const opgen_lines_call *call, int64_t line,
             dst_lanes[lane] = lane < filled ? dst_lanes[lane] * (double)dst_term : dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dst_term = dst_lanes[lane + opgen_width];

@@ -19,7 +19,7 @@ static void reduce_sum_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
     (void)count;
     double dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dst_lanes[lane] = (double)0;
+        dst_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -43,14 +43,16 @@ static void reduce_sum_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
             dst_lanes[lane] = lane < filled ? dst_lanes[lane] + (double)dst_term : dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dst_term = dst_lanes[lane + opgen_width];
             dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
     }
-    values[0] = (double)dst_lanes[0];
+    values[0] = (double)(dst_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -63,7 +65,7 @@ static void reduce_sum_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     (void)count;
     double dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dst_lanes[lane] = (double)0;
+        dst_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -80,7 +82,7 @@ static void reduce_sum_f32_reduce_1_columns(const opgen_lines_call *call, int64_
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)dst_lanes[lane];
+        values[lane * 1 + 0] = (double)(dst_lanes[lane] + 0.0);
     }
 }
 
@@ -135,7 +137,7 @@ static void reduce_sum_bf16_reduce_1(const opgen_lines_call *call, int64_t line,
     (void)count;
     double dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dst_lanes[lane] = (double)0;
+        dst_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -159,14 +161,16 @@ static void reduce_sum_bf16_reduce_1(const opgen_lines_call *call, int64_t line,
             dst_lanes[lane] = lane < filled ? dst_lanes[lane] + (double)dst_term : dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dst_term = dst_lanes[lane + opgen_width];
             dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
     }
-    values[0] = (double)dst_lanes[0];
+    values[0] = (double)(dst_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -179,7 +183,7 @@ static void reduce_sum_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     (void)count;
     double dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dst_lanes[lane] = (double)0;
+        dst_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -196,7 +200,7 @@ static void reduce_sum_bf16_reduce_1_columns(const opgen_lines_call *call, int64
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)dst_lanes[lane];
+        values[lane * 1 + 0] = (double)(dst_lanes[lane] + 0.0);
     }
 }
 
@@ -251,7 +255,7 @@ static void reduce_sum_f16_reduce_1(const opgen_lines_call *call, int64_t line, 
     (void)count;
     double dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dst_lanes[lane] = (double)0;
+        dst_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -275,14 +279,16 @@ static void reduce_sum_f16_reduce_1(const opgen_lines_call *call, int64_t line, 
             dst_lanes[lane] = lane < filled ? dst_lanes[lane] + (double)dst_term : dst_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dst_term = dst_lanes[lane + opgen_width];
             dst_lanes[lane] = dst_lanes[lane] + (double)dst_term;
         }
     }
-    values[0] = (double)dst_lanes[0];
+    values[0] = (double)(dst_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -295,7 +301,7 @@ static void reduce_sum_f16_reduce_1_columns(const opgen_lines_call *call, int64_
     (void)count;
     double dst_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dst_lanes[lane] = (double)0;
+        dst_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -312,7 +318,7 @@ static void reduce_sum_f16_reduce_1_columns(const opgen_lines_call *call, int64_
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)dst_lanes[lane];
+        values[lane * 1 + 0] = (double)(dst_lanes[lane] + 0.0);
     }
 }
 

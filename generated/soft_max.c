@@ -43,7 +43,9 @@ static void soft_max_f32_reduce_1(const opgen_lines_call *call, int64_t line, do
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const float max_src_term = max_src_lanes[lane + opgen_width];
@@ -95,7 +97,7 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -125,14 +127,16 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
         }
         opgen_store_part_f32(dst + at, dst_block, filled, 0);
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
-    values[1] = (double)sum_exp_lanes[0];
+    values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -144,13 +148,13 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
     float *dst = (float *)call->tensors[1] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -175,7 +179,7 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
     }
 }
 
@@ -236,9 +240,9 @@ static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t out
     float *dst = (float *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float inv_sum_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
+    float inv_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float dst_kept_block[OPGEN_BLOCK];
@@ -329,7 +333,9 @@ static void soft_max_bf16_reduce_1(const opgen_lines_call *call, int64_t line, d
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const float max_src_term = max_src_lanes[lane + opgen_width];
@@ -380,7 +386,7 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -404,14 +410,16 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
-    values[1] = (double)sum_exp_lanes[0];
+    values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -422,13 +430,13 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -446,7 +454,7 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
     }
 }
 
@@ -508,13 +516,13 @@ static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t ou
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float inv_sum_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
+    float inv_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -606,7 +614,9 @@ static void soft_max_f16_reduce_1(const opgen_lines_call *call, int64_t line, do
             max_src_lanes[lane] = lane < filled ? opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term) : max_src_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const float max_src_term = max_src_lanes[lane + opgen_width];
@@ -657,7 +667,7 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
     const float max_src_line = (float)values[0];
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -681,14 +691,16 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double sum_exp_term = sum_exp_lanes[lane + opgen_width];
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
-    values[1] = (double)sum_exp_lanes[0];
+    values[1] = (double)(sum_exp_lanes[0] + 0.0);
 }
 
 /* pass 2 over `lanes` neighbouring lines, one per lane */
@@ -699,13 +711,13 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
     double sum_exp_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        sum_exp_lanes[lane] = (double)0;
+        sum_exp_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];
@@ -723,7 +735,7 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 3 + 1] = (double)sum_exp_lanes[lane];
+        values[lane * 3 + 1] = (double)(sum_exp_lanes[lane] + 0.0);
     }
 }
 
@@ -785,13 +797,13 @@ static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t out
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        max_src_line_lanes[lane] = (float)values[lane * 3 + 0];
+    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float inv_sum_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        inv_sum_line_lanes[lane] = (float)values[lane * 3 + 2];
+    float inv_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float src_block[OPGEN_BLOCK];

@@ -20,7 +20,7 @@ static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dot_lanes[lane] = (double)0;
+        dot_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -50,14 +50,16 @@ static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t
             dot_lanes[lane] = lane < filled ? dot_lanes[lane] + (double)dot_term : dot_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dot_term = dot_lanes[lane + opgen_width];
             dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
     }
-    values[0] = (double)dot_lanes[0];
+    values[0] = (double)(dot_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -71,7 +73,7 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dot_lanes[lane] = (double)0;
+        dot_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -95,7 +97,7 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)dot_lanes[lane];
+        values[lane * 1 + 0] = (double)(dot_lanes[lane] + 0.0);
     }
 }
 
@@ -156,9 +158,9 @@ static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, in
     float *diff_src = (float *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double dot_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        dot_line_lanes[lane] = (double)values[lane * 1 + 0];
+    double dot_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -232,7 +234,7 @@ static void soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, int64_
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dot_lanes[lane] = (double)0;
+        dot_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -262,14 +264,16 @@ static void soft_max_backward_bf16_reduce_1(const opgen_lines_call *call, int64_
             dot_lanes[lane] = lane < filled ? dot_lanes[lane] + (double)dot_term : dot_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dot_term = dot_lanes[lane + opgen_width];
             dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
     }
-    values[0] = (double)dot_lanes[0];
+    values[0] = (double)(dot_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -283,7 +287,7 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dot_lanes[lane] = (double)0;
+        dot_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -307,7 +311,7 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)dot_lanes[lane];
+        values[lane * 1 + 0] = (double)(dot_lanes[lane] + 0.0);
     }
 }
 
@@ -368,9 +372,9 @@ static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, i
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double dot_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        dot_line_lanes[lane] = (double)values[lane * 1 + 0];
+    double dot_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -444,7 +448,7 @@ static void soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int64_t
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dot_lanes[lane] = (double)0;
+        dot_lanes[lane] = (double)-0.0;
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
@@ -474,14 +478,16 @@ static void soft_max_backward_f16_reduce_1(const opgen_lines_call *call, int64_t
             dot_lanes[lane] = lane < filled ? dot_lanes[lane] + (double)dot_term : dot_lanes[lane];
         }
     }
-    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep */
+    /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
+     * each step a constant count of lanes: whole vectors, not lanes stored and loaded one by one) */
+    OPGEN_UNROLLED
     for (int opgen_width = OPGEN_BLOCK / 2; opgen_width > 0; opgen_width /= 2) {
         for (int lane = 0; lane < opgen_width; ++lane) {
             const double dot_term = dot_lanes[lane + opgen_width];
             dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
     }
-    values[0] = (double)dot_lanes[0];
+    values[0] = (double)(dot_lanes[0] + 0.0);
 }
 
 /* pass 1 over `lanes` neighbouring lines, one per lane */
@@ -495,7 +501,7 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
     (void)count;
     double dot_lanes[OPGEN_BLOCK];
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-        dot_lanes[lane] = (double)0;
+        dot_lanes[lane] = (double)-0.0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];
@@ -519,7 +525,7 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
-        values[lane * 1 + 0] = (double)dot_lanes[lane];
+        values[lane * 1 + 0] = (double)(dot_lanes[lane] + 0.0);
     }
 }
 
@@ -580,9 +586,9 @@ static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, in
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
     const float count = (float)call->count;
     (void)count;
-    float dot_line_lanes[OPGEN_BLOCK] = { 0 };
-    for (int lane = 0; lane < lanes; ++lane) {
-        dot_line_lanes[lane] = (float)values[lane * 1 + 0];
+    float dot_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+        dot_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
     }
     for (int64_t r = 0; r < length; ++r) {
         float diff_dst_block[OPGEN_BLOCK];

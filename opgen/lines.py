@@ -69,6 +69,12 @@ class LineStep:
 
 @dataclass(frozen=True)
 class Reduction:
+    """A reduction of a pass. A sum's lanes start at -0.0, the identity of addition (x + -0.0
+    is x for every x, +0.0 included), and its line value adds +0.0 to the folded lanes: the
+    same bits as lanes starting at +0.0 (the two differ only in the sign of a zero sum, and
+    only a start of -0.0 can leave one), while compilers clear an array of +0.0 with a block
+    fill that costs more than a short line's sum."""
+
     name: str
     slot: int
     kind: str  # line_sum, line_max, line_min or line_prod
@@ -76,6 +82,7 @@ class Reduction:
     start: str  # C: the lanes' starting value
     term: str  # C, in the compute type, of `{name}_value` locals
     term_type: str
+    value: str = "(double){}"  # C: the line value (double) from the folded lanes (`{}`)
 
 
 @dataclass(frozen=True)
@@ -360,14 +367,13 @@ def _line_steps(
             step = LineStep(entry, slots[entry], writer.c_text(tree, accumulate, writer.line_spelling(accumulate)))
             (before if groups[entry] == 0 else after[groups[entry]]).append(step)
             continue
-        accumulated = reduction in ("line_sum", "line_prod")  # in the accumulation type
-        lane_type = accumulate if accumulated else compute
+        lane_type = accumulate if reduction in ("line_sum", "line_prod") else compute
         infinity = "INFINITY" if reduction == "line_min" else "-INFINITY"
-        empty = 1 if reduction == "line_prod" else 0  # the value of no terms
-        start = f"({lane_type}){empty}" if accumulated else f"({lane_type}){infinity}"
+        start = {"line_sum": "-0.0", "line_prod": "1"}.get(reduction, infinity)  # the value of no terms
+        value = "(double)({} + 0.0)" if reduction == "line_sum" else "(double){}"  # see Reduction
         term = writer.c_text(tree, compute)
         reductions[pass_of[entry]].append(
-            (Reduction(entry, slots[entry], reduction, lane_type, start, term, compute), tree)
+            (Reduction(entry, slots[entry], reduction, lane_type, f"({lane_type}){start}", term, compute, value), tree)
         )
     return before, reductions, after
 

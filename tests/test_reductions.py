@@ -168,6 +168,17 @@ def test_no_axes_is_the_identity_and_empty_reductions_their_start():
     assert opgen.reduce_sum(empty, axes=[0, 2]).shape == (0,)
 
 
+@pytest.mark.parametrize("shape, axes", [((2, 0, 3), [1]), ((3, 5), [1]), ((3, 40, 17), [1]), ((40, 3), [0])])
+def test_a_sum_of_zeros_is_positive_zero_as_numpy_gives(shape, axes):
+    """A sum's lanes start at -0.0 (lines.Reduction): a line of -0.0 terms, or of none, must
+    still give +0.0, NumPy's result, in the contiguous and the column paths."""
+    x = np.full(shape, -0.0, np.float32)
+    for result in (opgen.reduce_sum(x, axes=axes), opgen.reduce_mean(np.abs(x) * -1, axes=axes)):
+        expected = np.sum(x, axis=tuple(axes))
+        zeros = result == 0
+        assert not np.signbit(result[zeros]).any() and not np.signbit(expected[expected == 0]).any()
+
+
 @pytest.mark.parametrize(
     "shape, axes",
     [
