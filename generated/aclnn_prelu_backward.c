@@ -90,7 +90,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                 /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
                  * chain of lanes: zeroing and adding up four, for a few blocks, cost
                  * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                double grad_weight_unit_lanes[OPGEN_BLOCK];
+                opgen_sums_start_double(grad_weight_unit_lanes, OPGEN_BLOCK);
                 for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
                     float grad_output_block[OPGEN_BLOCK];
                     opgen_load_block_f32(grad_output_block, grad_output + base + index, OPGEN_PREFETCH_BYTES);
@@ -113,7 +114,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                 aclnn_prelu_backward_f32_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_unit_lanes, &grad_weight_acc);
                 grad_weight_acc += opgen_lanes_total_double(grad_weight_unit_lanes, OPGEN_BLOCK);
             } else {
-                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_double(grad_weight_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
                 /* whole blocks: lane l of every block adds to partial sum l */
                 while (index + OPGEN_BLOCK <= inner_last) {
                     const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
@@ -682,7 +684,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_ncx_units_of(const opgen_f16 *OP
                 /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
                  * chain of lanes: zeroing and adding up four, for a few blocks, cost
                  * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                double grad_weight_unit_lanes[OPGEN_BLOCK];
+                opgen_sums_start_double(grad_weight_unit_lanes, OPGEN_BLOCK);
                 float grad_weight_unit_run[OPGEN_BLOCK] = {0};
                 for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
                     float grad_output_block[OPGEN_BLOCK];
@@ -709,12 +712,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f16_ncx_units_of(const opgen_f16 *OP
                 aclnn_prelu_backward_f16_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_unit_lanes, &grad_weight_acc);
                 grad_weight_acc += opgen_lanes_total_double(grad_weight_unit_lanes, OPGEN_BLOCK);
             } else {
-                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_double(grad_weight_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
                 /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
                  * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                 while (index + OPGEN_BLOCK <= inner_last) {
                     const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                    float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                      * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -1326,7 +1331,8 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_ncx_units_of(const opgen_bf16 *
                 /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
                  * chain of lanes: zeroing and adding up four, for a few blocks, cost
                  * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                double grad_weight_unit_lanes[OPGEN_BLOCK] = {0};
+                double grad_weight_unit_lanes[OPGEN_BLOCK];
+                opgen_sums_start_double(grad_weight_unit_lanes, OPGEN_BLOCK);
                 float grad_weight_unit_run[OPGEN_BLOCK] = {0};
                 for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
                     float grad_output_block[OPGEN_BLOCK];
@@ -1369,13 +1375,15 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_bf16_ncx_units_of(const opgen_bf16 *
                 aclnn_prelu_backward_bf16_ncx_unit_tail(grad_output, self, weight, grad_input, grad_weight, outer, channels, inner, stream, channel, base + index, inner_last - index, grad_weight_unit_lanes, &grad_weight_acc);
                 grad_weight_acc += opgen_lanes_total_double(grad_weight_unit_lanes, OPGEN_BLOCK);
             } else {
-                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double grad_weight_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_double(grad_weight_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
                 /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
                  * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                 while (index + OPGEN_BLOCK <= inner_last) {
                     const int64_t run_first = index;
                     const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                    float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float grad_weight_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(grad_weight_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                      * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {

@@ -98,9 +98,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const fl
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+        opgen_sums_start_double(sum_diff_dst_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_acc = 0;
-        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+        opgen_sums_start_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
         /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
@@ -112,8 +114,10 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const fl
         if (run_rows >= 2) {
             for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
                 const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
+                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
                 for (int64_t row = row_first; row < row_last; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
@@ -155,8 +159,10 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const fl
                 while (index + OPGEN_BLOCK <= inner) {
                     const int64_t run_first = index;
                     const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                      * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -678,9 +684,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(con
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+        opgen_sums_start_double(sum_diff_dst_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_acc = 0;
-        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+        opgen_sums_start_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
         /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
@@ -692,8 +700,10 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(con
         if (run_rows >= 2) {
             for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
                 const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
+                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
                 for (int64_t row = row_first; row < row_last; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
@@ -735,8 +745,10 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(con
                 while (index + OPGEN_BLOCK <= inner) {
                     const int64_t run_first = index;
                     const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                      * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -1274,9 +1286,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const o
         const double variance_acc = (double)(opgen_bf16_to_f32(variance[channel]));
         const double gamma_acc = gamma ? (double)(opgen_bf16_to_f32(gamma[channel])) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+        opgen_sums_start_double(sum_diff_dst_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_acc = 0;
-        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+        opgen_sums_start_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
         /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
@@ -1288,8 +1302,10 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const o
         if (run_rows >= 2) {
             for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
                 const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
+                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
                 for (int64_t row = row_first; row < row_last; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
@@ -1331,8 +1347,10 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const o
                 while (index + OPGEN_BLOCK <= inner) {
                     const int64_t run_first = index;
                     const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                      * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -1870,9 +1888,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(cons
         const double variance_acc = (double)(variance[channel]);
         const double gamma_acc = gamma ? (double)(gamma[channel]) : 1.0;
         const double inv_std_acc = (1.0 / sqrt((variance_acc + ((double)epsilon))));
-        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+        opgen_sums_start_double(sum_diff_dst_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_acc = 0;
-        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+        double sum_diff_dst_centered_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+        opgen_sums_start_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
         /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
@@ -1884,8 +1904,10 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(cons
         if (run_rows >= 2) {
             for (int64_t row_first = 0; row_first < outer; row_first += run_rows) {
                 const int64_t row_last = opgen_min(outer, row_first + run_rows);
-                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
+                float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
                 for (int64_t row = row_first; row < row_last; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
@@ -1927,8 +1949,10 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(cons
                 while (index + OPGEN_BLOCK <= inner) {
                     const int64_t run_first = index;
                     const int64_t run_last = opgen_min(inner, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
-                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float sum_diff_dst_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
+                    float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                      * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {

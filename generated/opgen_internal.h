@@ -267,6 +267,24 @@ OPGEN_MICROKERNEL double opgen_lanes_total_double(double *lanes, int count)
     return lanes[0];
 }
 
+/* Partial sums start at -0.0, the identity of addition (x + -0.0 is x for every x, +0.0
+ * included), not +0.0: compilers set an array of +0.0 with a block fill that costs more than
+ * a short sum (a channel's sums at 1x64x28x28). Every such sum ends added to a value that
+ * starts at +0.0 (a channel's total, a row of partial sums), so a sum of zeros is still +0.0:
+ * the bits of a start at +0.0. */
+static inline void opgen_sums_start_float(float *lanes, int count)
+{
+    for (int lane = 0; lane < count; ++lane) {
+        lanes[lane] = -0.0f;
+    }
+}
+static inline void opgen_sums_start_double(double *lanes, int count)
+{
+    for (int lane = 0; lane < count; ++lane) {
+        lanes[lane] = -0.0;
+    }
+}
+
 /* No infinity or NaN among `count` floats: no exponent field is all ones. (On the bits, as a
  * maximum, so that the loop vectorizes.) */
 static inline int opgen_all_finite(const float *values, int count)

@@ -90,7 +90,8 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                 /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
                  * chain of lanes: zeroing and adding up four, for a few blocks, cost
                  * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                double diff_slope_unit_lanes[OPGEN_BLOCK];
+                opgen_sums_start_double(diff_slope_unit_lanes, OPGEN_BLOCK);
                 for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
                     opgen_load_block_f32(src_block, src + base + index, OPGEN_PREFETCH_BYTES);
@@ -113,7 +114,8 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                 prelu_backward_f32_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_unit_lanes, &diff_slope_acc);
                 diff_slope_acc += opgen_lanes_total_double(diff_slope_unit_lanes, OPGEN_BLOCK);
             } else {
-                double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_double(diff_slope_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
                 /* whole blocks: lane l of every block adds to partial sum l */
                 while (index + OPGEN_BLOCK <= inner_last) {
                     const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
@@ -682,7 +684,8 @@ OPGEN_MICROKERNEL void prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_
                 /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
                  * chain of lanes: zeroing and adding up four, for a few blocks, cost
                  * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                double diff_slope_unit_lanes[OPGEN_BLOCK];
+                opgen_sums_start_double(diff_slope_unit_lanes, OPGEN_BLOCK);
                 float diff_slope_unit_run[OPGEN_BLOCK] = {0};
                 for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
@@ -725,13 +728,15 @@ OPGEN_MICROKERNEL void prelu_backward_bf16_ncx_units_of(const opgen_bf16 *OPGEN_
                 prelu_backward_bf16_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_unit_lanes, &diff_slope_acc);
                 diff_slope_acc += opgen_lanes_total_double(diff_slope_unit_lanes, OPGEN_BLOCK);
             } else {
-                double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_double(diff_slope_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
                 /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
                  * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                 while (index + OPGEN_BLOCK <= inner_last) {
                     const int64_t run_first = index;
                     const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                    float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                      * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
@@ -1416,7 +1421,8 @@ OPGEN_MICROKERNEL void prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RE
                 /* a unit of three blocks or fewer (7x7: 49 elements) sums them in one
                  * chain of lanes: zeroing and adding up four, for a few blocks, cost
                  * more than the blocks (bf16 PReLU 4x512x7x7, in cache) */
-                double diff_slope_unit_lanes[OPGEN_BLOCK] = {0};
+                double diff_slope_unit_lanes[OPGEN_BLOCK];
+                opgen_sums_start_double(diff_slope_unit_lanes, OPGEN_BLOCK);
                 float diff_slope_unit_run[OPGEN_BLOCK] = {0};
                 for (; index + OPGEN_BLOCK <= inner_last; index += OPGEN_BLOCK) {
                     float src_block[OPGEN_BLOCK];
@@ -1443,12 +1449,14 @@ OPGEN_MICROKERNEL void prelu_backward_f16_ncx_units_of(const opgen_f16 *OPGEN_RE
                 prelu_backward_f16_ncx_unit_tail(src, slope, diff_dst, diff_src, diff_slope, outer, channels, inner, stream, channel, base + index, inner_last - index, diff_slope_unit_lanes, &diff_slope_acc);
                 diff_slope_acc += opgen_lanes_total_double(diff_slope_unit_lanes, OPGEN_BLOCK);
             } else {
-                double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                double diff_slope_lanes[OPGEN_CHAINS * OPGEN_BLOCK];
+                opgen_sums_start_double(diff_slope_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
                 /* whole blocks: lane l of every block adds to partial sum l (float sums in runs of at most
                  * OPGEN_FLOAT_RUN terms per lane, then the double ones) */
                 while (index + OPGEN_BLOCK <= inner_last) {
                     const int64_t run_last = opgen_min(inner_last, index + OPGEN_FLOAT_RUN * OPGEN_CHAINS * OPGEN_BLOCK);
-                    float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK] = {0};
+                    float diff_slope_run[OPGEN_CHAINS * OPGEN_BLOCK];
+                    opgen_sums_start_float(diff_slope_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
                      * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
