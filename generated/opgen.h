@@ -651,6 +651,14 @@ int opgen_get_num_threads(void);
  * (opgen_get_num_threads) at most 16777216. The environment variable OPGEN_STREAM_BYTES,
  * a positive count of bytes, replaces it (read once, at the first call). */
 int64_t opgen_stream_threshold(void);
+/* Work (elements, an exp counted as several) from which a call runs on more than one thread,
+ * with no parallel region below it; above it, t threads from t * threshold / 2 (each thread's
+ * share pays for starting it). 16384 by default; the environment variable
+ * OPGEN_PARALLEL_THRESHOLD, a positive count read at the first call, replaces that default,
+ * and opgen_set_parallel_threshold the value in use (0 or less: back to the default).
+ * `opgen tune` measures it on the machine. Results never depend on it, only speed. */
+void opgen_set_parallel_threshold(int64_t work);
+int64_t opgen_parallel_threshold(void);
 
 /* ---- The kernel API ---- */
 

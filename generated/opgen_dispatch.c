@@ -189,10 +189,47 @@ int opgen_get_num_threads(void)
 #endif
 }
 
-int opgen_threads_for(int64_t elements)
+/* Work from which a call adds threads: 0 until read, then OPGEN_PARALLEL_THRESHOLD's value
+ * or the compiled default; opgen_set_parallel_threshold replaces it. */
+static int64_t opgen_parallel_work = 0;
+
+static int64_t opgen_parallel_threshold_given(void)
 {
-    /* below this, starting a thread team costs more than the work */
-    return elements < OPGEN_PARALLEL_THRESHOLD ? 1 : opgen_get_num_threads();
+    const char *given = getenv("OPGEN_PARALLEL_THRESHOLD");
+    char *end = NULL;
+    const long long work = given != NULL ? strtoll(given, &end, 10) : 0;
+    return given != NULL && end != given && *end == '\0' && work > 0 && work < (1LL << 62) ? (int64_t)work
+                                                                                        : OPGEN_PARALLEL_THRESHOLD;
+}
+
+void opgen_set_parallel_threshold(int64_t work)
+{
+    OPGEN_ATOMIC_STORE(opgen_parallel_work, work > 0 ? work : opgen_parallel_threshold_given());
+}
+
+int64_t opgen_parallel_threshold(void)
+{
+    int64_t work = OPGEN_ATOMIC_LOAD(opgen_parallel_work);
+    if (work == 0) {
+        work = opgen_parallel_threshold_given();
+        OPGEN_ATOMIC_STORE(opgen_parallel_work, work);
+    }
+    return work;
+}
+
+int opgen_threads_for(int64_t work)
+{
+    /* The cost model: a thread pays for joining the team (waking it, the barrier at the end)
+     * once its share of the work takes longer than that, so below the threshold one thread
+     * runs the call with no parallel region, and above it each thread takes at least half the
+     * threshold's work: t threads from t * threshold / 2 (two from the threshold itself). */
+    const int64_t threshold = opgen_parallel_threshold();
+    if (work < threshold) {
+        return 1;
+    }
+    const int64_t share = threshold / 2 > 0 ? threshold / 2 : 1;
+    const int64_t most = opgen_get_num_threads(), afforded = work / share;
+    return (int)(afforded < most ? afforded : most);
 }
 
 /* Tiles of a reduction: a function of the shape alone. Rows are split when there are

@@ -231,7 +231,7 @@ static inline int opgen_team_member(int threads)
 #endif
 
 /* Defined in opgen_dispatch.c. */
-int opgen_threads_for(int64_t elements);
+int opgen_threads_for(int64_t work); /* opgen_parallel_threshold: opgen_dispatch.c */
 int64_t opgen_tile_count(int64_t outer, int64_t channels, int64_t inner);
 
 /* A loop of a few iterations the compiler is to write out (a constant trip count after inlining). */

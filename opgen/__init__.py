@@ -13,6 +13,7 @@ import numpy as np
 
 __version__ = "0.1.0"
 
+from opgen import tune  # noqa: E402
 from opgen.bundle import SPECS as BUNDLED_SPECS  # noqa: E402
 from opgen.plan import MAX_THREADS  # noqa: E402
 from opgen.runtime import OpLibrary  # noqa: E402
@@ -30,7 +31,10 @@ def load(spec_dir: str | Path) -> OpLibrary:
     """The ops of the specs in `spec_dir` (compiled on first use, then cached)."""
     key = Path(spec_dir).resolve()
     if key not in _libraries:
-        _libraries[key] = OpLibrary(key)
+        library = _libraries[key] = OpLibrary(key)
+        threshold = tune.threshold_for(library.module.lib)  # `opgen tune`'s, for this machine
+        if threshold is not None:
+            library.module.lib.opgen_set_parallel_threshold(threshold)
     return _libraries[key]
 
 
@@ -52,7 +56,8 @@ def get_num_threads() -> int:
 
 def info() -> dict[str, Any]:
     """What runs: the compiled copy (CPU target) chosen on this machine, the threads, the size from
-    which outputs stream past the caches, and each op's variants."""
+    which outputs stream past the caches, the work from which calls take threads, and each op's
+    variants."""
     lib = bundled.module.lib
     return {
         "version": __version__,
@@ -60,6 +65,8 @@ def info() -> dict[str, Any]:
         "threads": int(lib.opgen_get_num_threads()),
         # bytes a call moves from which its outputs stream past the caches (opgen.h)
         "stream_from_bytes": int(lib.opgen_stream_threshold()),
+        # work from which a call takes more than one thread (opgen.h; `opgen tune` measures it)
+        "parallel_threshold": int(lib.opgen_parallel_threshold()),
         "ops": {name: sorted(variants) for name, variants in bundled.variants.items()},
     }
 

@@ -201,8 +201,32 @@ def _info(args: argparse.Namespace) -> int:
     )
     stream = details["stream_from_bytes"]
     print(f"  outputs stream past the caches from {stream / 2**20:g} MiB moved a call (OPGEN_STREAM_BYTES sets it)")
+    print(
+        f"  calls take threads from {details['parallel_threshold']} elements of work"
+        " (`opgen tune` measures it; OPGEN_PARALLEL_THRESHOLD sets it)"
+    )
     for op, variants in details["ops"].items():
         print(f"  {op}: {len(variants)} variants, {details['cpu_target']}")
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    import opgen
+    from opgen import tune
+
+    if opgen.get_num_threads() < 2:
+        print("opgen tune: one thread (OMP_NUM_THREADS, or a single core): no threads to tune", file=sys.stderr)
+        return 1
+    result = tune.measure(min_time=args.min_time)
+    print(f"ReLU backward f32 from C, {result.threads} threads against one (median seconds):")
+    for n, (one, many) in sorted(result.seconds.items()):
+        print(f"  {n:>8} elements: one thread {one * 1e6:9.1f} us, {result.threads} threads {many * 1e6:9.1f} us")
+    print(f"calls take threads from {result.parallel_threshold} elements of work")
+    if args.dry_run:
+        return 0
+    print(
+        f"kept in {tune.save(result)} (for {result.cpu}, {result.threads} threads; OPGEN_PARALLEL_THRESHOLD overrides)"
+    )
     return 0
 
 
@@ -258,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     listing.set_defaults(run=_list)
     info = commands.add_parser("info", help="which compiled copy (CPU target) and how many threads the kernels use")
     info.set_defaults(run=_info)
+    tuning = commands.add_parser("tune", help="measure from which size calls take threads on this machine, and keep it")
+    tuning.add_argument("--min-time", type=float, default=0.2, help="seconds each size is timed at least")
+    tuning.add_argument("--dry-run", action="store_true", help="measure and print, keep nothing")
+    tuning.set_defaults(run=_tune)
     bench = commands.add_parser("bench", help="measure every op variant against the machine's bandwidth")
     bench.add_argument("--sizes", help="S, M, L, HW1, HW7, HW14 (default: all; with --compare, S, M and L)")
     bench.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")

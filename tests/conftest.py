@@ -20,6 +20,9 @@ from tests.helpers import SEED
 # (in this process and in the builds it runs) rather than from this machine's last-level cache
 # (opgen_stream_threshold; tests/test_c_api.py checks that reading)
 os.environ["OPGEN_STREAM_BYTES"] = str(plan.STREAM_BYTES)
+# and take threads from plan.PARALLEL_THRESHOLD, not from a threshold `opgen tune` kept in the
+# cache of the machine that runs them (tests/test_tune.py checks that reading)
+os.environ["OPGEN_PARALLEL_THRESHOLD"] = str(plan.PARALLEL_THRESHOLD)
 
 
 def pytest_configure(config: pytest.Config) -> None:
