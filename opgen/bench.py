@@ -398,6 +398,9 @@ def run(
             "processor": platform.processor(),
             "cpus": os.cpu_count(),
             "opgen_target": opgen.info()["cpu_target"],
+            # the thread policy and store kind the cases ran under (opgen.h)
+            "parallel_threshold": opgen.info()["parallel_threshold"],
+            "stream_from_bytes": opgen.info()["stream_from_bytes"],
             "numpy": np.__version__,
             "torch": torch_version,
         },
@@ -480,12 +483,15 @@ def format_row(case: Case) -> str:
 
 
 def table(report: dict[str, Any]) -> str:
+    machine = report["machine"]
     lines = [
+        f"opgen's {machine['opgen_target']} copy; calls take threads from {machine.get('parallel_threshold', '?')}"
+        f" elements of work, stream from {machine.get('stream_from_bytes', '?')} bytes",
         "bandwidth probes (GB/s): "
         + "; ".join(
             f"{key}: " + ", ".join(f"{name} {value:.1f}" for name, value in figures.items())
             for key, figures in report["probes_gbps"].items()
-        )
+        ),
     ]
     lines.append(HEADER + f" {'% bw':>6s}")
     for row in report["cases"]:

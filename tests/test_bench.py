@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from opgen import bench
+from opgen import bench, plan
 
 pytestmark = pytest.mark.slow  # runs the benchmark and its command line
 
@@ -93,6 +93,10 @@ def test_cli_writes_json_and_table(tmp_path):
     assert "bandwidth probes" in result.stdout and "hard_sigmoid_backward" in result.stdout
     report = json.loads(target.read_text())
     assert report["cases"][0]["dtype"] == "bf16" and report["machine"]["opgen_target"]
+    # the policy the cases ran under: the tests' threshold (conftest) and stream size
+    assert report["machine"]["parallel_threshold"] == plan.PARALLEL_THRESHOLD
+    assert report["machine"]["stream_from_bytes"] == plan.STREAM_BYTES
+    assert f"calls take threads from {plan.PARALLEL_THRESHOLD} elements of work" in result.stdout
 
 
 def test_cli_prints_the_table_once_and_writes_no_file_unasked(tmp_path):
