@@ -13,7 +13,6 @@ import numpy as np
 
 __version__ = "0.1.0"
 
-from opgen import tune  # noqa: E402
 from opgen.bundle import SPECS as BUNDLED_SPECS  # noqa: E402
 from opgen.plan import MAX_THREADS  # noqa: E402
 from opgen.runtime import OpLibrary  # noqa: E402
@@ -31,10 +30,7 @@ def load(spec_dir: str | Path) -> OpLibrary:
     """The ops of the specs in `spec_dir` (compiled on first use, then cached)."""
     key = Path(spec_dir).resolve()
     if key not in _libraries:
-        library = _libraries[key] = OpLibrary(key)
-        threshold = tune.threshold_for(library.module.lib)  # `opgen tune`'s, for this machine
-        if threshold is not None:
-            library.module.lib.opgen_set_parallel_threshold(threshold)
+        _libraries[key] = OpLibrary(key)
     return _libraries[key]
 
 

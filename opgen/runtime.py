@@ -63,6 +63,8 @@ class OpLibrary:
         # string attribute values -> their C enum values
         self.enum_values = {e["type"]: {v: i for i, (_, v) in enumerate(e["members"])} for e in c_api.enums(self.specs)}
         self._module: Any = module
+        if module is not None:
+            _apply_tuning(module.lib)
         self.ops = {spec.name: make_function(self, spec) for spec in self.specs}
 
     def __getattr__(self, name: str) -> Any:
@@ -88,7 +90,18 @@ class OpLibrary:
                 found = build_module(render_library(self.spec_dir, ops=self.op_names))
             self._module = load_module(found)
             _check_target_setting()
+            _apply_tuning(self._module.lib)
         return self._module
+
+
+def _apply_tuning(lib: Any) -> None:
+    """`opgen tune`'s threshold for this machine into a module's runtime, when one applies (when
+    the module loads: `import opgen` compiles and loads nothing)."""
+    from opgen import tune
+
+    threshold = tune.threshold_for(lib)
+    if threshold is not None:
+        lib.opgen_set_parallel_threshold(threshold)
 
 
 def _check_target_setting() -> None:

@@ -155,3 +155,11 @@ def test_opgen_tune_measures_and_keeps_nothing_on_a_dry_run(tmp_path):
     )
     assert kept.returncode == 0, kept.stderr
     assert tune.saved(tmp_path / "kept.json") is not None
+
+
+def test_import_loads_no_module_for_the_tuning(tmp_path):
+    """`import opgen` compiles and loads nothing (README): a kept tuning is applied when a
+    module loads, not at import."""
+    kept = _kept(tmp_path / "tuning.json")
+    read = "import opgen; print(opgen.bundled._module is None)"
+    assert _python(read, {"OPGEN_TUNING_FILE": str(kept), "OMP_NUM_THREADS": "2"}) == "True"
