@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,8 +59,11 @@ def threshold_from(seconds: dict[int, tuple[float, float]]) -> int:
     return 2 * sizes[-1] if sizes else plan.PARALLEL_THRESHOLD
 
 
-def measure(min_time: float = 0.2, sizes: tuple[int, ...] = SIZES) -> Tuning:
-    """Times the calls (module docstring) on the bundled library's threads."""
+def measure(min_time: float = 0.2, sizes: tuple[int, ...] = SIZES, rounds: int = 3) -> Tuning:
+    """Times the calls (module docstring) on the bundled library's threads: `rounds` sweeps over
+    the sizes, each size's time the median of its sweeps' medians (a burst of other work during
+    one sweep moved single sizes by 30 % and more, and a lone slow team at 1 M elements set the
+    threshold there)."""
     import opgen
     from opgen.bench import _median_times
     from opgen.runtime import c_entry_call
@@ -67,16 +71,20 @@ def measure(min_time: float = 0.2, sizes: tuple[int, ...] = SIZES) -> Tuning:
     lib = opgen.bundled.module.lib
     threads = int(lib.opgen_get_num_threads())
     kept = int(lib.opgen_parallel_threshold())
-    seconds: dict[int, tuple[float, float]] = {}
+    sweeps: dict[int, list[tuple[float, float]]] = {n: [] for n in sizes}
     rng = np.random.default_rng(0)
     try:
+        calls = {}
         for n in sizes:
             diff_dst, src = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
-            call = c_entry_call(opgen.relu_backward, diff_dst, src, out=np.empty(n, np.float32))
-            one, many = _median_times([_timed(lib, call, n + 1), _timed(lib, call, 1)], min_time)
-            seconds[n] = (one, many)
+            calls[n] = c_entry_call(opgen.relu_backward, diff_dst, src, out=np.empty(n, np.float32))
+        for _ in range(rounds):
+            for n, call in calls.items():
+                one, many = _median_times([_timed(lib, call, n + 1), _timed(lib, call, 1)], min_time / rounds)
+                sweeps[n].append((one, many))
     finally:
         lib.opgen_set_parallel_threshold(kept)
+    seconds = {n: (statistics.median(a for a, _ in s), statistics.median(b for _, b in s)) for n, s in sweeps.items()}
     found = threshold_from(seconds) if threads > 1 else plan.PARALLEL_THRESHOLD
     return Tuning(cpu_name(), threads, found, seconds)
 
