@@ -224,9 +224,11 @@ def _tune(args: argparse.Namespace) -> int:
     print(f"calls take threads from {result.parallel_threshold} elements of work")
     if args.dry_run:
         return 0
-    print(
-        f"kept in {tune.save(result)} (for {result.cpu}, {result.threads} threads; OPGEN_PARALLEL_THRESHOLD overrides)"
-    )
+    where = tune.save(result)
+    print(f"kept in {where} (for {result.cpu}, {result.threads} threads; OPGEN_PARALLEL_THRESHOLD overrides it)")
+    if "OPGEN_PARALLEL_THRESHOLD" in os.environ:
+        given = os.environ["OPGEN_PARALLEL_THRESHOLD"]
+        print(f"note: OPGEN_PARALLEL_THRESHOLD={given} is set here: calls in this environment keep it", file=sys.stderr)
     return 0
 
 

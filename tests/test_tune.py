@@ -147,14 +147,14 @@ def test_opgen_tune_measures_and_keeps_nothing_on_a_dry_run(tmp_path):
     assert run.returncode == 0, run.stderr
     assert "2 threads" in run.stdout and "calls take threads from" in run.stdout
     assert not (tmp_path / "kept.json").exists()
-    kept = subprocess.run(
-        [sys.executable, "-m", "opgen.cli", "tune", "--min-time", "0.01"],
-        env=environment,
-        capture_output=True,
-        text=True,
-    )
+    command = [sys.executable, "-m", "opgen.cli", "tune", "--min-time", "0.01"]
+    kept = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
     assert kept.returncode == 0, kept.stderr
-    assert tune.saved(tmp_path / "kept.json") is not None
+    assert tune.saved(tmp_path / "kept.json") is not None and "note:" not in kept.stderr
+    overridden = subprocess.run(
+        command, env=environment | {"OPGEN_PARALLEL_THRESHOLD": "999"}, capture_output=True, text=True, check=False
+    )
+    assert overridden.returncode == 0 and "OPGEN_PARALLEL_THRESHOLD=999 is set here" in overridden.stderr
 
 
 def test_import_loads_no_module_for_the_tuning(tmp_path):
