@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Required, TypedDict, cast
+from typing import Required, TypedDict, cast
 
 from opgen import binary, expr, float_range, lines
 from opgen.binary import BinaryKernel
@@ -297,6 +297,46 @@ class KernelOutput:
 
 
 @dataclass(frozen=True)
+class FloatPathEntry:
+    """One element expression of an elementwise kernel's float path, in C."""
+
+    name: str
+    type: str  # the C type it is computed in: the path's
+    c: str
+
+
+@dataclass(frozen=True)
+class VectorMath:
+    """A float path's math as AVX-512 intrinsics on 16 lanes (expr.to_vector): the same bits as
+    its lane loop."""
+
+    inputs: tuple[str, ...]  # the inputs whose blocks it loads
+    elements: tuple[FloatPathEntry, ...]  # each element's `__m512` expression
+
+
+@dataclass(frozen=True)
+class FloatPath:
+    """The cheaper path of an elementwise kernel's blocks (plan._float_first): taken by a block
+    whose checked inputs are each 0 or of magnitude inside their interval, where float_range
+    shows the path's type stays in its normal range and within 1 ulp of the outputs.
+
+    Invariants: `bounds` has an entry for every input of `intervals` not in `unchecked`;
+    `unchecked` inputs only multiply or divide the results; `vector`, when present, computes
+    the bits of `elements`."""
+
+    type: str  # "float" or "double": the C type the path computes in
+    calls_exp: bool
+    exp_function: str  # the C function of its exp (opgen_exp_short...), unclamped
+    exp_error_exponent: int  # that exp is within 2^this, relative
+    intervals: Mapping[str, float_range.Interval]
+    unchecked: tuple[str, ...]  # inputs no block checks: any finite value, a factor of the results
+    last_factors: tuple[str, ...]  # inputs multiplied in last, unchecked (float_range.last_factors)
+    bounds: Mapping[str, str]  # C: opgen_all_in_range's magnitude bits, per checked input
+    elements: tuple[FloatPathEntry, ...]
+    vector: VectorMath | None  # None: no intrinsics form (or not float)
+
+
+@dataclass(frozen=True)
 class MathEntry:
     """One math entry of a channel-pattern kernel, in C."""
 
@@ -339,7 +379,7 @@ class ChannelKernel(KernelPlan):
     float_term_reads: tuple[str, ...]  # what the sum terms computed in float read
     double_term_reads: tuple[str, ...]  # ... and those computed in the accumulation type
     element_channel_values: tuple[str, ...]
-    float_first: dict[str, Any] | None  # elementwise: the float path (_float_path), if any
+    float_first: FloatPath | None  # elementwise: the cheaper path of checked blocks, if any
     block: int
     tail_block_min: str | None  # C: from how many elements a row's tail is a block; None: never
 
@@ -443,10 +483,10 @@ class _Speller:
             return f"(({self.accumulate}){name}_value)" if self.compute != self.accumulate else f"{name}_value"
         return f"{name}_value" if in_compute else f"{name}_acc"
 
-    def exact_in_float(self, section: str, tree: Any) -> bool:
+    def exact_in_float(self, section: str, tree: ast.expr) -> bool:
         return section == "sums" and self.compute == "float" and _exact_in_float(tree, self.variant.dtypes)
 
-    def in_float_runs(self, section: str, tree: Any) -> bool:
+    def in_float_runs(self, section: str, tree: ast.expr) -> bool:
         # broadcast_reduce: terms exact in float, even out of f32's range: a run whose float
         # sums overflow is summed again in double, and terms below 2^-134 lose at most 2^-150
         # each (accuracy.sum_bound). reduce_then_apply: every term, computed in float (its
@@ -459,7 +499,7 @@ class _Speller:
             return True
         return pattern == "broadcast_reduce" and _exact_in_float(tree, self.variant.dtypes, in_range=False)
 
-    def c_text(self, section: str, tree: Any, runs: bool = True) -> str:
+    def c_text(self, section: str, tree: ast.expr, runs: bool = True) -> str:
         if runs and self.in_float_runs(section, tree):
             return self.c_text("elements", tree)
         if self.exact_in_float(section, tree):
@@ -471,7 +511,7 @@ class _Speller:
         style = self.table.compute_types[kind]
         return expr.to_c(tree, spelled, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
 
-    def entry(self, section: str, name: str, tree: Any, outputs: set[str]) -> MathEntry:
+    def entry(self, section: str, name: str, tree: ast.expr, outputs: set[str]) -> MathEntry:
         """One math entry: its C in the section's type (float runs' terms in float), and in the
         accumulation type (scalar tails, runs summed again)."""
         in_runs = self.in_float_runs(section, tree)
@@ -485,7 +525,7 @@ class _Speller:
             type="float" if in_runs else self.compute if section == "elements" else self.accumulate,
         )
 
-    def full_form_entry(self, entry: MathEntry, tree: Any) -> MathEntry:
+    def full_form_entry(self, entry: MathEntry, tree: ast.expr) -> MathEntry:
         """Form full: a sum of one term as an element. +0 first, as in a sum: a -0 term gives +0.
         A term float rounds once is computed there: narrowed to f32 it equals the term computed
         exactly in double and narrowed."""
@@ -682,8 +722,8 @@ def workspace_per_channel(spec: OpSpec, n_sums: int, n_values: int) -> int:
 
 
 def _float_first(
-    variant: Variant, compute: str, elements: list[tuple[str, Any]], table: DTypeTable
-) -> dict[str, Any] | None:
+    variant: Variant, compute: str, elements: list[tuple[str, ast.expr]], table: DTypeTable
+) -> FloatPath | None:
     """For an elementwise kernel: the input magnitudes for which its blocks may take a
     cheaper path (float_range), and the math there; None when there is none (a log,
     attributes...). Computed in double, the path is float when float's precision is enough
@@ -710,7 +750,7 @@ def _float_first(
     # In float blocks of a kernel computed in double (bf16 data), an input that multiplies a
     # whole result is multiplied in last, unchecked (float_range.last_factors): one check
     # fewer per block. (Computed in their own type, such inputs go unchecked below as written.)
-    last = {}
+    last: dict[str, tuple[str, ast.expr, float_range.FloatRange]] = {}
     if arithmetic.name != compute:
         trees = {o: definitions[o] for o in outputs}
         last = float_range.last_factors(trees, variant.dtypes, definitions, arithmetic)
@@ -731,14 +771,14 @@ def _float_first(
 def _float_path(
     variant: Variant,
     compute: str,
-    elements: list[tuple[str, Any]],
+    elements: list[tuple[str, ast.expr]],
     table: DTypeTable,
     arithmetic: float_range.Arithmetic,
-    definitions: dict[str, Any],
+    definitions: dict[str, ast.expr],
     intervals: dict[str, float_range.Interval],
-    last: dict[str, Any],
+    last: dict[str, tuple[str, ast.expr, float_range.FloatRange]],
     calls_exp: bool,
-) -> dict[str, Any]:
+) -> FloatPath:
     """_float_first's result: the path's type, the inputs it checks and its math in C."""
     outputs = [t.name for t in variant.op.outputs]
     kind = arithmetic.name
@@ -755,25 +795,24 @@ def _float_path(
     ]
     last_factors = sorted({name for name, _, _ in last.values()})
     ordered = [(name, definitions[name]) for name, _ in elements]
-    return {
-        "type": kind,
-        "calls_exp": calls_exp,
-        "exp_function": arithmetic.exp_function,
-        "exp_error_exponent": arithmetic.exp_error_exponent,
-        "intervals": intervals,
-        "unchecked": unchecked,
-        "last_factors": last_factors,
-        # the magnitude bits opgen_all_in_range tests, per checked input
-        "bounds": {
+    return FloatPath(
+        type=kind,
+        calls_exp=calls_exp,
+        exp_function=arithmetic.exp_function,
+        exp_error_exponent=arithmetic.exp_error_exponent,
+        intervals=intervals,
+        unchecked=tuple(unchecked),
+        last_factors=tuple(last_factors),
+        bounds={
             name: ", ".join(interval.c_bounds(variant.dtypes[name]))
             for name, interval in intervals.items()
             if name not in unchecked
         },
-        "elements": [
-            {
-                "name": name,
-                "type": kind,
-                "c": expr.to_c(
+        elements=tuple(
+            FloatPathEntry(
+                name=name,
+                type=kind,
+                c=expr.to_c(
                     expr.scaled_exps(tree),
                     {n: f"{n}_value" for n in expr.names(tree)},
                     style.literal_suffix,
@@ -781,27 +820,27 @@ def _float_path(
                     f"opgen_select_{kind}",
                     {"exp": arithmetic.exp_name},  # + the type's suffix; exp(y, scale)
                 ),
-            }
+            )
             for name, tree in ordered
-        ],
-        "vector": _vector_elements(ordered, arithmetic) if kind == "float" else None,
-    }
+        ),
+        vector=_vector_elements(ordered, arithmetic) if kind == "float" else None,
+    )
 
 
-def _vector_elements(ordered: list[tuple[str, Any]], arithmetic: float_range.Arithmetic) -> dict[str, Any] | None:
+def _vector_elements(ordered: list[tuple[str, ast.expr]], arithmetic: float_range.Arithmetic) -> VectorMath | None:
     """The float path's math as AVX-512 intrinsics (expr.to_vector), the same bits as its lane
     loop: the inputs it reads and each element's expression; None when any element has no
     such form. Timed from C, one thread, sigmoid and tanh from src in bf16 and f16: 5-9 %
     faster past the caches, 3-9 % in L2 (docs/performance-changes.md)."""
     named = set().union(*(expr.names(tree) for _, tree in ordered))
     variables = {n: f"{n}_vector" for n in named}
-    entries = []
+    entries: list[FloatPathEntry] = []
     for name, tree in ordered:
         c = expr.to_vector(expr.scaled_exps(tree), variables, arithmetic.exp_function)
         if c is None:
             return None
-        entries.append({"name": name, "c": c})
-    return {"inputs": sorted(named - {name for name, _ in ordered}), "elements": entries}
+        entries.append(FloatPathEntry(name=name, type="__m512", c=c))
+    return VectorMath(inputs=tuple(sorted(named - {name for name, _ in ordered})), elements=tuple(entries))
 
 
 def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
@@ -810,27 +849,25 @@ def _literal(value: float | None, kind: str, table: DTypeTable) -> str:
     return expr.to_c(expr.number(value), {}, table.compute_types[kind].literal_suffix, "", "")
 
 
-def _detail(
-    variant: Variant, compute: str, accumulate: str, float_runs: bool, float_first: dict[str, Any] | None
-) -> str:
+def _detail(variant: Variant, compute: str, accumulate: str, float_runs: bool, float_first: FloatPath | None) -> str:
     dtypes = ", ".join(f"{name} {dtype}" for name, dtype in variant.row.items())
     computed = f"computed in {compute}"
     if float_first:
         inside = ", ".join(
             f"{name} in {interval}"
-            for name, interval in float_first["intervals"].items()
-            if name not in float_first["unchecked"]
+            for name, interval in float_first.intervals.items()
+            if name not in float_first.unchecked
         )
         where = f"where each input is 0 or of magnitude {inside}"
-        if float_first["unchecked"]:
-            where += f" ({', '.join(float_first['unchecked'])}: any, a factor of the result)"
-        if float_first["last_factors"]:
-            where += f" ({', '.join(float_first['last_factors'])}: any, multiplied in last)"
-        exp = f"its exp unclamped and within 2^{float_first['exp_error_exponent']}"
-        if compute == float_first["type"]:
+        if float_first.unchecked:
+            where += f" ({', '.join(float_first.unchecked)}: any, a factor of the result)"
+        if float_first.last_factors:
+            where += f" ({', '.join(float_first.last_factors)}: any, multiplied in last)"
+        exp = f"its exp unclamped and within 2^{float_first.exp_error_exponent}"
+        if compute == float_first.type:
             computed = f"computed in {compute}, {exp} {where}"
         else:
-            exp = f" ({exp})" if float_first["calls_exp"] else ""
+            exp = f" ({exp})" if float_first.calls_exp else ""
             computed = f"computed in float{exp} {where}, else in {compute}"
     parts = [dtypes, computed]
     if variant.form == "full":
@@ -842,7 +879,7 @@ def _detail(
     return "; ".join(parts)
 
 
-def _exact_in_float(tree: Any, dtypes: dict[str, DType], in_range: bool = True) -> bool:
+def _exact_in_float(tree: ast.expr, dtypes: dict[str, DType], in_range: bool = True) -> bool:
     """True when float arithmetic computes `tree` exactly: stored values, constants, selections,
     negation, and products of two stored values whose significands fit together in 24 bits and
     (if `in_range`) whose exponents, smallest subnormal to largest, stay within f32's normal
@@ -851,7 +888,7 @@ def _exact_in_float(tree: Any, dtypes: dict[str, DType], in_range: bool = True) 
     return result is not None and result <= 24
 
 
-def _rounded_once_in_float(tree: Any, dtypes: dict[str, DType]) -> bool:
+def _rounded_once_in_float(tree: ast.expr, dtypes: dict[str, DType]) -> bool:
     """True when float arithmetic gives `tree` as its exact value rounded once to f32, the
     result of computing it exactly in double and narrowing: selections and negations of
     values exact in float, or of one product of two of them exact in double (53 bits), chosen
@@ -872,14 +909,14 @@ def _rounded_once_in_float(tree: Any, dtypes: dict[str, DType]) -> bool:
     return _exact_in_float(tree, dtypes, in_range=False)
 
 
-def _significand_bits(tree: Any, dtypes: dict[str, DType], in_range: bool) -> int | None:
+def _significand_bits(tree: ast.expr, dtypes: dict[str, DType], in_range: bool) -> int | None:
     """Significand bits of `tree`'s exact value, None unless `_exact_in_float` arithmetic
     (short of the final 24-bit limit) computes it exactly."""
 
     def fits_range(dtype: DType) -> bool:
         return 2 * dtype.smallest_exponent >= -126 and 2 * dtype.end_exponent <= 128
 
-    def bits(node: Any) -> int | None:  # significand bits of an exact value, None if not exact
+    def bits(node: ast.expr) -> int | None:  # significand bits of an exact value, None if not exact
         if isinstance(node, ast.Constant):
             return (
                 1 if not isinstance(node.value, bool) and float(cast(float, node.value)) in (0.0, 1.0, -1.0) else None
@@ -901,7 +938,7 @@ def _significand_bits(tree: Any, dtypes: dict[str, DType], in_range: bool) -> in
     return bits(tree)
 
 
-def _live_names(spec: OpSpec, trees: dict[str, list[tuple[str, Any]]]) -> set[str]:
+def _live_names(spec: OpSpec, trees: dict[str, list[tuple[str, ast.expr]]]) -> set[str]:
     """Names whose value reaches an output, after constant folding (dead temporaries are dropped)."""
     live = {t.name for t in spec.outputs}
     for section in ("elements", "after", "sums", "channel"):

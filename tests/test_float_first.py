@@ -60,7 +60,7 @@ def test_the_bundled_kernels_that_compute_in_float_first():
     # margin, >= -1022) for Hx = 9, not 10 (-1478); tanh's 2|x| < 2^(Hx + 2): Hx = 7. Then
     # every other node stays in double's range for every finite f32 (dd * e >= 2^(-149 - 740)),
     # subnormals too: [2^-149, 2^128).
-    found = {variant.name: {n: str(i) for n, i in first["intervals"].items()} for _, variant, first in KERNELS}
+    found = {variant.name: {n: str(i) for n, i in first.intervals.items()} for _, variant, first in KERNELS}
     assert found == {
         "sigmoid_backward_bf16_use_dst": {"src_or_dst": "[2^-118, 2^63)"},
         "tanh_backward_bf16_use_dst": {"src_or_dst": "[2^-149, 2^62)"},
@@ -71,22 +71,22 @@ def test_the_bundled_kernels_that_compute_in_float_first():
         "sigmoid_backward_f32_no_use_dst": {"diff_dst": "[2^-149, 2^128)", "src_or_dst": "[2^-149, 2^9)"},
         "tanh_backward_f32_no_use_dst": {"diff_dst": "[2^-149, 2^128)", "src_or_dst": "[2^-149, 2^7)"},
     }
-    assert {v.name: first["type"] for _, v, first in F32_KERNELS} == {
+    assert {v.name: first.type for _, v, first in F32_KERNELS} == {
         "sigmoid_backward_f32_no_use_dst": "double",
         "tanh_backward_f32_no_use_dst": "double",
     }
     # from src computed in the kernel's own type (f32 in double, f16 in float), diff_dst spans
     # every finite value and only multiplies the result: its blocks are not checked; bf16's
     # blocks in float multiply by it last, unchecked too
-    unchecked = {variant.name: first["unchecked"] for _, variant, first in KERNELS if first["unchecked"]}
+    unchecked = {variant.name: first.unchecked for _, variant, first in KERNELS if first.unchecked}
     assert unchecked == {
-        f"{op}_{dtype}_no_use_dst": ["diff_dst"]
+        f"{op}_{dtype}_no_use_dst": ("diff_dst",)
         for op in ("sigmoid_backward", "tanh_backward")
         for dtype in ("f16", "f32")
     }
-    last = {variant.name: first["last_factors"] for _, variant, first in KERNELS if first["last_factors"]}
-    assert last == {variant.name: ["diff_dst"] for _, variant, _ in BF16_KERNELS} and len(last) == 4
-    assert all(set(first["bounds"]) == set(first["intervals"]) - set(first["unchecked"]) for _, _, first in KERNELS)
+    last = {variant.name: first.last_factors for _, variant, first in KERNELS if first.last_factors}
+    assert last == {variant.name: ("diff_dst",) for _, variant, _ in BF16_KERNELS} and len(last) == 4
+    assert all(set(first.bounds) == set(first.intervals) - set(first.unchecked) for _, _, first in KERNELS)
 
 
 def bf16_inputs(names: list[str]) -> dict:
@@ -225,9 +225,9 @@ def formula(spec, variant) -> tuple[ast.expr, dict[str, ast.expr]]:
 
 def in_float_blocks(spec, variant, first) -> tuple[ast.expr, dict[str, ast.expr]]:
     """formula(), as the kernel's blocks inside the intervals compute it: an input it
-    multiplies in last (first["last_factors"]) is moved to the end, d * G."""
+    multiplies in last (first.last_factors) is moved to the end, d * G."""
     tree, definitions = formula(spec, variant)
-    for name in first["last_factors"]:
+    for name in first.last_factors:
         tree = ast.BinOp(ast.Name(name), ast.Mult(), float_range.last_factor(tree, name, definitions))
     return tree, definitions
 
@@ -238,7 +238,7 @@ EVERY_BF16 = float_range.Interval(133, 128)
 
 def intervals_of(first) -> dict[str, float_range.Interval]:
     """A bf16 kernel's intervals; an input it multiplies in last takes any bf16 value."""
-    return {**first["intervals"], **dict.fromkeys(first["last_factors"], EVERY_BF16)}
+    return {**first.intervals, **dict.fromkeys(first.last_factors, EVERY_BF16)}
 
 
 def bf16_values(generator: np.random.Generator, low: int, high: int, count: int) -> np.ndarray:
@@ -332,12 +332,12 @@ def test_only_a_factor_the_arithmetic_holds_exactly_is_multiplied_in_last():
     assert [(name, ast.unparse(rest)) for name, rest, _ in found.values()] == [("a", "exp(-abs(b))")]
 
 
-FLOAT_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if first["type"] == "float"]
+FLOAT_KERNELS = [(spec, variant, first) for spec, variant, first in KERNELS if first.type == "float"]
 
 
 @pytest.mark.parametrize("spec,variant,first", FLOAT_KERNELS, ids=[v.name for _, v, _ in FLOAT_KERNELS])
 def test_the_bundled_formulas_in_float_at_their_corners(spec, variant, first):
-    last = bool(first["last_factors"])
+    last = bool(first.last_factors)
     # the rest, G: s * (1 - s) up to 2^127 from dst; G < 1 from src
     overflows = last and bool(variant.constants["use_dst"])
     check_corners(*formula(spec, variant), variant.name, variant.row[spec.reference], last, overflows)
@@ -452,9 +452,9 @@ def test_from_src_kernels_on_blocks_inside_at_and_past_the_edges(target, dtype, 
     if names.index(target) > names.index(opgen.info()["cpu_target"]):
         pytest.skip(f"this CPU cannot run {target}")
     kernels = [(v, first) for _, v, first in KERNELS if v.row["src_or_dst"] == dtype and not v.constants["use_dst"]]
-    assert {first["type"] for _, first in kernels} == {"double" if dtype == "f32" else "float"}
+    assert {first.type for _, first in kernels} == {"double" if dtype == "f32" else "float"}
     ops = sorted(v.op.name for v, _ in kernels)
-    x_high = min(first["intervals"]["src_or_dst"].high for _, first in kernels)
+    x_high = min(first.intervals["src_or_dst"].high for _, first in kernels)
     numpy_dtype = np.dtype(TABLE.dtypes[dtype].numpy)
     generator = rng("from src kernels", target, dtype)
     blocks = 96
@@ -641,8 +641,8 @@ def test_a_users_spec_with_two_outputs_gets_the_intervals_both_allow(tmp_path):
             min(a[name].low for a in alone.values() if name in a),
             min(a[name].high for a in alone.values() if name in a),
         )
-        assert first["intervals"][name] == narrower
-    assert first["intervals"]["x"].high == 6  # exp(-|x|) stays normal below 2^6 only
+        assert first.intervals[name] == narrower
+    assert first.intervals["x"].high == 6  # exp(-|x|) stays normal below 2^6 only
 
     library = opgen.load(directory)
     generator = rng("two outputs")
