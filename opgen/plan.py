@@ -307,11 +307,12 @@ class FloatPathEntry:
 
 @dataclass(frozen=True)
 class VectorMath:
-    """A float path's math as AVX-512 intrinsics on 16 lanes (expr.to_vector): the same bits as
-    its lane loop."""
+    """Math as intrinsics on a vector of lanes, the same bits as the lane loop it stands for: a
+    float path's elements on 16 float lanes (AVX-512, expr.to_vector), or the sums' terms on
+    4 double lanes (AVX2, expr.to_vector_double)."""
 
-    inputs: tuple[str, ...]  # the inputs whose blocks it loads
-    elements: tuple[FloatPathEntry, ...]  # each element's `__m512` expression
+    inputs: tuple[str, ...]  # the inputs it loads
+    elements: tuple[FloatPathEntry, ...]  # each element's (or term's) vector expression
 
 
 @dataclass(frozen=True)
@@ -380,6 +381,7 @@ class ChannelKernel(KernelPlan):
     double_term_reads: tuple[str, ...]  # ... and those computed in the accumulation type
     element_channel_values: tuple[str, ...]
     float_first: FloatPath | None  # elementwise: the cheaper path of checked blocks, if any
+    vector_terms: VectorMath | None  # broadcast_reduce: the sums' terms on AVX2, if they have that form
     block: int
     tail_block_min: str | None  # C: from how many elements a row's tail is a block; None: never
 
@@ -607,9 +609,39 @@ def _channel_kernel(variant: Variant, table: DTypeTable) -> ChannelKernel:
         double_term_reads=tuple(term_reads(False)),
         element_channel_values=tuple(element_channel_values),
         float_first=float_first,
+        vector_terms=_vector_terms(variant, speller, sections["sums"], reads["elements"]),
         block=BLOCK,
         tail_block_min=_tail_block_min(spec, variant),
     )
+
+
+def _vector_terms(
+    variant: Variant, speller: _Speller, terms: list[tuple[str, ast.expr]], element_reads: set[str]
+) -> VectorMath | None:
+    """The sums' terms as AVX2 intrinsics on 4 double lanes (expr.to_vector_double), each f32
+    tensor input widened straight from memory, where every term is computed in double from f32
+    tensors (PReLU's src * diff_dst in f32): GCC's lane loop widens a 16-float block with
+    shuffles and conversions that kept f32 PReLU per-channel NCX at twice oneDNN's time in L2;
+    a conversion from memory needs no shuffle. The same operations per lane in the same order:
+    the same bits. broadcast_reduce only (reduce_then_apply's sums pass reads far fewer terms
+    per byte). None where any term has no such form, or reads a tensor the element math does not
+    (the lane loop, left with the elements alone, would load it for nothing)."""
+    tensors = {t.name for t in variant.op.inputs if t.kind == "tensor"}
+    if variant.op.pattern != "broadcast_reduce" or variant.form == "full" or speller.accumulate != "double":
+        return None
+    entries: list[FloatPathEntry] = []
+    for name, tree in terms:
+        reads = expr.names(tree)
+        if speller.in_float_runs("sums", tree) or speller.exact_in_float("sums", tree):
+            return None
+        if not reads <= tensors & element_reads or any(variant.dtypes[n].name != "f32" for n in reads):
+            return None
+        c = expr.to_vector_double(tree, {n: f"{n}_value" for n in reads})
+        if c is None:
+            return None
+        entries.append(FloatPathEntry(name=name, type="__m256d", c=c))
+    inputs = sorted(set().union(*(expr.names(tree) for _, tree in terms)))
+    return VectorMath(inputs=tuple(inputs), elements=tuple(entries)) if entries else None
 
 
 def _input_entry(
