@@ -31,6 +31,22 @@ static void aclnn_prelu_backward_f32_ncx_finish(const opgen_channels_call *call,
     }
 }
 
+#if OPGEN_VECTOR_DOUBLE
+/* aclnn_prelu_backward_f32_ncx: the sums' terms of the OPGEN_BLOCK elements at grad_output, self added to
+ * lanes [0, OPGEN_BLOCK) of grad_weight_lanes, 4 lanes at a time, each f32 input widened
+ * straight from memory (the lane loop's conversions of a 16-float block take shuffles): the
+ * lane loop's operations in the same order, the same bits */
+static inline void aclnn_prelu_backward_f32_ncx_block_terms(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, double *OPGEN_RESTRICT grad_weight_lanes)
+{
+    for (int opgen_quarter = 0; opgen_quarter < OPGEN_BLOCK; opgen_quarter += 4) {
+        const __m256d grad_output_value = _mm256_cvtps_pd(_mm_loadu_ps(grad_output + opgen_quarter));
+        const __m256d self_value = _mm256_cvtps_pd(_mm_loadu_ps(self + opgen_quarter));
+        const __m256d grad_weight_term = _mm256_blendv_pd(_mm256_mul_pd(self_value, grad_output_value), _mm256_set1_pd(0.0), _mm256_cmp_pd(self_value, _mm256_set1_pd(0.0), _CMP_GT_OQ));
+        _mm256_storeu_pd(grad_weight_lanes + opgen_quarter, _mm256_add_pd(_mm256_loadu_pd(grad_weight_lanes + opgen_quarter), grad_weight_term));
+    }
+}
+#endif
+
 /* aclnn_prelu_backward_f32_ncx: the `count` (fewer than OPGEN_BLOCK) elements at `at` of channel `channel`, a
  * unit's tail: the element math and stores, and the sums' terms in the accumulation type: from
  * OPGEN_TAIL_BLOCK_MIN of them as a block into `lanes`, fewer one by one into `total` */
@@ -104,9 +120,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                         const float self_value = (float)self_block[lane];
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                         grad_input_block[lane] = (float)grad_input_value;
+                    #if !OPGEN_VECTOR_DOUBLE
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_unit_lanes[lane] += grad_weight_term;
+                    #endif
                     }
+                    #if OPGEN_VECTOR_DOUBLE
+                    aclnn_prelu_backward_f32_ncx_block_terms(grad_output + base + index, self + base + index, &grad_weight_unit_lanes[0]);
+                    #endif
                     opgen_store_block_f32(grad_input + base + index, grad_input_block, stream);
                 }
                 {
@@ -134,9 +155,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
+                            #if !OPGEN_VECTOR_DOUBLE
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_lanes[0 * OPGEN_BLOCK + lane] += grad_weight_term;
+                            #endif
                             }
+                            #if OPGEN_VECTOR_DOUBLE
+                            aclnn_prelu_backward_f32_ncx_block_terms(grad_output + base + index + 0 * OPGEN_BLOCK, self + base + index + 0 * OPGEN_BLOCK, &grad_weight_lanes[0 * OPGEN_BLOCK + 0]);
+                            #endif
                             opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 0 * OPGEN_BLOCK, grad_input_block, stream);
                         }
                         {
@@ -151,9 +177,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
+                            #if !OPGEN_VECTOR_DOUBLE
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_lanes[1 * OPGEN_BLOCK + lane] += grad_weight_term;
+                            #endif
                             }
+                            #if OPGEN_VECTOR_DOUBLE
+                            aclnn_prelu_backward_f32_ncx_block_terms(grad_output + base + index + 1 * OPGEN_BLOCK, self + base + index + 1 * OPGEN_BLOCK, &grad_weight_lanes[1 * OPGEN_BLOCK + 0]);
+                            #endif
                             opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 1 * OPGEN_BLOCK, grad_input_block, stream);
                         }
                         {
@@ -168,9 +199,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
+                            #if !OPGEN_VECTOR_DOUBLE
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_lanes[2 * OPGEN_BLOCK + lane] += grad_weight_term;
+                            #endif
                             }
+                            #if OPGEN_VECTOR_DOUBLE
+                            aclnn_prelu_backward_f32_ncx_block_terms(grad_output + base + index + 2 * OPGEN_BLOCK, self + base + index + 2 * OPGEN_BLOCK, &grad_weight_lanes[2 * OPGEN_BLOCK + 0]);
+                            #endif
                             opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 2 * OPGEN_BLOCK, grad_input_block, stream);
                         }
                         {
@@ -185,9 +221,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                                 const float self_value = (float)self_block[lane];
                                 const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                                 grad_input_block[lane] = (float)grad_input_value;
+                            #if !OPGEN_VECTOR_DOUBLE
                                 const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                                 grad_weight_lanes[3 * OPGEN_BLOCK + lane] += grad_weight_term;
+                            #endif
                             }
+                            #if OPGEN_VECTOR_DOUBLE
+                            aclnn_prelu_backward_f32_ncx_block_terms(grad_output + base + index + 3 * OPGEN_BLOCK, self + base + index + 3 * OPGEN_BLOCK, &grad_weight_lanes[3 * OPGEN_BLOCK + 0]);
+                            #endif
                             opgen_lines_f32_put(&grad_input_lines, grad_input + base + index + 3 * OPGEN_BLOCK, grad_input_block, stream);
                         }
                     }
@@ -203,9 +244,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_ncx_units_of(const float *OPGEN_
                             const float self_value = (float)self_block[lane];
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input_block[lane] = (float)grad_input_value;
+                        #if !OPGEN_VECTOR_DOUBLE
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                             grad_weight_lanes[chain * OPGEN_BLOCK + lane] += grad_weight_term;
+                        #endif
                         }
+                        #if OPGEN_VECTOR_DOUBLE
+                        aclnn_prelu_backward_f32_ncx_block_terms(grad_output + base + index, self + base + index, &grad_weight_lanes[chain * OPGEN_BLOCK + 0]);
+                        #endif
                         opgen_lines_f32_put(&grad_input_lines, grad_input + base + index, grad_input_block, stream);
                     }
                 }
@@ -262,6 +308,22 @@ static void aclnn_prelu_backward_f32_nxc_finish(const opgen_channels_call *call,
     }
 }
 
+#if OPGEN_VECTOR_DOUBLE
+/* aclnn_prelu_backward_f32_nxc: the sums' terms of the OPGEN_BLOCK elements at grad_output, self added to
+ * lanes [0, OPGEN_BLOCK) of grad_weight_lanes, 4 lanes at a time, each f32 input widened
+ * straight from memory (the lane loop's conversions of a 16-float block take shuffles): the
+ * lane loop's operations in the same order, the same bits */
+static inline void aclnn_prelu_backward_f32_nxc_block_terms(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, double *OPGEN_RESTRICT grad_weight_lanes)
+{
+    for (int opgen_quarter = 0; opgen_quarter < OPGEN_BLOCK; opgen_quarter += 4) {
+        const __m256d grad_output_value = _mm256_cvtps_pd(_mm_loadu_ps(grad_output + opgen_quarter));
+        const __m256d self_value = _mm256_cvtps_pd(_mm_loadu_ps(self + opgen_quarter));
+        const __m256d grad_weight_term = _mm256_blendv_pd(_mm256_mul_pd(self_value, grad_output_value), _mm256_set1_pd(0.0), _mm256_cmp_pd(self_value, _mm256_set1_pd(0.0), _CMP_GT_OQ));
+        _mm256_storeu_pd(grad_weight_lanes + opgen_quarter, _mm256_add_pd(_mm256_loadu_pd(grad_weight_lanes + opgen_quarter), grad_weight_term));
+    }
+}
+#endif
+
 /* aclnn_prelu_backward_f32_nxc: rows [row_first, row_last), every channel, the sums' terms added to
  * partial[sum * channels + channel]; in memory order when streamed */
 OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
@@ -297,9 +359,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_R
                             const float weight_value = (float)weight_block[lane];
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input_block[lane] = (float)grad_input_value;
+                        #if !OPGEN_VECTOR_DOUBLE
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                             grad_weight_group[channel - segment + lane] += grad_weight_term;
+                        #endif
                         }
+                        #if OPGEN_VECTOR_DOUBLE
+                        aclnn_prelu_backward_f32_nxc_block_terms(grad_output + base + channel, self + base + channel, &grad_weight_group[channel - segment + 0]);
+                        #endif
                         opgen_lines_f32_put(&grad_input_lines, grad_input + base + channel, grad_input_block, stream);
                     }
                     /* the channels after the last whole block, in the last segment */
@@ -348,9 +415,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_rows_of(const float *OPGEN_R
                         const float weight_value = (float)weight_block[lane];
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                         grad_input_block[lane] = (float)grad_input_value;
+                    #if !OPGEN_VECTOR_DOUBLE
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_group[lane] += grad_weight_term;
+                    #endif
                     }
+                    #if OPGEN_VECTOR_DOUBLE
+                    aclnn_prelu_backward_f32_nxc_block_terms(grad_output + base + channel, self + base + channel, &grad_weight_group[0]);
+                    #endif
                     opgen_store_block_f32(grad_input + base + channel, grad_input_block, stream);
                 }
                 OPGEN_SIMD
@@ -435,9 +507,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_range_of(const float *OPGEN_
                             const float weight_value = (float)weight_block[lane];
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input_block[lane] = (float)grad_input_value;
+                        #if !OPGEN_VECTOR_DOUBLE
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                             grad_weight_range_sums[channel - first + lane] += grad_weight_term;
+                        #endif
                         }
+                        #if OPGEN_VECTOR_DOUBLE
+                        aclnn_prelu_backward_f32_nxc_block_terms(grad_output + pair + channel, self + pair + channel, &grad_weight_range_sums[channel - first + 0]);
+                        #endif
                         opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
                     }
                     {
@@ -455,9 +532,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_range_of(const float *OPGEN_
                             const float weight_value = (float)weight_block[lane];
                             const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                             grad_input_block[lane] = (float)grad_input_value;
+                        #if !OPGEN_VECTOR_DOUBLE
                             const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                             grad_weight_range_sums[channel - first + lane] += grad_weight_term;
+                        #endif
                         }
+                        #if OPGEN_VECTOR_DOUBLE
+                        aclnn_prelu_backward_f32_nxc_block_terms(grad_output + pair + channels + channel, self + pair + channels + channel, &grad_weight_range_sums[channel - first + 0]);
+                        #endif
                         opgen_store_block_f32(grad_input + pair + channels + channel, grad_input_block, stream);
                     }
                 }
@@ -477,9 +559,14 @@ OPGEN_MICROKERNEL void aclnn_prelu_backward_f32_nxc_range_of(const float *OPGEN_
                         const float weight_value = (float)weight_block[lane];
                         const float grad_input_value = opgen_select_float((self_value > 0.0f), grad_output_value, (weight_value * grad_output_value));
                         grad_input_block[lane] = (float)grad_input_value;
+                    #if !OPGEN_VECTOR_DOUBLE
                         const double grad_weight_term = opgen_select_double((((double)self_value) > 0.0), 0.0, (((double)self_value) * ((double)grad_output_value)));
                         grad_weight_range_sums[channel - first + lane] += grad_weight_term;
+                    #endif
                     }
+                    #if OPGEN_VECTOR_DOUBLE
+                    aclnn_prelu_backward_f32_nxc_block_terms(grad_output + pair + channel, self + pair + channel, &grad_weight_range_sums[channel - first + 0]);
+                    #endif
                     opgen_store_block_f32(grad_input + pair + channel, grad_input_block, stream);
                 }
             }

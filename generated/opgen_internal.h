@@ -505,6 +505,15 @@ static inline __m512 opgen_scale_add_vector(float scale, __m512 x, float constan
 #else
 #define OPGEN_VECTOR_FLOAT 0
 #endif
+/* The sums' terms on 4 double lanes (plan._vector_terms) where the widest vectors are AVX2's:
+ * each f32 input widened from memory, 4 lanes at a time. (AVX-512 widens a whole register in
+ * the lane loop; the baseline has no 256-bit vectors.) Excluded where OPGEN_VECTOR_FLOAT is
+ * for clang with OpenMP, for the same reason. */
+#if OPGEN_USE_AVX2 && !OPGEN_USE_AVX512F && !(defined(__clang__) && defined(_OPENMP))
+#define OPGEN_VECTOR_DOUBLE 1
+#else
+#define OPGEN_VECTOR_DOUBLE 0
+#endif
 
 /* The math's exp(): libm's is a call the compiler cannot vectorize (a from-src tanh gradient
  * ran at 3 GB/s). x = k ln 2 + r with |r| <= ln 2 / 2 (ln 2 in parts with few bits, so each

@@ -31,6 +31,22 @@ static void prelu_backward_f32_ncx_finish(const opgen_channels_call *call, int64
     }
 }
 
+#if OPGEN_VECTOR_DOUBLE
+/* prelu_backward_f32_ncx: the sums' terms of the OPGEN_BLOCK elements at diff_dst, src added to
+ * lanes [0, OPGEN_BLOCK) of diff_slope_lanes, 4 lanes at a time, each f32 input widened
+ * straight from memory (the lane loop's conversions of a 16-float block take shuffles): the
+ * lane loop's operations in the same order, the same bits */
+static inline void prelu_backward_f32_ncx_block_terms(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT src, double *OPGEN_RESTRICT diff_slope_lanes)
+{
+    for (int opgen_quarter = 0; opgen_quarter < OPGEN_BLOCK; opgen_quarter += 4) {
+        const __m256d diff_dst_value = _mm256_cvtps_pd(_mm_loadu_ps(diff_dst + opgen_quarter));
+        const __m256d src_value = _mm256_cvtps_pd(_mm_loadu_ps(src + opgen_quarter));
+        const __m256d diff_slope_term = _mm256_blendv_pd(_mm256_mul_pd(src_value, diff_dst_value), _mm256_set1_pd(0.0), _mm256_cmp_pd(src_value, _mm256_set1_pd(0.0), _CMP_GT_OQ));
+        _mm256_storeu_pd(diff_slope_lanes + opgen_quarter, _mm256_add_pd(_mm256_loadu_pd(diff_slope_lanes + opgen_quarter), diff_slope_term));
+    }
+}
+#endif
+
 /* prelu_backward_f32_ncx: the `count` (fewer than OPGEN_BLOCK) elements at `at` of channel `channel`, a
  * unit's tail: the element math and stores, and the sums' terms in the accumulation type: from
  * OPGEN_TAIL_BLOCK_MIN of them as a block into `lanes`, fewer one by one into `total` */
@@ -104,9 +120,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                         const float diff_dst_value = (float)diff_dst_block[lane];
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                         diff_src_block[lane] = (float)diff_src_value;
+                    #if !OPGEN_VECTOR_DOUBLE
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_unit_lanes[lane] += diff_slope_term;
+                    #endif
                     }
+                    #if OPGEN_VECTOR_DOUBLE
+                    prelu_backward_f32_ncx_block_terms(diff_dst + base + index, src + base + index, &diff_slope_unit_lanes[0]);
+                    #endif
                     opgen_store_block_f32(diff_src + base + index, diff_src_block, stream);
                 }
                 {
@@ -134,9 +155,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                                 const float diff_dst_value = (float)diff_dst_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
+                            #if !OPGEN_VECTOR_DOUBLE
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 diff_slope_lanes[0 * OPGEN_BLOCK + lane] += diff_slope_term;
+                            #endif
                             }
+                            #if OPGEN_VECTOR_DOUBLE
+                            prelu_backward_f32_ncx_block_terms(diff_dst + base + index + 0 * OPGEN_BLOCK, src + base + index + 0 * OPGEN_BLOCK, &diff_slope_lanes[0 * OPGEN_BLOCK + 0]);
+                            #endif
                             opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 0 * OPGEN_BLOCK, diff_src_block, stream);
                         }
                         {
@@ -151,9 +177,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                                 const float diff_dst_value = (float)diff_dst_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
+                            #if !OPGEN_VECTOR_DOUBLE
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 diff_slope_lanes[1 * OPGEN_BLOCK + lane] += diff_slope_term;
+                            #endif
                             }
+                            #if OPGEN_VECTOR_DOUBLE
+                            prelu_backward_f32_ncx_block_terms(diff_dst + base + index + 1 * OPGEN_BLOCK, src + base + index + 1 * OPGEN_BLOCK, &diff_slope_lanes[1 * OPGEN_BLOCK + 0]);
+                            #endif
                             opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 1 * OPGEN_BLOCK, diff_src_block, stream);
                         }
                         {
@@ -168,9 +199,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                                 const float diff_dst_value = (float)diff_dst_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
+                            #if !OPGEN_VECTOR_DOUBLE
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 diff_slope_lanes[2 * OPGEN_BLOCK + lane] += diff_slope_term;
+                            #endif
                             }
+                            #if OPGEN_VECTOR_DOUBLE
+                            prelu_backward_f32_ncx_block_terms(diff_dst + base + index + 2 * OPGEN_BLOCK, src + base + index + 2 * OPGEN_BLOCK, &diff_slope_lanes[2 * OPGEN_BLOCK + 0]);
+                            #endif
                             opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 2 * OPGEN_BLOCK, diff_src_block, stream);
                         }
                         {
@@ -185,9 +221,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                                 const float diff_dst_value = (float)diff_dst_block[lane];
                                 const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                                 diff_src_block[lane] = (float)diff_src_value;
+                            #if !OPGEN_VECTOR_DOUBLE
                                 const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                                 diff_slope_lanes[3 * OPGEN_BLOCK + lane] += diff_slope_term;
+                            #endif
                             }
+                            #if OPGEN_VECTOR_DOUBLE
+                            prelu_backward_f32_ncx_block_terms(diff_dst + base + index + 3 * OPGEN_BLOCK, src + base + index + 3 * OPGEN_BLOCK, &diff_slope_lanes[3 * OPGEN_BLOCK + 0]);
+                            #endif
                             opgen_lines_f32_put(&diff_src_lines, diff_src + base + index + 3 * OPGEN_BLOCK, diff_src_block, stream);
                         }
                     }
@@ -203,9 +244,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_ncx_units_of(const float *OPGEN_RESTRI
                             const float diff_dst_value = (float)diff_dst_block[lane];
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                             diff_src_block[lane] = (float)diff_src_value;
+                        #if !OPGEN_VECTOR_DOUBLE
                             const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                             diff_slope_lanes[chain * OPGEN_BLOCK + lane] += diff_slope_term;
+                        #endif
                         }
+                        #if OPGEN_VECTOR_DOUBLE
+                        prelu_backward_f32_ncx_block_terms(diff_dst + base + index, src + base + index, &diff_slope_lanes[chain * OPGEN_BLOCK + 0]);
+                        #endif
                         opgen_lines_f32_put(&diff_src_lines, diff_src + base + index, diff_src_block, stream);
                     }
                 }
@@ -262,6 +308,22 @@ static void prelu_backward_f32_nxc_finish(const opgen_channels_call *call, int64
     }
 }
 
+#if OPGEN_VECTOR_DOUBLE
+/* prelu_backward_f32_nxc: the sums' terms of the OPGEN_BLOCK elements at diff_dst, src added to
+ * lanes [0, OPGEN_BLOCK) of diff_slope_lanes, 4 lanes at a time, each f32 input widened
+ * straight from memory (the lane loop's conversions of a 16-float block take shuffles): the
+ * lane loop's operations in the same order, the same bits */
+static inline void prelu_backward_f32_nxc_block_terms(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT src, double *OPGEN_RESTRICT diff_slope_lanes)
+{
+    for (int opgen_quarter = 0; opgen_quarter < OPGEN_BLOCK; opgen_quarter += 4) {
+        const __m256d diff_dst_value = _mm256_cvtps_pd(_mm_loadu_ps(diff_dst + opgen_quarter));
+        const __m256d src_value = _mm256_cvtps_pd(_mm_loadu_ps(src + opgen_quarter));
+        const __m256d diff_slope_term = _mm256_blendv_pd(_mm256_mul_pd(src_value, diff_dst_value), _mm256_set1_pd(0.0), _mm256_cmp_pd(src_value, _mm256_set1_pd(0.0), _CMP_GT_OQ));
+        _mm256_storeu_pd(diff_slope_lanes + opgen_quarter, _mm256_add_pd(_mm256_loadu_pd(diff_slope_lanes + opgen_quarter), diff_slope_term));
+    }
+}
+#endif
+
 /* prelu_backward_f32_nxc: rows [row_first, row_last), every channel, the sums' terms added to
  * partial[sum * channels + channel]; in memory order when streamed */
 OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t outer, int64_t channels, int64_t inner, int stream, int64_t row_first, int64_t row_last,
@@ -297,9 +359,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRIC
                             const float slope_value = (float)slope_block[lane];
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                             diff_src_block[lane] = (float)diff_src_value;
+                        #if !OPGEN_VECTOR_DOUBLE
                             const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                             diff_slope_group[channel - segment + lane] += diff_slope_term;
+                        #endif
                         }
+                        #if OPGEN_VECTOR_DOUBLE
+                        prelu_backward_f32_nxc_block_terms(diff_dst + base + channel, src + base + channel, &diff_slope_group[channel - segment + 0]);
+                        #endif
                         opgen_lines_f32_put(&diff_src_lines, diff_src + base + channel, diff_src_block, stream);
                     }
                     /* the channels after the last whole block, in the last segment */
@@ -348,9 +415,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_nxc_rows_of(const float *OPGEN_RESTRIC
                         const float slope_value = (float)slope_block[lane];
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                         diff_src_block[lane] = (float)diff_src_value;
+                    #if !OPGEN_VECTOR_DOUBLE
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_group[lane] += diff_slope_term;
+                    #endif
                     }
+                    #if OPGEN_VECTOR_DOUBLE
+                    prelu_backward_f32_nxc_block_terms(diff_dst + base + channel, src + base + channel, &diff_slope_group[0]);
+                    #endif
                     opgen_store_block_f32(diff_src + base + channel, diff_src_block, stream);
                 }
                 OPGEN_SIMD
@@ -435,9 +507,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRI
                             const float slope_value = (float)slope_block[lane];
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                             diff_src_block[lane] = (float)diff_src_value;
+                        #if !OPGEN_VECTOR_DOUBLE
                             const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                             diff_slope_range_sums[channel - first + lane] += diff_slope_term;
+                        #endif
                         }
+                        #if OPGEN_VECTOR_DOUBLE
+                        prelu_backward_f32_nxc_block_terms(diff_dst + pair + channel, src + pair + channel, &diff_slope_range_sums[channel - first + 0]);
+                        #endif
                         opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
                     }
                     {
@@ -455,9 +532,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRI
                             const float slope_value = (float)slope_block[lane];
                             const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                             diff_src_block[lane] = (float)diff_src_value;
+                        #if !OPGEN_VECTOR_DOUBLE
                             const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                             diff_slope_range_sums[channel - first + lane] += diff_slope_term;
+                        #endif
                         }
+                        #if OPGEN_VECTOR_DOUBLE
+                        prelu_backward_f32_nxc_block_terms(diff_dst + pair + channels + channel, src + pair + channels + channel, &diff_slope_range_sums[channel - first + 0]);
+                        #endif
                         opgen_store_block_f32(diff_src + pair + channels + channel, diff_src_block, stream);
                     }
                 }
@@ -477,9 +559,14 @@ OPGEN_MICROKERNEL void prelu_backward_f32_nxc_range_of(const float *OPGEN_RESTRI
                         const float slope_value = (float)slope_block[lane];
                         const float diff_src_value = opgen_select_float((src_value > 0.0f), diff_dst_value, (slope_value * diff_dst_value));
                         diff_src_block[lane] = (float)diff_src_value;
+                    #if !OPGEN_VECTOR_DOUBLE
                         const double diff_slope_term = opgen_select_double((((double)src_value) > 0.0), 0.0, (((double)src_value) * ((double)diff_dst_value)));
                         diff_slope_range_sums[channel - first + lane] += diff_slope_term;
+                    #endif
                     }
+                    #if OPGEN_VECTOR_DOUBLE
+                    prelu_backward_f32_nxc_block_terms(diff_dst + pair + channel, src + pair + channel, &diff_slope_range_sums[channel - first + 0]);
+                    #endif
                     opgen_store_block_f32(diff_src + pair + channel, diff_src_block, stream);
                 }
             }
