@@ -31,7 +31,13 @@ OPGEN_MICROKERNEL void hard_sigmoid_backward_f32_blocks_of(const float *OPGEN_RE
 
 static void hard_sigmoid_backward_f32_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    hard_sigmoid_backward_f32_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], call->numbers[0], call->numbers[1], (float *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        hard_sigmoid_backward_f32_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], call->numbers[0], call->numbers[1], (float *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        hard_sigmoid_backward_f32_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], call->numbers[0], call->numbers[1], (float *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* hard_sigmoid_backward_f32: elements [opgen_first, opgen_last) one by one */
@@ -97,7 +103,13 @@ OPGEN_MICROKERNEL void hard_sigmoid_backward_f16_blocks_of(const opgen_f16 *OPGE
 
 static void hard_sigmoid_backward_f16_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    hard_sigmoid_backward_f16_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], call->numbers[0], call->numbers[1], (opgen_f16 *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        hard_sigmoid_backward_f16_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], call->numbers[0], call->numbers[1], (opgen_f16 *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        hard_sigmoid_backward_f16_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], call->numbers[0], call->numbers[1], (opgen_f16 *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* hard_sigmoid_backward_f16: elements [opgen_first, opgen_last) one by one */
@@ -163,7 +175,13 @@ OPGEN_MICROKERNEL void hard_sigmoid_backward_bf16_blocks_of(const opgen_bf16 *OP
 
 static void hard_sigmoid_backward_bf16_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    hard_sigmoid_backward_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], call->numbers[0], call->numbers[1], (opgen_bf16 *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        hard_sigmoid_backward_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], call->numbers[0], call->numbers[1], (opgen_bf16 *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        hard_sigmoid_backward_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], call->numbers[0], call->numbers[1], (opgen_bf16 *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* hard_sigmoid_backward_bf16: elements [opgen_first, opgen_last) one by one */

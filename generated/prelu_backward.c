@@ -653,7 +653,13 @@ OPGEN_MICROKERNEL void prelu_backward_f32_full_blocks_of(const float *OPGEN_REST
 
 static void prelu_backward_f32_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    prelu_backward_f32_full_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        prelu_backward_f32_full_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->count, 1, opgen_first, opgen_last);
+    } else {
+        prelu_backward_f32_full_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (float *)call->tensors[3], (float *)call->tensors[4], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* prelu_backward_f32_full: elements [opgen_first, opgen_last) one by one */
@@ -1390,7 +1396,13 @@ OPGEN_MICROKERNEL void prelu_backward_bf16_full_blocks_of(const opgen_bf16 *OPGE
 
 static void prelu_backward_bf16_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    prelu_backward_bf16_full_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        prelu_backward_bf16_full_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->count, 1, opgen_first, opgen_last);
+    } else {
+        prelu_backward_bf16_full_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (opgen_bf16 *)call->tensors[3], (opgen_bf16 *)call->tensors[4], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* prelu_backward_bf16_full: elements [opgen_first, opgen_last) one by one */
@@ -2037,7 +2049,13 @@ OPGEN_MICROKERNEL void prelu_backward_f16_full_blocks_of(const opgen_f16 *OPGEN_
 
 static void prelu_backward_f16_full_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    prelu_backward_f16_full_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        prelu_backward_f16_full_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->count, 1, opgen_first, opgen_last);
+    } else {
+        prelu_backward_f16_full_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const opgen_f16 *)call->tensors[2], (opgen_f16 *)call->tensors[3], (opgen_f16 *)call->tensors[4], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* prelu_backward_f16_full: elements [opgen_first, opgen_last) one by one */

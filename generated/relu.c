@@ -27,7 +27,13 @@ OPGEN_MICROKERNEL void relu_f32_blocks_of(const float *OPGEN_RESTRICT src, float
 
 static void relu_f32_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    relu_f32_blocks_of((const float *)call->tensors[0], (float *)call->tensors[1], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        relu_f32_blocks_of((const float *)call->tensors[0], (float *)call->tensors[1], call->count, 1, opgen_first, opgen_last);
+    } else {
+        relu_f32_blocks_of((const float *)call->tensors[0], (float *)call->tensors[1], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* relu_f32: elements [opgen_first, opgen_last) one by one */
@@ -87,7 +93,13 @@ OPGEN_MICROKERNEL void relu_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src, o
 
 static void relu_f16_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    relu_f16_blocks_of((const opgen_f16 *)call->tensors[0], (opgen_f16 *)call->tensors[1], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        relu_f16_blocks_of((const opgen_f16 *)call->tensors[0], (opgen_f16 *)call->tensors[1], call->count, 1, opgen_first, opgen_last);
+    } else {
+        relu_f16_blocks_of((const opgen_f16 *)call->tensors[0], (opgen_f16 *)call->tensors[1], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* relu_f16: elements [opgen_first, opgen_last) one by one */
@@ -147,7 +159,13 @@ OPGEN_MICROKERNEL void relu_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT src,
 
 static void relu_bf16_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    relu_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (opgen_bf16 *)call->tensors[1], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        relu_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (opgen_bf16 *)call->tensors[1], call->count, 1, opgen_first, opgen_last);
+    } else {
+        relu_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (opgen_bf16 *)call->tensors[1], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* relu_bf16: elements [opgen_first, opgen_last) one by one */

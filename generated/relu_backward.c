@@ -30,7 +30,13 @@ OPGEN_MICROKERNEL void relu_backward_f32_blocks_of(const float *OPGEN_RESTRICT s
 
 static void relu_backward_f32_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    relu_backward_f32_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        relu_backward_f32_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        relu_backward_f32_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* relu_backward_f32: elements [opgen_first, opgen_last) one by one */
@@ -94,7 +100,13 @@ OPGEN_MICROKERNEL void relu_backward_f16_blocks_of(const opgen_f16 *OPGEN_RESTRI
 
 static void relu_backward_f16_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    relu_backward_f16_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        relu_backward_f16_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        relu_backward_f16_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* relu_backward_f16: elements [opgen_first, opgen_last) one by one */
@@ -158,7 +170,13 @@ OPGEN_MICROKERNEL void relu_backward_bf16_blocks_of(const opgen_bf16 *OPGEN_REST
 
 static void relu_backward_bf16_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    relu_backward_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        relu_backward_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        relu_backward_bf16_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* relu_backward_bf16: elements [opgen_first, opgen_last) one by one */

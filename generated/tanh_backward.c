@@ -30,7 +30,13 @@ OPGEN_MICROKERNEL void tanh_backward_f32_use_dst_blocks_of(const float *OPGEN_RE
 
 static void tanh_backward_f32_use_dst_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    tanh_backward_f32_use_dst_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        tanh_backward_f32_use_dst_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        tanh_backward_f32_use_dst_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* tanh_backward_f32_use_dst: elements [opgen_first, opgen_last) one by one */
@@ -107,7 +113,13 @@ OPGEN_MICROKERNEL void tanh_backward_f32_no_use_dst_blocks_of(const float *OPGEN
 
 static void tanh_backward_f32_no_use_dst_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    tanh_backward_f32_no_use_dst_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        tanh_backward_f32_no_use_dst_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        tanh_backward_f32_no_use_dst_blocks_of((const float *)call->tensors[0], (const float *)call->tensors[1], (float *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* tanh_backward_f32_no_use_dst: elements [opgen_first, opgen_last) one by one */
@@ -185,7 +197,13 @@ OPGEN_MICROKERNEL void tanh_backward_f16_use_dst_blocks_of(const opgen_f16 *OPGE
 
 static void tanh_backward_f16_use_dst_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    tanh_backward_f16_use_dst_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        tanh_backward_f16_use_dst_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        tanh_backward_f16_use_dst_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* tanh_backward_f16_use_dst: elements [opgen_first, opgen_last) one by one */
@@ -271,7 +289,13 @@ OPGEN_MICROKERNEL void tanh_backward_f16_no_use_dst_blocks_of(const opgen_f16 *O
 
 static void tanh_backward_f16_no_use_dst_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    tanh_backward_f16_no_use_dst_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        tanh_backward_f16_no_use_dst_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        tanh_backward_f16_no_use_dst_blocks_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (opgen_f16 *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* tanh_backward_f16_no_use_dst: elements [opgen_first, opgen_last) one by one */
@@ -368,7 +392,13 @@ OPGEN_MICROKERNEL void tanh_backward_bf16_use_dst_blocks_of(const opgen_bf16 *OP
 
 static void tanh_backward_bf16_use_dst_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    tanh_backward_bf16_use_dst_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        tanh_backward_bf16_use_dst_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        tanh_backward_bf16_use_dst_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* tanh_backward_bf16_use_dst: elements [opgen_first, opgen_last) one by one */
@@ -466,7 +496,13 @@ OPGEN_MICROKERNEL void tanh_backward_bf16_no_use_dst_blocks_of(const opgen_bf16 
 
 static void tanh_backward_bf16_no_use_dst_blocks(const opgen_map_call *call, int64_t opgen_first, int64_t opgen_last)
 {
-    tanh_backward_bf16_no_use_dst_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, call->stream, opgen_first, opgen_last);
+    /* a copy of the blocks for each store kind: with `stream` a variable, every output block
+     * went through memory for the streaming branch, stored or not */
+    if (call->stream) {
+        tanh_backward_bf16_no_use_dst_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, 1, opgen_first, opgen_last);
+    } else {
+        tanh_backward_bf16_no_use_dst_blocks_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (opgen_bf16 *)call->tensors[2], call->count, 0, opgen_first, opgen_last);
+    }
 }
 
 /* tanh_backward_bf16_no_use_dst: elements [opgen_first, opgen_last) one by one */
