@@ -55,6 +55,12 @@ SCRIPT = textwrap.dedent("""
             s = data(generator, (37,) if layout == "NCX" else (41,), dtype)
             out = opgen.prelu_backward(x, s, d, data_format=layout)
             results[f"prelu_{dtype}_{layout}"] = np.concatenate([out[0].ravel(), out[1].ravel()])
+            # rows of 300: the NCX units' chains of four blocks (the avx2 copy's f32 sum terms
+            # in intrinsics, plan._vector_terms), 2 x 5 x 300 either way
+            long_x, long_d = (data(generator, (2, 5, 300), dtype, specials="all") for _ in range(2))
+            long_s = data(generator, (5,) if layout == "NCX" else (300,), dtype)
+            out = opgen.prelu_backward(long_x, long_s, long_d, data_format=layout)
+            results[f"prelu_long_{dtype}_{layout}"] = np.concatenate([out[0].ravel(), out[1].ravel()])
             stats = "f32" if dtype != "bf16" else "bf16"
             c = 37 if layout == "NCX" else 41
             bn = opgen.batch_norm_training_backward(
