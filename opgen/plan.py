@@ -382,6 +382,7 @@ class ChannelKernel(KernelPlan):
     element_channel_values: tuple[str, ...]
     float_first: FloatPath | None  # elementwise: the cheaper path of checked blocks, if any
     vector_terms: VectorMath | None  # broadcast_reduce: the sums' terms on AVX2, if they have that form
+    vector_elements: VectorMath | None  # elementwise in double: the math on AVX2, if it has that form
     block: int
     tail_block_min: str | None  # C: from how many elements a row's tail is a block; None: never
 
@@ -610,6 +611,7 @@ def _channel_kernel(variant: Variant, table: DTypeTable) -> ChannelKernel:
         element_channel_values=tuple(element_channel_values),
         float_first=float_first,
         vector_terms=_vector_terms(variant, speller, sections["sums"], reads["elements"]),
+        vector_elements=_vector_elements_double(variant, compute, sections["elements"], float_first),
         block=BLOCK,
         tail_block_min=_tail_block_min(spec, variant),
     )
@@ -642,6 +644,37 @@ def _vector_terms(
         entries.append(FloatPathEntry(name=name, type="__m256d", c=c))
     inputs = sorted(set().union(*(expr.names(tree) for _, tree in terms)))
     return VectorMath(inputs=tuple(inputs), elements=tuple(entries)) if entries else None
+
+
+def _vector_elements_double(
+    variant: Variant, compute: str, elements: list[tuple[str, ast.expr]], float_first: FloatPath | None
+) -> VectorMath | None:
+    """An elementwise kernel's math as AVX2 intrinsics on 4 double lanes (expr.to_vector_double)
+    where it computes f32 tensors into one f32 output in double (compute = "wide") with no
+    float path: each input widened straight from memory, where GCC's lane loop moved the
+    halves of every 16-float block through registers with shuffles (sigmoid and tanh backward
+    from dst took twice the time of the same loop in intrinsics). The same operations per lane
+    in the same order: the same bits. None where any element has no such form."""
+    spec = variant.op
+    if spec.pattern != "elementwise" or compute != "double" or float_first is not None:
+        return None
+    tensors = [t.name for t in (*spec.inputs, *spec.outputs) if t.kind == "tensor"]
+    if any(variant.dtypes[name].name != "f32" for name in tensors):
+        return None
+    if sum(t.kind == "tensor" for t in spec.outputs) != 1:
+        return None  # <kernel>_4_lanes returns the one output
+    inputs = {t.name for t in spec.inputs if t.kind == "tensor"}
+    defined = {name for name, _ in elements}
+    entries: list[FloatPathEntry] = []
+    for name, tree in elements:
+        if not expr.names(tree) <= inputs | defined:
+            return None  # an attribute: not an input the block loads
+        c = expr.to_vector_double(tree, {n: f"{n}_value" for n in expr.names(tree)})
+        if c is None:
+            return None
+        entries.append(FloatPathEntry(name=name, type="__m256d", c=c))
+    read = set().union(*(expr.names(tree) for _, tree in elements)) & inputs
+    return VectorMath(inputs=tuple(sorted(read)), elements=tuple(entries)) if entries else None
 
 
 def _input_entry(
