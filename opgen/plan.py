@@ -631,19 +631,13 @@ def _vector_terms(
     tensors = {t.name for t in variant.op.inputs if t.kind == "tensor"}
     if variant.op.pattern != "broadcast_reduce" or variant.form == "full" or speller.accumulate != "double":
         return None
-    entries: list[FloatPathEntry] = []
-    for name, tree in terms:
+    for _, tree in terms:
         reads = expr.names(tree)
         if speller.in_float_runs("sums", tree) or speller.exact_in_float("sums", tree):
             return None
         if not reads <= tensors & element_reads or any(variant.dtypes[n].name != "f32" for n in reads):
             return None
-        c = expr.to_vector_double(tree, {n: f"{n}_value" for n in reads})
-        if c is None:
-            return None
-        entries.append(FloatPathEntry(name=name, type="__m256d", c=c))
-    inputs = sorted(set().union(*(expr.names(tree) for _, tree in terms)))
-    return VectorMath(inputs=tuple(inputs), elements=tuple(entries)) if entries else None
+    return _avx2_double_math(terms, tensors)
 
 
 def _vector_elements_double(
@@ -665,16 +659,22 @@ def _vector_elements_double(
         return None  # <kernel>_4_lanes returns the one output
     inputs = {t.name for t in spec.inputs if t.kind == "tensor"}
     defined = {name for name, _ in elements}
-    entries: list[FloatPathEntry] = []
-    for name, tree in elements:
-        if not expr.names(tree) <= inputs | defined:
-            return None  # an attribute: not an input the block loads
+    if any(not expr.names(tree) <= inputs | defined for _, tree in elements):
+        return None  # an attribute: not an input the block loads
+    return _avx2_double_math(elements, inputs)
+
+
+def _avx2_double_math(entries: list[tuple[str, ast.expr]], inputs: set[str]) -> VectorMath | None:
+    """`entries` (name, tree; each may read the ones before) as `__m256d` expressions on
+    `<name>_value` variables, and the `inputs` they read: None where any has no such form."""
+    vectors = []
+    for name, tree in entries:
         c = expr.to_vector_double(tree, {n: f"{n}_value" for n in expr.names(tree)})
         if c is None:
             return None
-        entries.append(FloatPathEntry(name=name, type="__m256d", c=c))
-    read = set().union(*(expr.names(tree) for _, tree in elements)) & inputs
-    return VectorMath(inputs=tuple(sorted(read)), elements=tuple(entries)) if entries else None
+        vectors.append(FloatPathEntry(name=name, type="__m256d", c=c))
+    read = set().union(*(expr.names(tree) for _, tree in entries)) & inputs
+    return VectorMath(inputs=tuple(sorted(read)), elements=tuple(vectors)) if vectors else None
 
 
 def _input_entry(
