@@ -33,16 +33,16 @@ static void aclnn_prelu_backward_f32_ncx_finish(const opgen_channels_call *call,
 
 #if OPGEN_VECTOR_DOUBLE
 /* aclnn_prelu_backward_f32_ncx: the sums' terms of the OPGEN_BLOCK elements at grad_output, self added to
- * lanes [0, OPGEN_BLOCK) of grad_weight_lanes, 4 lanes at a time, each f32 input widened
- * straight from memory (the lane loop's conversions of a 16-float block take shuffles): the
- * lane loop's operations in the same order, the same bits */
+ * lanes [0, OPGEN_BLOCK) of grad_weight_lanes, OPGEN_DOUBLE_LANES at a time, each f32 input
+ * widened straight from memory (the lane loop's conversions of a 16-float block take
+ * shuffles): the lane loop's operations in the same order, the same bits */
 static inline void aclnn_prelu_backward_f32_ncx_block_terms(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, double *OPGEN_RESTRICT grad_weight_lanes)
 {
-    for (int opgen_quarter = 0; opgen_quarter < OPGEN_BLOCK; opgen_quarter += 4) {
-        const __m256d grad_output_value = _mm256_cvtps_pd(_mm_loadu_ps(grad_output + opgen_quarter));
-        const __m256d self_value = _mm256_cvtps_pd(_mm_loadu_ps(self + opgen_quarter));
-        const __m256d grad_weight_term = _mm256_blendv_pd(_mm256_mul_pd(self_value, grad_output_value), _mm256_set1_pd(0.0), _mm256_cmp_pd(self_value, _mm256_set1_pd(0.0), _CMP_GT_OQ));
-        _mm256_storeu_pd(grad_weight_lanes + opgen_quarter, _mm256_add_pd(_mm256_loadu_pd(grad_weight_lanes + opgen_quarter), grad_weight_term));
+    for (int opgen_at = 0; opgen_at < OPGEN_BLOCK; opgen_at += OPGEN_DOUBLE_LANES) {
+        const opgen_doubles grad_output_value = opgen_doubles_of_f32(grad_output + opgen_at);
+        const opgen_doubles self_value = opgen_doubles_of_f32(self + opgen_at);
+        const opgen_doubles grad_weight_term = opgen_doubles_select(self_value, opgen_doubles_set1(0.0), _CMP_GT_OQ, opgen_doubles_set1(0.0), opgen_doubles_mul(self_value, grad_output_value));
+        opgen_doubles_store(grad_weight_lanes + opgen_at, opgen_doubles_add(opgen_doubles_load(grad_weight_lanes + opgen_at), grad_weight_term));
     }
 }
 #endif
@@ -310,16 +310,16 @@ static void aclnn_prelu_backward_f32_nxc_finish(const opgen_channels_call *call,
 
 #if OPGEN_VECTOR_DOUBLE
 /* aclnn_prelu_backward_f32_nxc: the sums' terms of the OPGEN_BLOCK elements at grad_output, self added to
- * lanes [0, OPGEN_BLOCK) of grad_weight_lanes, 4 lanes at a time, each f32 input widened
- * straight from memory (the lane loop's conversions of a 16-float block take shuffles): the
- * lane loop's operations in the same order, the same bits */
+ * lanes [0, OPGEN_BLOCK) of grad_weight_lanes, OPGEN_DOUBLE_LANES at a time, each f32 input
+ * widened straight from memory (the lane loop's conversions of a 16-float block take
+ * shuffles): the lane loop's operations in the same order, the same bits */
 static inline void aclnn_prelu_backward_f32_nxc_block_terms(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, double *OPGEN_RESTRICT grad_weight_lanes)
 {
-    for (int opgen_quarter = 0; opgen_quarter < OPGEN_BLOCK; opgen_quarter += 4) {
-        const __m256d grad_output_value = _mm256_cvtps_pd(_mm_loadu_ps(grad_output + opgen_quarter));
-        const __m256d self_value = _mm256_cvtps_pd(_mm_loadu_ps(self + opgen_quarter));
-        const __m256d grad_weight_term = _mm256_blendv_pd(_mm256_mul_pd(self_value, grad_output_value), _mm256_set1_pd(0.0), _mm256_cmp_pd(self_value, _mm256_set1_pd(0.0), _CMP_GT_OQ));
-        _mm256_storeu_pd(grad_weight_lanes + opgen_quarter, _mm256_add_pd(_mm256_loadu_pd(grad_weight_lanes + opgen_quarter), grad_weight_term));
+    for (int opgen_at = 0; opgen_at < OPGEN_BLOCK; opgen_at += OPGEN_DOUBLE_LANES) {
+        const opgen_doubles grad_output_value = opgen_doubles_of_f32(grad_output + opgen_at);
+        const opgen_doubles self_value = opgen_doubles_of_f32(self + opgen_at);
+        const opgen_doubles grad_weight_term = opgen_doubles_select(self_value, opgen_doubles_set1(0.0), _CMP_GT_OQ, opgen_doubles_set1(0.0), opgen_doubles_mul(self_value, grad_output_value));
+        opgen_doubles_store(grad_weight_lanes + opgen_at, opgen_doubles_add(opgen_doubles_load(grad_weight_lanes + opgen_at), grad_weight_term));
     }
 }
 #endif

@@ -505,12 +505,51 @@ static inline __m512 opgen_scale_add_vector(float scale, __m512 x, float constan
 #else
 #define OPGEN_VECTOR_FLOAT 0
 #endif
-/* The sums' terms on 4 double lanes (plan._vector_terms) where the widest vectors are AVX2's:
- * each f32 input widened from memory, 4 lanes at a time. (AVX-512 widens a whole register in
- * the lane loop; the baseline has no 256-bit vectors.) Excluded where OPGEN_VECTOR_FLOAT is
- * for clang with OpenMP, for the same reason. */
-#if OPGEN_USE_AVX2 && !OPGEN_USE_AVX512F && !(defined(__clang__) && defined(_OPENMP))
+/* f32 math computed in double on a vector of double lanes, opgen_doubles (plan._double_vector_math:
+ * a broadcast_reduce kernel's sums' terms, an elementwise kernel's math), the lane loop's
+ * operations in the same order (expr.to_vector_double): the same bits. Each f32 input is widened
+ * straight from memory (vcvtps2pd reg, mem): GCC's lane loop widens a 16-float block with
+ * shuffles, which kept f32 PReLU per-channel NCX at twice oneDNN's time in L2 on AVX2 and
+ * 2.8 times on AVX-512 (docs/performance-changes.md). Excluded where OPGEN_VECTOR_FLOAT is
+ * for clang with OpenMP, for the same reason; the baseline has no double vectors. The
+ * comparisons are macros: their predicate must stay a constant at -O0. */
+#if OPGEN_USE_AVX512F && OPGEN_USE_AVX512DQ && !(defined(__clang__) && defined(_OPENMP))
 #define OPGEN_VECTOR_DOUBLE 1
+#define OPGEN_DOUBLE_LANES 8
+typedef __m512d opgen_doubles;
+#define opgen_doubles_of_f32(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+#define opgen_doubles_load(p) _mm512_loadu_pd(p)
+#define opgen_doubles_store(p, x) _mm512_storeu_pd((p), (x))
+#define opgen_doubles_set1(x) _mm512_set1_pd(x)
+#define opgen_doubles_add(x, y) _mm512_add_pd((x), (y))
+#define opgen_doubles_sub(x, y) _mm512_sub_pd((x), (y))
+#define opgen_doubles_mul(x, y) _mm512_mul_pd((x), (y))
+#define opgen_doubles_div(x, y) _mm512_div_pd((x), (y))
+#define opgen_doubles_negate(x) _mm512_xor_pd((x), _mm512_set1_pd(-0.0))
+/* `if_true` where `x predicate y`, else `if_false` (predicate: a _CMP_ constant) */
+#define opgen_doubles_select(x, y, predicate, if_true, if_false) \
+    _mm512_mask_blend_pd(_mm512_cmp_pd_mask((x), (y), (predicate)), (if_false), (if_true))
+/* two vectors narrowed to floats, `low` first, in one store (a block's loads forward from a
+ * whole store, not from two halves: 1.7-2.1x the time with two) */
+#define opgen_doubles_store_f32_pair(p, low, high) \
+    _mm512_storeu_ps((p), _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(low)), _mm512_cvtpd_ps(high), 1))
+#elif OPGEN_USE_AVX2 && !(defined(__clang__) && defined(_OPENMP))
+#define OPGEN_VECTOR_DOUBLE 1
+#define OPGEN_DOUBLE_LANES 4
+typedef __m256d opgen_doubles;
+#define opgen_doubles_of_f32(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define opgen_doubles_load(p) _mm256_loadu_pd(p)
+#define opgen_doubles_store(p, x) _mm256_storeu_pd((p), (x))
+#define opgen_doubles_set1(x) _mm256_set1_pd(x)
+#define opgen_doubles_add(x, y) _mm256_add_pd((x), (y))
+#define opgen_doubles_sub(x, y) _mm256_sub_pd((x), (y))
+#define opgen_doubles_mul(x, y) _mm256_mul_pd((x), (y))
+#define opgen_doubles_div(x, y) _mm256_div_pd((x), (y))
+#define opgen_doubles_negate(x) _mm256_xor_pd((x), _mm256_set1_pd(-0.0))
+#define opgen_doubles_select(x, y, predicate, if_true, if_false) \
+    _mm256_blendv_pd((if_false), (if_true), _mm256_cmp_pd((x), (y), (predicate)))
+#define opgen_doubles_store_f32_pair(p, low, high) \
+    _mm256_storeu_ps((p), _mm256_set_m128(_mm256_cvtpd_ps(high), _mm256_cvtpd_ps(low)))
 #else
 #define OPGEN_VECTOR_DOUBLE 0
 #endif

@@ -33,16 +33,16 @@ static void prelu_backward_f32_ncx_finish(const opgen_channels_call *call, int64
 
 #if OPGEN_VECTOR_DOUBLE
 /* prelu_backward_f32_ncx: the sums' terms of the OPGEN_BLOCK elements at diff_dst, src added to
- * lanes [0, OPGEN_BLOCK) of diff_slope_lanes, 4 lanes at a time, each f32 input widened
- * straight from memory (the lane loop's conversions of a 16-float block take shuffles): the
- * lane loop's operations in the same order, the same bits */
+ * lanes [0, OPGEN_BLOCK) of diff_slope_lanes, OPGEN_DOUBLE_LANES at a time, each f32 input
+ * widened straight from memory (the lane loop's conversions of a 16-float block take
+ * shuffles): the lane loop's operations in the same order, the same bits */
 static inline void prelu_backward_f32_ncx_block_terms(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT src, double *OPGEN_RESTRICT diff_slope_lanes)
 {
-    for (int opgen_quarter = 0; opgen_quarter < OPGEN_BLOCK; opgen_quarter += 4) {
-        const __m256d diff_dst_value = _mm256_cvtps_pd(_mm_loadu_ps(diff_dst + opgen_quarter));
-        const __m256d src_value = _mm256_cvtps_pd(_mm_loadu_ps(src + opgen_quarter));
-        const __m256d diff_slope_term = _mm256_blendv_pd(_mm256_mul_pd(src_value, diff_dst_value), _mm256_set1_pd(0.0), _mm256_cmp_pd(src_value, _mm256_set1_pd(0.0), _CMP_GT_OQ));
-        _mm256_storeu_pd(diff_slope_lanes + opgen_quarter, _mm256_add_pd(_mm256_loadu_pd(diff_slope_lanes + opgen_quarter), diff_slope_term));
+    for (int opgen_at = 0; opgen_at < OPGEN_BLOCK; opgen_at += OPGEN_DOUBLE_LANES) {
+        const opgen_doubles diff_dst_value = opgen_doubles_of_f32(diff_dst + opgen_at);
+        const opgen_doubles src_value = opgen_doubles_of_f32(src + opgen_at);
+        const opgen_doubles diff_slope_term = opgen_doubles_select(src_value, opgen_doubles_set1(0.0), _CMP_GT_OQ, opgen_doubles_set1(0.0), opgen_doubles_mul(src_value, diff_dst_value));
+        opgen_doubles_store(diff_slope_lanes + opgen_at, opgen_doubles_add(opgen_doubles_load(diff_slope_lanes + opgen_at), diff_slope_term));
     }
 }
 #endif
@@ -310,16 +310,16 @@ static void prelu_backward_f32_nxc_finish(const opgen_channels_call *call, int64
 
 #if OPGEN_VECTOR_DOUBLE
 /* prelu_backward_f32_nxc: the sums' terms of the OPGEN_BLOCK elements at diff_dst, src added to
- * lanes [0, OPGEN_BLOCK) of diff_slope_lanes, 4 lanes at a time, each f32 input widened
- * straight from memory (the lane loop's conversions of a 16-float block take shuffles): the
- * lane loop's operations in the same order, the same bits */
+ * lanes [0, OPGEN_BLOCK) of diff_slope_lanes, OPGEN_DOUBLE_LANES at a time, each f32 input
+ * widened straight from memory (the lane loop's conversions of a 16-float block take
+ * shuffles): the lane loop's operations in the same order, the same bits */
 static inline void prelu_backward_f32_nxc_block_terms(const float *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT src, double *OPGEN_RESTRICT diff_slope_lanes)
 {
-    for (int opgen_quarter = 0; opgen_quarter < OPGEN_BLOCK; opgen_quarter += 4) {
-        const __m256d diff_dst_value = _mm256_cvtps_pd(_mm_loadu_ps(diff_dst + opgen_quarter));
-        const __m256d src_value = _mm256_cvtps_pd(_mm_loadu_ps(src + opgen_quarter));
-        const __m256d diff_slope_term = _mm256_blendv_pd(_mm256_mul_pd(src_value, diff_dst_value), _mm256_set1_pd(0.0), _mm256_cmp_pd(src_value, _mm256_set1_pd(0.0), _CMP_GT_OQ));
-        _mm256_storeu_pd(diff_slope_lanes + opgen_quarter, _mm256_add_pd(_mm256_loadu_pd(diff_slope_lanes + opgen_quarter), diff_slope_term));
+    for (int opgen_at = 0; opgen_at < OPGEN_BLOCK; opgen_at += OPGEN_DOUBLE_LANES) {
+        const opgen_doubles diff_dst_value = opgen_doubles_of_f32(diff_dst + opgen_at);
+        const opgen_doubles src_value = opgen_doubles_of_f32(src + opgen_at);
+        const opgen_doubles diff_slope_term = opgen_doubles_select(src_value, opgen_doubles_set1(0.0), _CMP_GT_OQ, opgen_doubles_set1(0.0), opgen_doubles_mul(src_value, diff_dst_value));
+        opgen_doubles_store(diff_slope_lanes + opgen_at, opgen_doubles_add(opgen_doubles_load(diff_slope_lanes + opgen_at), diff_slope_term));
     }
 }
 #endif

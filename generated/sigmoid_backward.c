@@ -8,10 +8,10 @@
 #include "opgen_map.h"
 
 #if OPGEN_VECTOR_DOUBLE
-/* sigmoid_backward_f32_use_dst: the math of 4 lanes in double, the lane loop's operations in the same order */
-static inline __m256d sigmoid_backward_f32_use_dst_4_lanes(__m256d diff_dst_value, __m256d src_or_dst_value)
+/* sigmoid_backward_f32_use_dst: the math of OPGEN_DOUBLE_LANES lanes in double, the lane loop's operations in the same order */
+static inline opgen_doubles sigmoid_backward_f32_use_dst_double_lanes(opgen_doubles diff_dst_value, opgen_doubles src_or_dst_value)
 {
-    const __m256d diff_src_value = _mm256_mul_pd(_mm256_mul_pd(diff_dst_value, src_or_dst_value), _mm256_sub_pd(_mm256_set1_pd(1.0), src_or_dst_value));
+    const opgen_doubles diff_src_value = opgen_doubles_mul(opgen_doubles_mul(diff_dst_value, src_or_dst_value), opgen_doubles_sub(opgen_doubles_set1(1.0), src_or_dst_value));
     return diff_src_value;
 }
 #endif
@@ -27,13 +27,12 @@ OPGEN_MICROKERNEL void sigmoid_backward_f32_use_dst_blocks_of(const float *OPGEN
         opgen_load_block_f32(diff_dst_block, diff_dst + index, OPGEN_PREFETCH_BYTES);
         float diff_src_block[OPGEN_BLOCK];
         #if OPGEN_VECTOR_DOUBLE
-        /* 8 lanes at a time as two groups of 4 doubles: the inputs widened straight from memory (no
-         * shuffles), the output narrowed to 8 floats in one 256-bit store (which the block's loads
-         * can forward from) */
-        for (int opgen_half = 0; opgen_half < OPGEN_BLOCK; opgen_half += 8) {
-            const __m256d opgen_low = sigmoid_backward_f32_use_dst_4_lanes(_mm256_cvtps_pd(_mm_loadu_ps(diff_dst + index + opgen_half)), _mm256_cvtps_pd(_mm_loadu_ps(src_or_dst + index + opgen_half)));
-            const __m256d opgen_high = sigmoid_backward_f32_use_dst_4_lanes(_mm256_cvtps_pd(_mm_loadu_ps(diff_dst + index + opgen_half + 4)), _mm256_cvtps_pd(_mm_loadu_ps(src_or_dst + index + opgen_half + 4)));
-            _mm256_storeu_ps(diff_src_block + opgen_half, _mm256_set_m128(_mm256_cvtpd_ps(opgen_high), _mm256_cvtpd_ps(opgen_low)));
+        /* two vectors of doubles at a time: the inputs widened straight from memory (no shuffles), the
+         * output narrowed to floats in one store (which the block's loads can forward from) */
+        for (int opgen_pair = 0; opgen_pair < OPGEN_BLOCK; opgen_pair += 2 * OPGEN_DOUBLE_LANES) {
+            const opgen_doubles opgen_low = sigmoid_backward_f32_use_dst_double_lanes(opgen_doubles_of_f32(diff_dst + index + opgen_pair), opgen_doubles_of_f32(src_or_dst + index + opgen_pair));
+            const opgen_doubles opgen_high = sigmoid_backward_f32_use_dst_double_lanes(opgen_doubles_of_f32(diff_dst + index + opgen_pair + OPGEN_DOUBLE_LANES), opgen_doubles_of_f32(src_or_dst + index + opgen_pair + OPGEN_DOUBLE_LANES));
+            opgen_doubles_store_f32_pair(diff_src_block + opgen_pair, opgen_low, opgen_high);
         }
         #else
         OPGEN_SIMD

@@ -321,14 +321,14 @@ def to_vector(tree: ast.expr, variables: Mapping[str, str], exp_function: str) -
         return None
 
 
-_AVX2_DOUBLE_BINARY = {
-    ast.Add: "_mm256_add_pd",
-    ast.Sub: "_mm256_sub_pd",
-    ast.Mult: "_mm256_mul_pd",
-    ast.Div: "_mm256_div_pd",
+_DOUBLES_BINARY = {
+    ast.Add: "opgen_doubles_add",
+    ast.Sub: "opgen_doubles_sub",
+    ast.Mult: "opgen_doubles_mul",
+    ast.Div: "opgen_doubles_div",
 }
 # C's comparisons: false when an operand is NaN (ordered), but != (unordered)
-_AVX2_DOUBLE_COMPARE = {
+_DOUBLES_COMPARE = {
     ast.Lt: "_CMP_LT_OQ",
     ast.LtE: "_CMP_LE_OQ",
     ast.Gt: "_CMP_GT_OQ",
@@ -339,29 +339,29 @@ _AVX2_DOUBLE_COMPARE = {
 
 
 def to_vector_double(tree: ast.expr, variables: Mapping[str, str]) -> str | None:
-    """AVX2 intrinsics computing a double expression on 4 lanes (`__m256d`) with the operations
-    to_c's C performs in double, in the same order: +, -, *, /, one comparison, and
-    `a if c else b` as a blend of both arms (as to_c's select), so the bits are the lane
-    loop's. None for anything else (functions, and/or/not, chained comparisons, scale-adds,
-    whose C may fuse): the kernel then keeps its lane loop."""
+    """A double expression on a vector of double lanes (`opgen_doubles`, opgen_internal.h: 4
+    lanes on AVX2, 8 on AVX-512) with the operations to_c's C performs in double, in the same
+    order: +, -, *, /, one comparison, and `a if c else b` as a blend of both arms (as to_c's
+    select), so the bits are the lane loop's. None for anything else (functions, and/or/not,
+    chained comparisons, scale-adds, whose C may fuse): the kernel then keeps its lane loop."""
 
     def emit(node: ast.expr) -> str:
         if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
-            return f"_mm256_set1_pd({_literal(_number(node), '')})"
+            return f"opgen_doubles_set1({_literal(_number(node), '')})"
         if isinstance(node, ast.Name) and node.id in variables:
             return variables[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _AVX2_DOUBLE_BINARY and _scale_add(node) is None:
-            return f"{_AVX2_DOUBLE_BINARY[type(node.op)]}({emit(node.left)}, {emit(node.right)})"
+        if isinstance(node, ast.BinOp) and type(node.op) in _DOUBLES_BINARY and _scale_add(node) is None:
+            return f"{_DOUBLES_BINARY[type(node.op)]}({emit(node.left)}, {emit(node.right)})"
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.UAdd):
             return emit(node.operand)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return f"_mm256_xor_pd({emit(node.operand)}, _mm256_set1_pd(-0.0))"
+            return f"opgen_doubles_negate({emit(node.operand)})"
         if isinstance(node, ast.IfExp):
             test = node.test
-            if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _AVX2_DOUBLE_COMPARE:
-                predicate = _AVX2_DOUBLE_COMPARE[type(test.ops[0])]
-                mask = f"_mm256_cmp_pd({emit(test.left)}, {emit(test.comparators[0])}, {predicate})"
-                return f"_mm256_blendv_pd({emit(node.orelse)}, {emit(node.body)}, {mask})"
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _DOUBLES_COMPARE:
+                predicate = _DOUBLES_COMPARE[type(test.ops[0])]
+                operands = f"{emit(test.left)}, {emit(test.comparators[0])}, {predicate}"
+                return f"opgen_doubles_select({operands}, {emit(node.body)}, {emit(node.orelse)})"
         raise _NotVectorized
 
     try:

@@ -297,8 +297,9 @@ class KernelOutput:
 
 
 @dataclass(frozen=True)
-class FloatPathEntry:
-    """One element expression of an elementwise kernel's float path, in C."""
+class VectorEntry:
+    """One named expression of a kernel's math in C: an element of an elementwise kernel's
+    float path, or an element or sum term of a VectorMath."""
 
     name: str
     type: str  # the C type it is computed in: the path's
@@ -309,10 +310,10 @@ class FloatPathEntry:
 class VectorMath:
     """Math as intrinsics on a vector of lanes, the same bits as the lane loop it stands for: a
     float path's elements on 16 float lanes (AVX-512, expr.to_vector), or the sums' terms on
-    4 double lanes (AVX2, expr.to_vector_double)."""
+    double lanes (opgen_doubles: AVX2 or AVX-512, expr.to_vector_double)."""
 
     inputs: tuple[str, ...]  # the inputs it loads
-    elements: tuple[FloatPathEntry, ...]  # each element's (or term's) vector expression
+    elements: tuple[VectorEntry, ...]  # each element's (or term's) vector expression
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,7 @@ class FloatPath:
     unchecked: tuple[str, ...]  # inputs no block checks: any finite value, a factor of the results
     last_factors: tuple[str, ...]  # inputs multiplied in last, unchecked (float_range.last_factors)
     bounds: Mapping[str, str]  # C: opgen_all_in_range's magnitude bits, per checked input
-    elements: tuple[FloatPathEntry, ...]
+    elements: tuple[VectorEntry, ...]
     vector: VectorMath | None  # None: no intrinsics form (or not float)
 
 
@@ -381,8 +382,8 @@ class ChannelKernel(KernelPlan):
     double_term_reads: tuple[str, ...]  # ... and those computed in the accumulation type
     element_channel_values: tuple[str, ...]
     float_first: FloatPath | None  # elementwise: the cheaper path of checked blocks, if any
-    vector_terms: VectorMath | None  # broadcast_reduce: the sums' terms on AVX2, if they have that form
-    vector_elements: VectorMath | None  # elementwise in double: the math on AVX2, if it has that form
+    vector_terms: VectorMath | None  # broadcast_reduce: the sums' terms on double vectors, if they have that form
+    vector_elements: VectorMath | None  # elementwise in double: the math on double vectors, if it has that form
     block: int
     tail_block_min: str | None  # C: from how many elements a row's tail is a block; None: never
 
@@ -620,7 +621,7 @@ def _channel_kernel(variant: Variant, table: DTypeTable) -> ChannelKernel:
 def _vector_terms(
     variant: Variant, speller: _Speller, terms: list[tuple[str, ast.expr]], element_reads: set[str]
 ) -> VectorMath | None:
-    """The sums' terms as AVX2 intrinsics on 4 double lanes (expr.to_vector_double), each f32
+    """The sums' terms on double vectors (opgen_doubles, expr.to_vector_double), each f32
     tensor input widened straight from memory, where every term is computed in double from f32
     tensors (PReLU's src * diff_dst in f32): GCC's lane loop widens a 16-float block with
     shuffles and conversions that kept f32 PReLU per-channel NCX at twice oneDNN's time in L2;
@@ -637,13 +638,13 @@ def _vector_terms(
             return None
         if not reads <= tensors & element_reads or any(variant.dtypes[n].name != "f32" for n in reads):
             return None
-    return _avx2_double_math(terms, tensors)
+    return _double_vector_math(terms, tensors)
 
 
 def _vector_elements_double(
     variant: Variant, compute: str, elements: list[tuple[str, ast.expr]], float_first: FloatPath | None
 ) -> VectorMath | None:
-    """An elementwise kernel's math as AVX2 intrinsics on 4 double lanes (expr.to_vector_double)
+    """An elementwise kernel's math on double vectors (opgen_doubles, expr.to_vector_double)
     where it computes f32 tensors into one f32 output in double (compute = "wide") with no
     float path: each input widened straight from memory, where GCC's lane loop moved the
     halves of every 16-float block through registers with shuffles (sigmoid and tanh backward
@@ -656,23 +657,23 @@ def _vector_elements_double(
     if any(variant.dtypes[name].name != "f32" for name in tensors):
         return None
     if sum(t.kind == "tensor" for t in spec.outputs) != 1:
-        return None  # <kernel>_4_lanes returns the one output
+        return None  # <kernel>_double_lanes returns the one output
     inputs = {t.name for t in spec.inputs if t.kind == "tensor"}
     defined = {name for name, _ in elements}
     if any(not expr.names(tree) <= inputs | defined for _, tree in elements):
         return None  # an attribute: not an input the block loads
-    return _avx2_double_math(elements, inputs)
+    return _double_vector_math(elements, inputs)
 
 
-def _avx2_double_math(entries: list[tuple[str, ast.expr]], inputs: set[str]) -> VectorMath | None:
-    """`entries` (name, tree; each may read the ones before) as `__m256d` expressions on
+def _double_vector_math(entries: list[tuple[str, ast.expr]], inputs: set[str]) -> VectorMath | None:
+    """`entries` (name, tree; each may read the ones before) as `opgen_doubles` expressions on
     `<name>_value` variables, and the `inputs` they read: None where any has no such form."""
     vectors = []
     for name, tree in entries:
         c = expr.to_vector_double(tree, {n: f"{n}_value" for n in expr.names(tree)})
         if c is None:
             return None
-        vectors.append(FloatPathEntry(name=name, type="__m256d", c=c))
+        vectors.append(VectorEntry(name=name, type="opgen_doubles", c=c))
     read = set().union(*(expr.names(tree) for _, tree in entries)) & inputs
     return VectorMath(inputs=tuple(sorted(read)), elements=tuple(vectors)) if vectors else None
 
@@ -874,7 +875,7 @@ def _float_path(
             if name not in unchecked
         },
         elements=tuple(
-            FloatPathEntry(
+            VectorEntry(
                 name=name,
                 type=kind,
                 c=expr.to_c(
@@ -899,12 +900,12 @@ def _vector_elements(ordered: list[tuple[str, ast.expr]], arithmetic: float_rang
     faster past the caches, 3-9 % in L2 (docs/performance-changes.md)."""
     named = set().union(*(expr.names(tree) for _, tree in ordered))
     variables = {n: f"{n}_vector" for n in named}
-    entries: list[FloatPathEntry] = []
+    entries: list[VectorEntry] = []
     for name, tree in ordered:
         c = expr.to_vector(expr.scaled_exps(tree), variables, arithmetic.exp_function)
         if c is None:
             return None
-        entries.append(FloatPathEntry(name=name, type="__m512", c=c))
+        entries.append(VectorEntry(name=name, type="__m512", c=c))
     return VectorMath(inputs=tuple(sorted(named - {name for name, _ in ordered})), elements=tuple(entries))
 
 

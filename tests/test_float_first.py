@@ -744,25 +744,23 @@ def test_the_float_path_in_intrinsics_has_the_operations_of_its_c(text, vector):
     [
         (
             "0 if x > 0 else x * d",
-            "_mm256_blendv_pd(_mm256_mul_pd(x, d), _mm256_set1_pd(0.0), "
-            "_mm256_cmp_pd(x, _mm256_set1_pd(0.0), _CMP_GT_OQ))",
+            "opgen_doubles_select(x, opgen_doubles_set1(0.0), _CMP_GT_OQ, opgen_doubles_set1(0.0), opgen_doubles_mul(x, d))",
         ),
         (
             "d if x != 1 else -x",
-            "_mm256_blendv_pd(_mm256_xor_pd(x, _mm256_set1_pd(-0.0)), d, "
-            "_mm256_cmp_pd(x, _mm256_set1_pd(1.0), _CMP_NEQ_UQ))",
+            "opgen_doubles_select(x, opgen_doubles_set1(1.0), _CMP_NEQ_UQ, d, opgen_doubles_negate(x))",
         ),
-        ("(x - d) / 3", "_mm256_div_pd(_mm256_sub_pd(x, d), _mm256_set1_pd(3.0))"),
+        ("(x - d) / 3", "opgen_doubles_div(opgen_doubles_sub(x, d), opgen_doubles_set1(3.0))"),
         ("1 - 0.5 * x", None),  # a scale-add, which the C may fuse
         ("x if 0 < x < 1 else d", None),  # a chained comparison
         ("abs(x) * d", None),  # a function
     ],
 )
-def test_the_sum_terms_in_avx2_intrinsics_have_the_operations_of_their_c(text, vector):
-    """expr.to_vector_double: a sum term as AVX2 intrinsics on 4 double lanes, one for each
-    operation of to_c's C in double, in the same order, C's comparisons (false on NaN, but !=)
-    and both arms of a select computed (hence the same bits: test_targets_agree_bit_for_bit
-    compares the avx2 copy, which runs them for f32 PReLU, with the baseline's lane loops);
+def test_the_sum_terms_on_double_vectors_have_the_operations_of_their_c(text, vector):
+    """expr.to_vector_double: a sum term on double vectors (opgen_doubles: AVX2 or AVX-512), one
+    operation for each of to_c's C in double, in the same order, C's comparisons (false on NaN,
+    but !=) and both arms of a select computed (hence the same bits: test_targets_agree_bit_for_bit
+    compares the avx2 and avx512 copies, which run them for f32 PReLU, with the baseline's lane loops);
     None where it has no such form."""
     assert expr.to_vector_double(expr.parse(text), {"d": "d", "x": "x"}) == vector
 
