@@ -663,7 +663,7 @@ int64_t opgen_parallel_threshold(void);
 /* ---- The kernel API ---- */
 
 /* aclnn_prelu_backward_f32_ncx: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel outer, spatial inner) */
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* grad_weight: the sums rounded (to f32, then the dtype); or, where grad_weight_sums is not NULL,
  * the sums are added to it (double: zeroed, or earlier calls' sums) and grad_weight is not written */
@@ -671,7 +671,7 @@ void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const
 int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* aclnn_prelu_backward_f32_nxc: Gradient of PReLU with aclnnPreluBackward's rules: grad_input = grad_output where self > 0, else weight * grad_output; grad_weight sums self * grad_output over the non-positive elements of each channel.
- * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in double; channel innermost) */
+ * (grad_output f32, self f32, weight f32, grad_input f32, grad_weight f32; computed in float; sums in float runs, then double; channel innermost) */
 void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* grad_weight: the sums rounded (to f32, then the dtype); or, where grad_weight_sums is not NULL,
  * the sums are added to it (double: zeroed, or earlier calls' sums) and grad_weight is not written */
@@ -927,7 +927,7 @@ void multiply_bf16(const opgen_bf16 *OPGEN_RESTRICT src_0, const opgen_bf16 *OPG
 void multiply_f16(const opgen_f16 *OPGEN_RESTRICT src_0, const opgen_f16 *OPGEN_RESTRICT src_1, opgen_f16 *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
 
 /* prelu_backward_f32_ncx: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel outer, spatial inner) */
+ * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in float runs, then double; channel outer, spatial inner) */
 void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
 /* diff_slope: the sums rounded (to f32, then the dtype); or, where diff_slope_sums is not NULL,
  * the sums are added to it (double: zeroed, or earlier calls' sums) and diff_slope is not written */
@@ -935,7 +935,7 @@ void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_
 int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner);
 
 /* prelu_backward_f32_nxc: Gradient of PReLU: diff_src = diff_dst where src > 0, else slope * diff_dst; diff_slope sums src * diff_dst over the non-positive elements, reduced to slope's shape.
- * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in double; channel innermost) */
+ * (src f32, slope f32, diff_dst f32, diff_src f32, diff_slope f32; computed in float; sums in float runs, then double; channel innermost) */
 void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
 /* diff_slope: the sums rounded (to f32, then the dtype); or, where diff_slope_sums is not NULL,
  * the sums are added to it (double: zeroed, or earlier calls' sums) and diff_slope is not written */

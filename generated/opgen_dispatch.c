@@ -294,7 +294,7 @@ void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const
 
 int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(1, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, inner);
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -335,7 +335,7 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
 
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, inner);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -2255,7 +2255,7 @@ void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_
 
 int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(1, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, inner);
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -2296,7 +2296,7 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
 
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 0, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(double)), outer, channels, inner);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
 }
 
 void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);

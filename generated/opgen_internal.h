@@ -515,7 +515,6 @@ static inline __m512 opgen_scale_add_vector(float scale, __m512 x, float constan
  * comparisons are macros: their predicate must stay a constant at -O0. */
 #if OPGEN_USE_AVX512F && OPGEN_USE_AVX512DQ && !(defined(__clang__) && defined(_OPENMP))
 #define OPGEN_VECTOR_DOUBLE 1
-#define OPGEN_DOUBLE_LANES 8
 typedef __m512d opgen_doubles;
 #define opgen_doubles_of_f32(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
 #define opgen_doubles_load(p) _mm512_loadu_pd(p)
@@ -535,7 +534,6 @@ typedef __m512d opgen_doubles;
     _mm512_storeu_ps((p), _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(low)), _mm512_cvtpd_ps(high), 1))
 #elif OPGEN_USE_AVX2 && !(defined(__clang__) && defined(_OPENMP))
 #define OPGEN_VECTOR_DOUBLE 1
-#define OPGEN_DOUBLE_LANES 4
 typedef __m256d opgen_doubles;
 #define opgen_doubles_of_f32(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
 #define opgen_doubles_load(p) _mm256_loadu_pd(p)
@@ -552,6 +550,9 @@ typedef __m256d opgen_doubles;
     _mm256_storeu_ps((p), _mm256_set_m128(_mm256_cvtpd_ps(high), _mm256_cvtpd_ps(low)))
 #else
 #define OPGEN_VECTOR_DOUBLE 0
+#endif
+#if OPGEN_VECTOR_DOUBLE
+#define OPGEN_DOUBLE_LANES ((int)(sizeof(opgen_doubles) / sizeof(double)))
 #endif
 
 /* The math's exp(): libm's is a call the compiler cannot vectorize (a from-src tanh gradient

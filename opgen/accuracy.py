@@ -7,9 +7,10 @@ here by name:
   that dtype;
 - "sum": 1 ulp of the output dtype + 2 n 2^-53 sum|terms| (n - 1 double additions in the
   kernel, as many in the oracle), + r 2^-24 sum|terms| + n 2^-150 where the kernel adds
-  float terms in float partial sums of at most r terms first (plan.float_runs: f16 and bf16
-  PReLU; a bf16 product below 2^-134 is rounded to f32's subnormal grid, 2^-149); sum|terms|
-  evaluates the spec's own sum term in float64 (sum_magnitudes);
+  float terms in float partial sums of at most r terms first (plan.float_runs: PReLU and
+  BatchNorm; a bf16 product below 2^-134 is rounded to f32's subnormal grid, 2^-149), + the
+  roundings of each term computed in float (stated_sum_bound); sum|terms| evaluates the
+  spec's own sum term in float64 (sum_magnitudes);
 - "oracle:<function>": 1 ulp + the bound a function of the oracle module computes from the
   inputs (the bundled BatchNorm's, from counting its roundings: oracle.py).
 """
@@ -104,11 +105,10 @@ def term_roundings(tree: ast.expr) -> int:
 
 def stated_sum_bound(spec: Any, name: str, magnitude: np.ndarray, count: int, float_run: int) -> np.ndarray:
     """The "sum" contract of sum `name` beyond 1 ulp: sum_bound, plus the roundings of its terms
-    where the kernel computes them (reduce_then_apply: in float within float runs, else in the
-    accumulation type; broadcast_reduce computes only terms exact in float there)."""
+    where the kernel computes them (in float within float runs, else in the accumulation
+    type; a term exact in float, as a product of two bf16, takes none of them, and the bound
+    holds for it too)."""
     bound = sum_bound(magnitude, count, float_run)
-    if spec.pattern != "reduce_then_apply":
-        return bound
     roundings = term_roundings(next(e.tree for e in spec.math["sums"] if e.name == name))
     if not roundings:
         return bound

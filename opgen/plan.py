@@ -491,17 +491,16 @@ class _Speller:
         return section == "sums" and self.compute == "float" and _exact_in_float(tree, self.variant.dtypes)
 
     def in_float_runs(self, section: str, tree: ast.expr) -> bool:
-        # broadcast_reduce: terms exact in float, even out of f32's range: a run whose float
-        # sums overflow is summed again in double, and terms below 2^-134 lose at most 2^-150
-        # each (accuracy.sum_bound). reduce_then_apply: every term, computed in float (its
-        # roundings are in the op's stated accuracy contract, as BatchNorm's), each run
-        # checked the same way; a term in double costs more than the rest of the op
+        # every term of a float-computed reduction, computed in float and summed in runs of
+        # at most FLOAT_RUN terms a lane before the double sums. The term's roundings are in
+        # the op's stated accuracy contract (accuracy.stated_sum_bound); a run whose float sums
+        # overflow or meet an infinity or NaN is summed again in double; terms below f32's
+        # normal range lose at most 2^-150 each. A term in double cost more than the rest of
+        # the op: BatchNorm's; f32 PReLU's per-channel NCX took 1.6 times the float runs' time
+        # (docs/performance-changes.md). Terms exact in float (bf16, f16) lose nothing.
         if section != "sums" or self.compute != "float":
             return False
-        pattern = self.variant.op.pattern
-        if pattern == "reduce_then_apply":
-            return True
-        return pattern == "broadcast_reduce" and _exact_in_float(tree, self.variant.dtypes, in_range=False)
+        return self.variant.op.pattern in ("reduce_then_apply", "broadcast_reduce")
 
     def c_text(self, section: str, tree: ast.expr, runs: bool = True) -> str:
         if runs and self.in_float_runs(section, tree):

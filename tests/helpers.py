@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 import opgen
-from opgen import accuracy, plan
+from opgen import accuracy, plan, specs
 from opgen.runtime import numpy_dtype
 
 # Fixed unless OPGEN_TEST_SEED says otherwise ("random" draws one): a run is reproducible from the
@@ -154,6 +154,15 @@ def assert_within(got: np.ndarray, expected64: np.ndarray, name: str, bound: np.
 
 
 sum_bound = accuracy.sum_bound
+
+
+def stated_bound(spec, row: dict[str, str], output: str, magnitude, count: int):
+    """The "sum" contract of channel output `output` beyond 1 ulp, in the kernels of `spec` for
+    dtype row `row` (accuracy.stated_sum_bound: the accumulation, the float runs and the
+    roundings of the terms computed in float); `magnitude`: sum|terms| per slot, `count`:
+    terms per slot."""
+    name = specs.sum_behind(spec, output) or output
+    return accuracy.stated_sum_bound(spec, name, magnitude, count, float_run(spec, row, output))
 
 
 def float_run(spec, row: dict[str, str], output: str) -> int:

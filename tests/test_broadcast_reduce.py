@@ -21,11 +21,10 @@ from tests.helpers import (
     assert_within,
     data,
     dtype_of,
-    float_run,
     guarded_empty,
     misaligned_empty,
     rng,
-    sum_bound,
+    stated_bound,
     threads_set_to,
     untouched_around,
 )
@@ -111,7 +110,7 @@ def check_shape(spec, row, layout, form, specials, shape, operand_shape):
     assert_ulps(got[0], expected[0], row[tensor_out.name], 1, context + f" {tensor_out.name}")
     abs_sum = sum_magnitudes(spec, reference, arrays, kwargs)[1]
     count = math.prod(shape) // max(1, math.prod(operand_shape))
-    bound = sum_bound(abs_sum, count, float_run(spec, row, channel_out.name))
+    bound = stated_bound(spec, row, channel_out.name, abs_sum, count)
     assert_within(got[1], expected[1], row[channel_out.name], bound, context + f" {channel_out.name}")
 
 
@@ -146,7 +145,7 @@ def test_broadcast_other_tensor(spec):
         got, expected = function(*args), reference(*args)
         assert_ulps(got[0], expected[0], row[spec.outputs[0].name], 1, f"{spec.name} broadcast {small}")
         abs_sum = sum_magnitudes(spec, reference, arrays, {})[1]
-        bound = sum_bound(abs_sum, math.prod(shape) // 3, float_run(spec, row, spec.outputs[1].name))
+        bound = stated_bound(spec, row, spec.outputs[1].name, abs_sum, math.prod(shape) // 3)
         assert_within(got[1], expected[1], row[spec.outputs[1].name], bound, f"{spec.name} broadcast {small}")
 
 
@@ -197,7 +196,7 @@ def test_float_runs_that_overflow_are_summed_again(dtype, layout, shape, places)
     arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": layout}
     abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
     count = src.size // slope.size
-    bound = sum_bound(abs_sum, count, float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
+    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, count)
     assert_within(got[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
 
 
@@ -254,7 +253,7 @@ def test_rows_of_many_channels(dtype, shape):
     assert_ulps(one[0], expected[0], dtype, 1, f"{dtype} diff_src")
     arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
     abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = sum_bound(abs_sum, shape[0], float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
+    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, shape[0])
     assert_within(one[1], expected[1], dtype, bound, f"{dtype} diff_slope")
 
 
@@ -281,7 +280,7 @@ def test_sums_over_several_kernel_calls(dtype, layout, shape):
     assert_ulps(whole[0], expected[0], dtype, 1, f"{dtype} {layout} diff_src")
     arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": layout}
     abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = sum_bound(abs_sum, src.size // slope.size, float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
+    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // slope.size)
     assert_within(whole[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
 
 
@@ -324,7 +323,7 @@ def test_nxc_tensors_past_the_caches(dtype, channels):
     assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
     arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
     abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = sum_bound(abs_sum, shape[0], float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
+    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, shape[0])
     assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
 
 
@@ -361,5 +360,5 @@ def test_ncx_tensors_past_the_caches(dtype, shape):
     assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
     arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NCX"}
     abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = sum_bound(abs_sum, src.size // slope.size, float_run(SPEC_PRELU, prelu_row(dtype), "diff_slope"))
+    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // slope.size)
     assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")

@@ -744,7 +744,8 @@ def test_the_float_path_in_intrinsics_has_the_operations_of_its_c(text, vector):
     [
         (
             "0 if x > 0 else x * d",
-            "opgen_doubles_select(x, opgen_doubles_set1(0.0), _CMP_GT_OQ, opgen_doubles_set1(0.0), opgen_doubles_mul(x, d))",
+            "opgen_doubles_select(x, opgen_doubles_set1(0.0), _CMP_GT_OQ, "
+            "opgen_doubles_set1(0.0), opgen_doubles_mul(x, d))",
         ),
         (
             "d if x != 1 else -x",

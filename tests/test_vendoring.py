@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import opgen
 from opgen import oracle, plan
 from opgen.compile import compiler
 from opgen.render import BUNDLED_OUTPUT
 from tests.builds import WARNINGS
-from tests.helpers import check_line_count, rng, sum_bound, ulp
+from tests.helpers import check_line_count, rng, stated_bound, ulp
 from tests.test_batch_norm import bounds
 
 pytestmark = pytest.mark.slow  # builds the library with several compilers and CMake
@@ -26,6 +27,12 @@ PROGRAM = Path(__file__).parent / "c" / "use_kernels.c"
 N, C, S = 3, 5, 37
 STRICT = ["-std=c99", "-O2", *WARNINGS]  # as test_generated.py's "plain": the objects are shared
 CHECKS = "15 passed, 0 failed"  # the checks tests/c/use_kernels.c makes
+
+
+def f32_bound(op: str, output: str, magnitude: np.ndarray, count: int) -> np.ndarray:
+    """The stated bound of sum output `output` of bundled op `op`, f32 row, beyond 1 ulp."""
+    spec = next(s for s in opgen.bundled.specs if s.name == op)
+    return stated_bound(spec, next(row for row in spec.dtypes if row[output] == "f32"), output, magnitude, count)
 
 
 def write_golden(directory: Path) -> None:
@@ -63,11 +70,13 @@ def write_golden(directory: Path) -> None:
     aclnn = oracle.aclnn_prelu_backward(grad_row, src, slope)
     golden("aclnn.grad_input", aclnn[0], ulp(aclnn[0], "f32"))
     magnitude = oracle.aclnn_prelu_backward(-np.abs(grad_row), -np.abs(src), slope)[1]
-    golden("aclnn.grad_weight", aclnn[1], ulp(aclnn[1], "f32") + sum_bound(magnitude, N * S))
+    bound = f32_bound("aclnn_prelu_backward", "grad_weight", magnitude, N * S)
+    golden("aclnn.grad_weight", aclnn[1], ulp(aclnn[1], "f32") + bound)
     prelu = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
     golden("prelu.diff_src", prelu[0], ulp(prelu[0], "f32"))
     magnitude = oracle.prelu_backward(-np.abs(src), slope, -np.abs(diff_dst), data_format="NCX")[1]
-    golden("prelu.diff_slope", prelu[1], ulp(prelu[1], "f32") + sum_bound(magnitude, N * S))
+    bound = f32_bound("prelu_backward", "diff_slope", magnitude, N * S)
+    golden("prelu.diff_slope", prelu[1], ulp(prelu[1], "f32") + bound)
     rows = src.reshape(N * C, S)
     bn = oracle.batch_norm_training_backward(
         rows, diff_dst.reshape(N * C, S), mean, variance, gamma, epsilon=1e-3, data_format="NXC"
