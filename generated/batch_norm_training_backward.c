@@ -550,12 +550,13 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_nxc_apply_of(const float
 static void batch_norm_training_backward_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last, int64_t first,
                                                        int64_t last, int paired)
 {
-    if (first == 0 && last == call->channels) {
-        /* whole rows (the channel range a constant of the copy) */
-        batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, 0, call->channels, paired);
-        return;
+    if (first != 0 || last != call->channels) {
+        batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
+    } else if (call->stream) { /* whole rows: the channel range and the store kind constants of a copy */
+        batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 1, opgen_step_first, opgen_step_last, 0, call->channels, paired);
+    } else {
+        batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 0, opgen_step_first, opgen_step_last, 0, call->channels, paired);
     }
-    batch_norm_training_backward_f32_nxc_apply_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
 }
 
 /* batch_norm_training_backward_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -1152,12 +1153,13 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_nxc_apply_of(const 
 static void batch_norm_training_backward_bf16_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last, int64_t first,
                                                             int64_t last, int paired)
 {
-    if (first == 0 && last == call->channels) {
-        /* whole rows (the channel range a constant of the copy) */
-        batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, 0, call->channels, paired);
-        return;
+    if (first != 0 || last != call->channels) {
+        batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
+    } else if (call->stream) { /* whole rows: the channel range and the store kind constants of a copy */
+        batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 1, opgen_step_first, opgen_step_last, 0, call->channels, paired);
+    } else {
+        batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 0, opgen_step_first, opgen_step_last, 0, call->channels, paired);
     }
-    batch_norm_training_backward_bf16_f32_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
 }
 
 /* batch_norm_training_backward_bf16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -1754,12 +1756,13 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_nxc_apply_of(const opge
 static void batch_norm_training_backward_bf16_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last, int64_t first,
                                                         int64_t last, int paired)
 {
-    if (first == 0 && last == call->channels) {
-        /* whole rows (the channel range a constant of the copy) */
-        batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, 0, call->channels, paired);
-        return;
+    if (first != 0 || last != call->channels) {
+        batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
+    } else if (call->stream) { /* whole rows: the channel range and the store kind constants of a copy */
+        batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 1, opgen_step_first, opgen_step_last, 0, call->channels, paired);
+    } else {
+        batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 0, opgen_step_first, opgen_step_last, 0, call->channels, paired);
     }
-    batch_norm_training_backward_bf16_nxc_apply_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
 }
 
 /* batch_norm_training_backward_bf16_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -2356,12 +2359,13 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_nxc_apply_of(const o
 static void batch_norm_training_backward_f16_f32_nxc_apply(const opgen_channels_call *call, int64_t opgen_step_first, int64_t opgen_step_last, int64_t first,
                                                            int64_t last, int paired)
 {
-    if (first == 0 && last == call->channels) {
-        /* whole rows (the channel range a constant of the copy) */
-        batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, 0, call->channels, paired);
-        return;
+    if (first != 0 || last != call->channels) {
+        batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
+    } else if (call->stream) { /* whole rows: the channel range and the store kind constants of a copy */
+        batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 1, opgen_step_first, opgen_step_last, 0, call->channels, paired);
+    } else {
+        batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 0, opgen_step_first, opgen_step_last, 0, call->channels, paired);
     }
-    batch_norm_training_backward_f16_f32_nxc_apply_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, opgen_step_first, opgen_step_last, first, last, 0);
 }
 
 /* batch_norm_training_backward_f16_f32_nxc: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
