@@ -622,9 +622,10 @@ def _vector_terms(
 ) -> VectorMath | None:
     """The sums' terms on double vectors (opgen_doubles, expr.to_vector_double), each f32
     tensor input widened straight from memory, where every term is computed in double from f32
-    tensors (PReLU's src * diff_dst in f32): GCC's lane loop widens a 16-float block with
-    shuffles and conversions that kept f32 PReLU per-channel NCX at twice oneDNN's time in L2;
-    a conversion from memory needs no shuffle. The same operations per lane in the same order:
+    tensors (a spec computed wide; float-computed reductions take float runs instead, as f32
+    PReLU now does): GCC's lane loop widens a 16-float block with shuffles and conversions that
+    kept f32 PReLU per-channel NCX at twice oneDNN's time in L2 on AVX2; a conversion from
+    memory needs no shuffle. The same operations per lane in the same order:
     the same bits. broadcast_reduce only (reduce_then_apply's sums pass reads far fewer terms
     per byte). None where any term has no such form, or reads a tensor the element math does not
     (the lane loop, left with the elements alone, would load it for nothing)."""
