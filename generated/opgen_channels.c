@@ -45,6 +45,54 @@ static void opgen_channels_team(const opgen_channels_loop *loop, int threads, in
     opgen_fence();
 }
 
+/* Rows of few channels (see opgen_channels.h): how many rows make one tiled row, L / C for
+ * L = lcm(C, OPGEN_BLOCK); 0 when the rows run as they are (a whole number of blocks, many
+ * channels, runs of repeated channels, or fewer rows than that). */
+static int64_t opgen_channels_tiled(int64_t outer, int64_t channels, int64_t repeat)
+{
+    if (repeat != 1 || channels <= 0 || channels >= OPGEN_TILED_CHANNELS || channels % OPGEN_BLOCK == 0) {
+        return 0;
+    }
+    int64_t divisor = channels, other = OPGEN_BLOCK;
+    while (other != 0) {
+        const int64_t rest = divisor % other;
+        divisor = other;
+        other = rest;
+    }
+    const int64_t rows = OPGEN_BLOCK / divisor;
+    return outer >= rows ? rows : 0;
+}
+
+/* `call` with `rows` of its rows as one (opgen_channels_tiled): its channel inputs tiled into
+ * `room` (as many doubles as the tiled row has channels, an operand), its channel outputs
+ * given room there too where `outputs`; `tensors` holds the tiled call's operands. */
+static opgen_channels_call opgen_channels_tile(const opgen_channels_operands *operands, const opgen_channels_call *call,
+                                               int64_t rows, void **tensors, double *room, int outputs)
+{
+    opgen_channels_call tiled = *call;
+    const int64_t length = call->channels * rows;
+    for (int i = 0; i < operands->count; ++i) {
+        const size_t size = (size_t)operands->sizes[i];
+        const int input = i < operands->input_count;
+        tensors[i] = call->tensors[i];
+        if (!operands->by_channel[i] || call->tensors[i] == NULL || (!input && !outputs)) {
+            continue;
+        }
+        tensors[i] = room;
+        for (int64_t copy = 0; input && copy < rows; ++copy) {
+            memcpy((char *)room + (size_t)(copy * call->channels) * size, call->tensors[i],
+                   (size_t)call->channels * size);
+        }
+        room += length;
+    }
+    tiled.tensors = tensors;
+    tiled.outer = call->outer / rows;
+    tiled.channels = length;
+    tiled.inner = rows;
+    tiled.period = call->channels;
+    return tiled;
+}
+
 /* Tile `tile`'s partial sums, zeroed. */
 static double *opgen_channels_partial(const opgen_channels_loop *loop, int64_t tile)
 {
@@ -123,7 +171,9 @@ static void opgen_channels_nxc_range(const opgen_channels_loop *loop, int64_t ra
     kernel->range(loop->call, first, last, range == 0 ? loop->head : first, mine, loop->span);
 }
 
-void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channels_call *given)
+/* The tiles' sums of `call` (its `stream` set here), added up into the workspace's first
+ * tile's; 0 when a channel split ran instead, whose ranges finished their own sums. */
+static int opgen_channels_sum_tiles(const opgen_channels_kernel *kernel, opgen_channels_call *given)
 {
     opgen_channels_call call = *given;
     opgen_channels_loop loop = { .kernel = kernel, .call = &call, .parts = 1, .threads = 1 };
@@ -148,7 +198,7 @@ void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channel
         const void *line_output = call.tensors[kernel->line_output];
         loop.tiles = opgen_tile_count(call.outer, call.channels, 1);
         /* streamed rows are written in memory order (see opgen_stream_rows) */
-        call.stream = opgen_stream_rows(moved, call.channels * kernel->line_output_size, line_output);
+        call.stream = opgen_stream_rows(moved, call.channels * kernel->operands.sizes[kernel->line_output], line_output);
         if (opgen_split_channels(call.outer, call.channels, loop.tiles, kernel->segment)) {
             /* rows longer than a segment, or few rows: each thread takes ranges of whole blocks
              * of channels, at least one per thread, and sums them over every row. A channel's
@@ -159,11 +209,11 @@ void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channel
             const int64_t length = moved >= OPGEN_STREAM_BYTES
                                        ? (float_runs ? OPGEN_STREAM_FLOAT_RUN_RANGE : OPGEN_STREAM_CHANNEL_RANGE)
                                        : (float_runs ? OPGEN_FLOAT_RUN_RANGE : OPGEN_CHANNEL_RANGE);
-            loop.head = opgen_min(call.channels, opgen_to_line(line_output, (size_t)kernel->line_output_size));
+            loop.head = opgen_min(call.channels, opgen_to_line(line_output, (size_t)kernel->operands.sizes[kernel->line_output]));
             loop.ranges = opgen_channel_ranges(call.channels - loop.head, loop.threads, length);
             loop.span = opgen_split_span(call.channels - loop.head, loop.ranges, loop.head);
             opgen_channels_team(&loop, loop.threads, loop.ranges, opgen_channels_nxc_range);
-            return;
+            return 0;
         }
         /* not in parts as ncx tiles are: a rows microkernel over a range of channels costs more
          * where the tiles are enough than the parts gain where they are not
@@ -178,21 +228,97 @@ void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channel
             sums[slot] += sums[tile * slots + slot];
         }
     }
-    kernel->finish(&call, 0, call.channels, sums, call.channels);
+    return 1;
 }
 
-int64_t opgen_channels_workspace(int ncx, int sum_count, int float_sum_count, int64_t segment, int64_t outer,
-                                 int64_t channels, int64_t inner)
+/* Rows of few channels for a broadcast_reduce kernel (opgen_channels_tiled), where the tiled
+ * rows are summed in tiles of rows, not split by channel. */
+static int64_t opgen_channels_rows_tiled(int64_t segment, int64_t outer, int64_t channels)
 {
-    if (ncx) {
-        return opgen_tile_count(outer, channels, inner) * sum_count * channels;
+    const int64_t rows = opgen_channels_tiled(outer, channels, 1);
+    const int64_t length = channels * rows;
+    if (rows == 0 || opgen_split_channels(outer / rows, length, opgen_tile_count(outer / rows, length, 1), segment)) {
+        return 0;
     }
+    return rows;
+}
+
+/* Doubles of workspace for the sums of `outer` rows of `channels` (form nxc, as they are). */
+static int64_t opgen_channels_nxc_doubles(int sum_count, int float_sum_count, int64_t segment, int64_t outer,
+                                          int64_t channels)
+{
     const int64_t tiles = opgen_tile_count(outer, channels, 1);
     if (opgen_split_channels(outer, channels, tiles, segment)) {
         /* each thread's share of the channels' sums and float runs */
         return opgen_split_share(opgen_split_bound(channels), sum_count, float_sum_count);
     }
     return tiles * sum_count * channels;
+}
+
+/* Rows of few channels, `rows` at a time (opgen_channels_rows_tiled): the tiled rows, their
+ * sums folded (channel c's copies in copy order), the rows left over added, then finished. The
+ * workspace: the tiled call's, the tiled channel inputs, the folded sums, the left-over rows'. */
+static void opgen_channels_run_tiled(const opgen_channels_kernel *kernel, const opgen_channels_call *call, int64_t rows)
+{
+    const int64_t channels = call->channels, length = channels * rows, tiled_rows = call->outer / rows * rows;
+    const int64_t slots = kernel->sum_count * channels;
+    double *const room = call->workspace + opgen_channels_nxc_doubles(kernel->sum_count, kernel->float_sum_count,
+                                                                      kernel->segment, call->outer / rows, length);
+    int channel_operands = 0;
+    for (int i = 0; i < kernel->operands.count; ++i) {
+        channel_operands += kernel->operands.by_channel[i];
+    }
+    double *const sums = room + channel_operands * length;
+    void *tensors[OPGEN_MAX_OPERANDS];
+    opgen_channels_call tiled = opgen_channels_tile(&kernel->operands, call, rows, tensors, room, 0);
+    opgen_channels_sum_tiles(kernel, &tiled); /* not split (opgen_channels_rows_tiled) */
+    for (int s = 0; s < kernel->sum_count; ++s) {
+        const double *copies = tiled.workspace + s * length;
+        for (int64_t channel = 0; channel < channels; ++channel) {
+            double total = copies[channel];
+            for (int64_t copy = 1; copy < rows; ++copy) {
+                total += copies[copy * channels + channel];
+            }
+            sums[s * channels + channel] = total;
+        }
+    }
+    if (tiled_rows < call->outer) {
+        double *const rest = sums + slots;
+        for (int64_t slot = 0; slot < slots; ++slot) {
+            rest[slot] = 0;
+        }
+        kernel->rows(call, tiled_rows, call->outer, rest);
+        for (int64_t slot = 0; slot < slots; ++slot) {
+            sums[slot] += rest[slot];
+        }
+    }
+    kernel->finish(call, 0, channels, sums, channels);
+}
+
+void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channels_call *given)
+{
+    opgen_channels_call call = *given;
+    const int64_t rows = kernel->units == NULL ? opgen_channels_rows_tiled(kernel->segment, call.outer, call.channels) : 0;
+    if (rows > 0) {
+        opgen_channels_run_tiled(kernel, &call, rows);
+    } else if (opgen_channels_sum_tiles(kernel, &call)) {
+        kernel->finish(&call, 0, call.channels, call.workspace, call.channels);
+    }
+}
+
+int64_t opgen_channels_workspace(int ncx, int sum_count, int float_sum_count, int64_t segment, int channel_operands,
+                                 int64_t outer, int64_t channels, int64_t inner)
+{
+    if (ncx) {
+        return opgen_tile_count(outer, channels, inner) * sum_count * channels;
+    }
+    const int64_t rows = opgen_channels_rows_tiled(segment, outer, channels);
+    if (rows > 0) {
+        const int64_t length = channels * rows;
+        return opgen_channels_nxc_doubles(sum_count, float_sum_count, segment, outer / rows, length) +
+               channel_operands * length + 2 * sum_count * channels;
+    }
+    return opgen_channels_nxc_doubles(sum_count, float_sum_count, segment, outer, channels);
 }
 
 /* reduce_then_apply */
@@ -261,7 +387,7 @@ static void opgen_channels_apply_steps(const void *context, int64_t first, int64
     loop->twice->apply(call, first, last, 0, call->channels, paired);
 }
 
-void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const opgen_channels_call *given)
+static void opgen_channels_twice(const opgen_channels_twice_kernel *kernel, const opgen_channels_call *given)
 {
     opgen_channels_call call = *given;
     opgen_channels_loop loop = { .twice = kernel, .call = &call, .parts = 1, .threads = 1 };
@@ -287,7 +413,7 @@ void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const o
                                                                          : OPGEN_CHANNEL_RANGE)
                                    : loop.tiles;
     /* outputs bigger than the caches go straight to memory (see opgen_stream_rows) */
-    call.stream = opgen_stream_rows(moved, channels * kernel->row_output_size, call.tensors[kernel->row_output]);
+    call.stream = opgen_stream_rows(moved, channels * kernel->operands.sizes[kernel->row_output], call.tensors[kernel->row_output]);
     const int threads = (int)opgen_min(loop.threads, loop.ranges);
     if (range_by_range) {
         /* the element pass's per-channel values are then as many as a row's elements, too many
@@ -311,8 +437,21 @@ void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const o
             sums[slot] += partials[tile * slots + slot];
         }
     }
+    /* tiled rows: channel c's `repeat` copies, a period apart, in copy order; their sum goes to each */
+    for (int64_t sum = 0; call.period > 0 && sum < kernel->sum_count; ++sum) {
+        double *const copies = sums + sum * channels;
+        for (int64_t channel = 0; channel < call.period; ++channel) {
+            double total = copies[channel];
+            for (int64_t copy = 1; copy < repeat; ++copy) {
+                total += copies[copy * call.period + channel];
+            }
+            for (int64_t copy = 0; copy < repeat; ++copy) {
+                copies[copy * call.period + channel] = total;
+            }
+        }
+    }
     /* runs of `repeat` channels that are one channel: their sums, in turn, go to each */
-    for (int64_t first = 0; repeat > 1 && first < slots; first += repeat) {
+    for (int64_t first = 0; call.period == 0 && repeat > 1 && first < slots; first += repeat) {
         double total = sums[first];
         for (int64_t step = 1; step < repeat; ++step) {
             total += sums[first + step];
@@ -330,7 +469,48 @@ void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const o
                       &loop);
 }
 
-int64_t opgen_channels_twice_workspace(int sum_count, int value_count, int64_t outer, int64_t channels)
+/* Rows of few channels for a reduce_then_apply kernel: a whole number of tiled rows only (the
+ * element pass needs every sum first). */
+static int64_t opgen_channels_twice_tiled(int64_t outer, int64_t channels, int64_t repeat)
+{
+    const int64_t rows = opgen_channels_tiled(outer, channels, repeat);
+    return rows > 0 && outer % rows == 0 ? rows : 0;
+}
+
+static int64_t opgen_channels_twice_doubles(int sum_count, int value_count, int64_t outer, int64_t channels)
 {
     return (sum_count + value_count + opgen_tile_count(outer, channels, 1) * sum_count) * channels;
+}
+
+void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const opgen_channels_call *given)
+{
+    const int64_t rows = kernel->channels == NULL ? opgen_channels_twice_tiled(given->outer, given->channels, given->inner) : 0;
+    if (rows == 0) {
+        opgen_channels_twice(kernel, given);
+        return;
+    }
+    /* the workspace: the tiled call's, then the tiled channel operands (inputs and outputs) */
+    const int64_t length = given->channels * rows;
+    double *const room = given->workspace + opgen_channels_twice_doubles(kernel->sum_count, kernel->value_count,
+                                                                         given->outer / rows, length);
+    void *tensors[OPGEN_MAX_OPERANDS];
+    const opgen_channels_call tiled = opgen_channels_tile(&kernel->operands, given, rows, tensors, room, 1);
+    opgen_channels_twice(kernel, &tiled);
+    /* the channel outputs: a channel's copies are equal (their sums were), the first goes out */
+    for (int i = kernel->operands.input_count; i < kernel->operands.count; ++i) {
+        if (kernel->operands.by_channel[i] && given->tensors[i] != NULL) {
+            memcpy(given->tensors[i], tensors[i], (size_t)(given->channels * kernel->operands.sizes[i]));
+        }
+    }
+}
+
+int64_t opgen_channels_twice_workspace(int sum_count, int value_count, int channel_operands, int64_t outer,
+                                       int64_t channels, int64_t repeat)
+{
+    const int64_t rows = opgen_channels_twice_tiled(outer, channels, repeat);
+    if (rows > 0) {
+        return opgen_channels_twice_doubles(sum_count, value_count, outer / rows, channels * rows) +
+               channel_operands * channels * rows;
+    }
+    return opgen_channels_twice_doubles(sum_count, value_count, outer, channels);
 }

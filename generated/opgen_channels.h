@@ -33,7 +33,16 @@
  * With few rows of many channels, each range of channels runs sums, values and apply in turn,
  * its values still in cache for its rows.
  * The workspace holds the sums and the values (sum_count + value_count doubles a channel), then
- * the partial sums of each tile of rows. */
+ * the partial sums of each tile of rows.
+ *
+ * Rows of few channels (nxc, both patterns; opgen_channels_tiled): C channels, not a whole
+ * number of blocks, fewer than OPGEN_TILED_CHANNELS. Every row would end in a tail, so the
+ * driver runs the microkernels on rows of L = lcm(C, OPGEN_BLOCK) channels instead, L / C rows
+ * at a time: channel v of such a row is channel v % C (`period`), the channel inputs tiled to
+ * L values in the workspace, the sums of a channel's L / C copies folded in copy order. A
+ * broadcast_reduce call's rows left over (fewer than L / C) run after, as they are;
+ * reduce_then_apply tiles only a whole number of such rows. Which rows tile is fixed by the
+ * shape: the sums' order never depends on the thread count. */
 #ifndef OPGEN_CHANNELS_H
 #define OPGEN_CHANNELS_H
 
@@ -51,7 +60,17 @@ typedef struct opgen_channels_call {
     double *workspace;       /* the kernel's <name>_workspace_size() doubles */
     const float *numbers;    /* the f32 attributes the math reads, in the kernel's order */
     int stream;              /* set by the driver: outputs bigger than the caches go past them */
+    int64_t period;          /* set by the driver: > 0, channel v is channel v % period, and
+                              * `inner` counts its copies in a row (rows of few channels) */
 } opgen_channels_call;
+
+/* The kernel's operands, as in `tensors`: inputs, then outputs. */
+typedef struct opgen_channels_operands {
+    int count;
+    int input_count;
+    int64_t sizes[OPGEN_MAX_OPERANDS];  /* their elements' bytes */
+    int by_channel[OPGEN_MAX_OPERANDS]; /* 1: indexed by channel (tiled rows copy such inputs) */
+} opgen_channels_operands;
 
 typedef void (*opgen_channels_units_function)(const opgen_channels_call *call, int64_t unit_first, int64_t unit_last,
                                               int64_t inner_first, int64_t inner_last, double *partial);
@@ -69,11 +88,11 @@ typedef struct opgen_channels_kernel {
     int work_per_element;      /* in plain-arithmetic units (an exp costs more) */
     int64_t segment;           /* nxc: channels of the longest row the tiles of rows take */
     int line_output;           /* nxc: the index in `tensors` of the array the ranges align to */
-    int64_t line_output_size;  /* its element's bytes */
     opgen_channels_units_function units; /* form ncx; NULL in form nxc */
     opgen_channels_rows_function rows;   /* form nxc */
     opgen_channels_range_function range; /* form nxc */
     opgen_channels_finish_function finish;
+    opgen_channels_operands operands;
 } opgen_channels_kernel;
 
 typedef void (*opgen_channels_sums_function)(const opgen_channels_call *call, int64_t row_first, int64_t row_last,
@@ -89,20 +108,21 @@ typedef struct opgen_channels_twice_kernel {
     int64_t element_bytes;
     int work_per_element;
     int row_output;            /* nxc: the index in `tensors` of the tensor output */
-    int64_t row_output_size;
     opgen_channels_span_function channels;   /* form ncx; NULL in form nxc */
     opgen_channels_sums_function sums;       /* form nxc */
     opgen_channels_span_function values;     /* form nxc */
     opgen_channels_apply_function apply;     /* form nxc */
+    opgen_channels_operands operands;
 } opgen_channels_twice_kernel;
 
 void opgen_channels_run(const opgen_channels_kernel *kernel, const opgen_channels_call *call);
 void opgen_channels_run_twice(const opgen_channels_twice_kernel *kernel, const opgen_channels_call *call);
 /* Doubles of workspace a call of a kernel with these fields needs (its <name>_workspace_size);
- * form nxc reads no `inner`. */
-int64_t opgen_channels_workspace(int ncx, int sum_count, int float_sum_count, int64_t segment, int64_t outer,
-                                 int64_t channels, int64_t inner);
-/* The same for opgen_channels_run_twice (form nxc; ncx needs none). */
-int64_t opgen_channels_twice_workspace(int sum_count, int value_count, int64_t outer, int64_t channels);
+ * form nxc reads no `inner`. `channel_operands`: how many operands are indexed by channel. */
+int64_t opgen_channels_workspace(int ncx, int sum_count, int float_sum_count, int64_t segment, int channel_operands,
+                                 int64_t outer, int64_t channels, int64_t inner);
+/* The same for opgen_channels_run_twice (form nxc, `repeat` its `inner`; ncx needs none). */
+int64_t opgen_channels_twice_workspace(int sum_count, int value_count, int channel_operands, int64_t outer,
+                                       int64_t channels, int64_t repeat);
 
 #endif /* OPGEN_CHANNELS_H */

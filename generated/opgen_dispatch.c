@@ -294,7 +294,7 @@ void aclnn_prelu_backward_f32_ncx(const float *OPGEN_RESTRICT grad_output, const
 
 int64_t aclnn_prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -335,7 +335,7 @@ void aclnn_prelu_backward_f32_nxc(const float *OPGEN_RESTRICT grad_output, const
 
 int64_t aclnn_prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT grad_output, const float *OPGEN_RESTRICT self, const float *OPGEN_RESTRICT weight, float *OPGEN_RESTRICT grad_input, float *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -420,7 +420,7 @@ void aclnn_prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 
 int64_t aclnn_prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -461,7 +461,7 @@ void aclnn_prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT grad_output, c
 
 int64_t aclnn_prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void aclnn_prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT grad_output, const opgen_f16 *OPGEN_RESTRICT self, const opgen_f16 *OPGEN_RESTRICT weight, opgen_f16 *OPGEN_RESTRICT grad_input, opgen_f16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -546,7 +546,7 @@ void aclnn_prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 
 int64_t aclnn_prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void aclnn_prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, double *OPGEN_RESTRICT grad_weight_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -587,7 +587,7 @@ void aclnn_prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT grad_output,
 
 int64_t aclnn_prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void aclnn_prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT grad_output, const opgen_bf16 *OPGEN_RESTRICT self, const opgen_bf16 *OPGEN_RESTRICT weight, opgen_bf16 *OPGEN_RESTRICT grad_input, opgen_bf16 *OPGEN_RESTRICT grad_weight, int64_t count);
@@ -824,8 +824,7 @@ void batch_norm_training_backward_f32_nxc(const float *OPGEN_RESTRICT src, const
 
 int64_t batch_norm_training_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loops tile rows alone */
-    return opgen_channels_twice_workspace(2, 3, outer, channels);
+    return opgen_channels_twice_workspace(2, 3, 5, outer, channels, inner);
 }
 
 void batch_norm_training_backward_bf16_f32_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -910,8 +909,7 @@ void batch_norm_training_backward_bf16_f32_nxc(const opgen_bf16 *OPGEN_RESTRICT 
 
 int64_t batch_norm_training_backward_bf16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loops tile rows alone */
-    return opgen_channels_twice_workspace(2, 3, outer, channels);
+    return opgen_channels_twice_workspace(2, 3, 5, outer, channels, inner);
 }
 
 void batch_norm_training_backward_bf16_ncx__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT diff_dst, const opgen_bf16 *OPGEN_RESTRICT mean, const opgen_bf16 *OPGEN_RESTRICT variance, const opgen_bf16 *OPGEN_RESTRICT gamma, float epsilon, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_gamma, opgen_bf16 *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -996,8 +994,7 @@ void batch_norm_training_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src,
 
 int64_t batch_norm_training_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loops tile rows alone */
-    return opgen_channels_twice_workspace(2, 3, outer, channels);
+    return opgen_channels_twice_workspace(2, 3, 5, outer, channels, inner);
 }
 
 void batch_norm_training_backward_f16_f32_ncx__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT diff_dst, const float *OPGEN_RESTRICT mean, const float *OPGEN_RESTRICT variance, const float *OPGEN_RESTRICT gamma, float epsilon, opgen_f16 *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_gamma, float *OPGEN_RESTRICT diff_beta, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels, int64_t inner);
@@ -1082,8 +1079,7 @@ void batch_norm_training_backward_f16_f32_nxc(const opgen_f16 *OPGEN_RESTRICT sr
 
 int64_t batch_norm_training_backward_f16_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    (void)inner; /* the nxc loops tile rows alone */
-    return opgen_channels_twice_workspace(2, 3, outer, channels);
+    return opgen_channels_twice_workspace(2, 3, 5, outer, channels, inner);
 }
 
 void divide_f32__baseline(const float *OPGEN_RESTRICT src_0, const float *OPGEN_RESTRICT src_1, float *OPGEN_RESTRICT dst, int rank_0, const int64_t *OPGEN_RESTRICT dims_0, int rank_1, const int64_t *OPGEN_RESTRICT dims_1);
@@ -2255,7 +2251,7 @@ void prelu_backward_f32_ncx(const float *OPGEN_RESTRICT src, const float *OPGEN_
 
 int64_t prelu_backward_f32_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void prelu_backward_f32_nxc__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -2296,7 +2292,7 @@ void prelu_backward_f32_nxc(const float *OPGEN_RESTRICT src, const float *OPGEN_
 
 int64_t prelu_backward_f32_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void prelu_backward_f32_full__baseline(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT slope, const float *OPGEN_RESTRICT diff_dst, float *OPGEN_RESTRICT diff_src, float *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -2381,7 +2377,7 @@ void prelu_backward_bf16_ncx(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 
 int64_t prelu_backward_bf16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void prelu_backward_bf16_nxc__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -2422,7 +2418,7 @@ void prelu_backward_bf16_nxc(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_b
 
 int64_t prelu_backward_bf16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void prelu_backward_bf16_full__baseline(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT slope, const opgen_bf16 *OPGEN_RESTRICT diff_dst, opgen_bf16 *OPGEN_RESTRICT diff_src, opgen_bf16 *OPGEN_RESTRICT diff_slope, int64_t count);
@@ -2507,7 +2503,7 @@ void prelu_backward_f16_ncx(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 
 int64_t prelu_backward_f16_ncx_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(1, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void prelu_backward_f16_nxc__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, double *OPGEN_RESTRICT diff_slope_sums, double *OPGEN_RESTRICT workspace, int64_t outer, int64_t channels);
@@ -2548,7 +2544,7 @@ void prelu_backward_f16_nxc(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16
 
 int64_t prelu_backward_f16_nxc_workspace_size(int64_t outer, int64_t channels, int64_t inner)
 {
-    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), outer, channels, inner);
+    return opgen_channels_workspace(0, 1, 1, (int64_t)(OPGEN_SEGMENT_BYTES / sizeof(float)), 2, outer, channels, inner);
 }
 
 void prelu_backward_f16_full__baseline(const opgen_f16 *OPGEN_RESTRICT src, const opgen_f16 *OPGEN_RESTRICT slope, const opgen_f16 *OPGEN_RESTRICT diff_dst, opgen_f16 *OPGEN_RESTRICT diff_src, opgen_f16 *OPGEN_RESTRICT diff_slope, int64_t count);

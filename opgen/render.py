@@ -183,6 +183,7 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
         "reread_bytes": plan.REREAD_BYTES,
         "reread_min": plan.REREAD_MIN,
         "paired_rows": plan.PAIRED_ROWS,
+        "tiled_channels": plan.TILED_CHANNELS,
         "repeat_inner": plan.REPEAT_INNER,
         "repeat_max_row": plan.REPEAT_MAX_ROW,
         "repeat_min_rows": plan.REPEAT_MIN_ROWS,

@@ -284,14 +284,44 @@ def test_sums_over_several_kernel_calls(dtype, layout, shape):
     assert_within(whole[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [(4099, 3), (2, 8, 9, 12), (16 * 1500 + 7, 1), (3001, 24), (50, 63), (40000, 5), (15, 3)],
+    ids=["3 channels", "12 channels", "1 channel", "24 channels", "63 channels", "several tiles", "too few rows"],
+)
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_rows_of_few_channels(dtype, shape):
+    """NXC rows of fewer than plan.TILED_CHANNELS channels, not a whole number of blocks, run
+    BLOCK / gcd(C, BLOCK) rows at a time as one row (the slope tiled, each channel's sums
+    folded back), the rows left over as they are (15 rows of 3: all of them): the same bits on
+    1 and 2 threads, diff_src within 1 ulp of the oracle and diff_slope within the stated
+    bound of its sums."""
+    generator = rng("few channels", dtype, shape)
+    src, diff_dst = data(generator, shape, dtype), data(generator, shape, dtype)
+    slope = data(generator, shape[-1:], dtype)
+    results = []
+    for count in (1, 2):
+        with threads_set_to(count):
+            results.append(opgen.prelu_backward(src, slope, diff_dst, data_format="NXC"))
+    for first, again in zip(*results):
+        assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), "threads changed bits"
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NXC")
+    assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
+    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
+    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
+    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // shape[-1])
+    assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("channels", [300, 17, 24, 49])
+@pytest.mark.parametrize("channels", [300, 17, 88, 113])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_nxc_tensors_past_the_caches(dtype, channels):
     """NXC tensors bigger than plan.STREAM_BYTES run rows in memory order with streamed stores
-    (whole rows, a tail past the last whole block when there are 300 channels; fewer than a
-    block when 17; tails of 8 and 1 streamed with the blocks (opgen_store_part_*) at 24 and 49,
-    except 16-bit rows of 49, not on 4-byte boundaries, which are not streamed), f32 ones
+    (whole rows, a tail past the last whole block when there are 300 channels; rows of 17
+    tiled, 16 as one of 272 channels; tails of 8 and 1 streamed with the blocks
+    (opgen_store_part_*) at 88 and 113, except 16-bit rows of 113, not on 4-byte boundaries,
+    which are not streamed), f32 ones
     through a line writer where the rows have no tail. Outputs 16 bytes past a
     cache line, and one element, give the bits of freshly allocated ones on 1 and 2 threads,
     write nothing next to themselves, and match the oracle; an overflowing bf16 group is
