@@ -144,9 +144,9 @@
 #define OPGEN_REREAD_MIN 1024
 /* BatchNorm's element pass (nxc, in tiles of rows) takes two rows at a time from this many channels. */
 #define OPGEN_PAIRED_ROWS 4096
-/* NXC rows of fewer channels than this, not a whole number of blocks, run as rows of
- * lcm(channels, OPGEN_BLOCK) channels (see opgen_channels.h). */
-#define OPGEN_TILED_CHANNELS 64
+/* NXC rows whose channels are not a whole number of blocks run as rows of lcm(channels,
+ * OPGEN_BLOCK) channels where that is at most this many (see opgen_channels.h). */
+#define OPGEN_TILED_CHANNELS 1024
 /* NCX tensors with fewer than this many elements per (row, channel) unit and at least
  * OPGEN_REPEAT_MIN_ROWS rows run the nxc loop over [outer][channels * inner] (BatchNorm from
  * OPGEN_BLOCK elements: past the caches, where those rows are shorter than

@@ -31,7 +31,8 @@ import numpy as np
 import opgen
 from opgen.runtime import c_entry_call
 
-# name -> (N, C, H, W); the three sizes of the comparison and small spatial sizes
+# name -> (N, C, H, W); the three sizes of the comparison, small spatial sizes, and few
+# channels (a 3-channel input; 24 channels, as in mobile networks), which only run when named
 SIZES = {
     "S": (1, 64, 28, 28),
     "M": (8, 64, 56, 56),
@@ -39,6 +40,8 @@ SIZES = {
     "HW1": (16384, 64, 1, 1),
     "HW7": (2048, 64, 7, 1),
     "HW14": (1024, 64, 2, 7),
+    "C3": (8, 3, 56, 56),
+    "C24": (8, 24, 56, 56),
 }
 C_CALL_MAX_ELEMENTS = 1 << 17  # sizes at which the C entry point is timed alone too
 # Cases that move more bytes than this (past any cache) are timed in turn with the write probe,

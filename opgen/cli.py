@@ -289,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     tuning.add_argument("--dry-run", action="store_true", help="measure and print, keep nothing")
     tuning.set_defaults(run=_tune)
     bench = commands.add_parser("bench", help="measure every op variant against the machine's bandwidth")
-    bench.add_argument("--sizes", help="S, M, L, HW1, HW7, HW14 (default: all; with --compare, S, M and L)")
+    bench.add_argument(
+        "--sizes",
+        help="S, M, L, HW1, HW7, HW14, C3, C24 (default: S to HW14; with --compare, S, M and L)",
+    )
     bench.add_argument("--threads", help="comma-separated thread counts (default: 1 and all cores)")
     bench.add_argument("--ops", help="comma-separated ops (default: every bundled op)")
     bench.add_argument("--dtypes", default="f32,bf16,f16")

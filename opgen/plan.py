@@ -121,11 +121,13 @@ REPEAT_MAX_ROW = 32768
 # about 25.7 M elements, one thread: f32 4096 channels +6 %, 200 704 +13 %; bf16 +2 % and
 # +22 %; below, bf16 lost 2-7 % (64 to 2048 channels) where f32 gained up to 5 %.
 PAIRED_ROWS = 4096
-# NXC rows of fewer channels than this, not a whole number of blocks, are taken BLOCK / gcd(C,
-# BLOCK) rows at a time as one row of lcm(C, BLOCK) channels (the channel operands tiled, the
-# sums folded back): otherwise every row ends in a tail, and rows of 3 channels took 30-40
-# times as long per element as rows of 32. Part of the sums' order, so of their bits.
-TILED_CHANNELS = 64
+# NXC rows of C channels, not a whole number of blocks, are taken BLOCK / gcd(C, BLOCK) rows at
+# a time as one row of lcm(C, BLOCK) channels (the channel operands tiled, the sums folded
+# back) where that row has at most this many channels: otherwise every row ends in a tail,
+# and rows of 3 channels took 30-40 times as long per element as rows of 32. Longer tiled
+# rows (129 or 1000 channels, 2064 and 2000 tiled) took BatchNorm 1.2-1.45 times as long
+# (docs/performance-changes.md). Part of the sums' order, so of their bits.
+TILED_CHANNELS = 1024
 # Sum terms exact in float (products of two f16 or bf16 values, say) are added in float, at
 # most FLOAT_RUN of them per float partial sum, before the double sums: converting every term
 # to double costs more than the rest of a PReLU. Where terms can leave f32's range (bf16), a

@@ -231,13 +231,13 @@ def test_float_runs_that_overflow_are_summed_again(row, layout, shape):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
-@pytest.mark.parametrize("channels", [300, 17, 3, 88, 113, plan.SEGMENT_BYTES // 4 + 300])
+@pytest.mark.parametrize("channels", [300, 17, 3, 520, 113, plan.SEGMENT_BYTES // 4 + 300])
 def test_nxc_tensors_past_the_caches(row, channels):
     """NXC tensors bigger than plan.STREAM_BYTES sum their rows in memory order: whole rows
     (with a tail past the last whole block at 300 channels; fewer than a block at 17, whose
     rows are too many an odd number to tile; rows of 3 tiled, 16 as one of 48 channels; the
-    element pass streams its tails with the blocks at 88 and 113, 16-bit rows of 113 not
-    streamed), or
+    element pass streams its tails with the blocks at 520 and 113, too long to tile, 16-bit
+    rows of 113 not streamed), or
     rows longer than plan.SEGMENT_BYTES of float sums segment by segment (plan.SEGMENT
     channels), the last one partly, and a tail; the same bits on 1 and 2 threads, within the
     oracle's bounds."""
@@ -253,15 +253,15 @@ def test_nxc_tensors_past_the_caches(row, channels):
 @pytest.mark.parametrize("row", SPEC.dtypes, ids=lambda r: f"{r['src']}-{r['mean']}")
 @pytest.mark.parametrize(
     "shape",
-    [(4096, 3), (2, 8, 8, 12), (16 * 1500, 1), (3000, 24), (48, 63), (40000, 5), (4001, 5)],
-    ids=["3 channels", "12 channels", "1 channel", "24 channels", "63 channels", "several tiles", "rows left over"],
+    [(4096, 3), (2, 8, 8, 12), (16 * 1500, 1), (3000, 24), (48, 63), (40000, 5), (1000, 100), (4001, 5)],
+    ids=["3", "12", "1", "24", "63", "several tiles", "100", "rows left over"],
 )
 def test_rows_of_few_channels(row, shape):
-    """NXC rows of fewer than plan.TILED_CHANNELS channels, not a whole number of blocks, in a
-    whole number of groups of BLOCK / gcd(C, BLOCK) rows, run each group as one row (the
-    channel inputs tiled, each channel's sums folded back before its values; 4001 rows of 5
-    are not such a number and run as they are): the same bits on 1 and 2 threads, within the
-    oracle's bounds."""
+    """NXC rows of C channels, not a whole number of blocks, in a whole number of groups of
+    BLOCK / gcd(C, BLOCK) rows, run each group as one row of lcm(C, BLOCK) channels, at most
+    plan.TILED_CHANNELS (the channel inputs tiled, each channel's sums folded back before its
+    values; 4001 rows of 5 are not such a number and run as they are): the same bits on 1 and
+    2 threads, within the oracle's bounds."""
     check_threads_and_oracle(rng("bn few channels", row, shape), row, shape, "NXC", (1, 2))
 
 

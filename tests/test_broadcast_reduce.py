@@ -286,16 +286,16 @@ def test_sums_over_several_kernel_calls(dtype, layout, shape):
 
 @pytest.mark.parametrize(
     "shape",
-    [(4099, 3), (2, 8, 9, 12), (16 * 1500 + 7, 1), (3001, 24), (50, 63), (40000, 5), (15, 3)],
-    ids=["3 channels", "12 channels", "1 channel", "24 channels", "63 channels", "several tiles", "too few rows"],
+    [(4099, 3), (2, 8, 9, 12), (16 * 1500 + 7, 1), (3001, 24), (50, 63), (40000, 5), (1003, 100), (15, 3)],
+    ids=["3", "12", "1", "24", "63", "several tiles", "100", "too few rows"],
 )
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_rows_of_few_channels(dtype, shape):
-    """NXC rows of fewer than plan.TILED_CHANNELS channels, not a whole number of blocks, run
-    BLOCK / gcd(C, BLOCK) rows at a time as one row (the slope tiled, each channel's sums
-    folded back), the rows left over as they are (15 rows of 3: all of them): the same bits on
-    1 and 2 threads, diff_src within 1 ulp of the oracle and diff_slope within the stated
-    bound of its sums."""
+    """NXC rows of C channels, not a whole number of blocks, run BLOCK / gcd(C, BLOCK) rows at
+    a time as one row of lcm(C, BLOCK) channels, at most plan.TILED_CHANNELS (the slope tiled,
+    each channel's sums folded back), the rows left over as they are (15 rows of 3: all of
+    them): the same bits on 1 and 2 threads, diff_src within 1 ulp of the oracle and
+    diff_slope within the stated bound of its sums."""
     generator = rng("few channels", dtype, shape)
     src, diff_dst = data(generator, shape, dtype), data(generator, shape, dtype)
     slope = data(generator, shape[-1:], dtype)
@@ -314,14 +314,14 @@ def test_rows_of_few_channels(dtype, shape):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("channels", [300, 17, 88, 113])
+@pytest.mark.parametrize("channels", [300, 17, 520, 113])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_nxc_tensors_past_the_caches(dtype, channels):
     """NXC tensors bigger than plan.STREAM_BYTES run rows in memory order with streamed stores
     (whole rows, a tail past the last whole block when there are 300 channels; rows of 17
     tiled, 16 as one of 272 channels; tails of 8 and 1 streamed with the blocks
-    (opgen_store_part_*) at 88 and 113, except 16-bit rows of 113, not on 4-byte boundaries,
-    which are not streamed), f32 ones
+    (opgen_store_part_*) at 520 and 113, too long to tile, except 16-bit rows of 113, not on
+    4-byte boundaries, which are not streamed), f32 ones
     through a line writer where the rows have no tail. Outputs 16 bytes past a
     cache line, and one element, give the bits of freshly allocated ones on 1 and 2 threads,
     write nothing next to themselves, and match the oracle; an overflowing bf16 group is

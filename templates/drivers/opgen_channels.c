@@ -46,11 +46,11 @@ static void opgen_channels_team(const opgen_channels_loop *loop, int threads, in
 }
 
 /* Rows of few channels (see opgen_channels.h): how many rows make one tiled row, L / C for
- * L = lcm(C, OPGEN_BLOCK); 0 when the rows run as they are (a whole number of blocks, many
- * channels, runs of repeated channels, or fewer rows than that). */
+ * L = lcm(C, OPGEN_BLOCK); 0 when the rows run as they are (a whole number of blocks, L over
+ * OPGEN_TILED_CHANNELS, runs of repeated channels, or fewer rows than L / C). */
 static int64_t opgen_channels_tiled(int64_t outer, int64_t channels, int64_t repeat)
 {
-    if (repeat != 1 || channels <= 0 || channels >= OPGEN_TILED_CHANNELS || channels % OPGEN_BLOCK == 0) {
+    if (repeat != 1 || channels <= 0 || channels > OPGEN_TILED_CHANNELS || channels % OPGEN_BLOCK == 0) {
         return 0;
     }
     int64_t divisor = channels, other = OPGEN_BLOCK;
@@ -60,7 +60,7 @@ static int64_t opgen_channels_tiled(int64_t outer, int64_t channels, int64_t rep
         other = rest;
     }
     const int64_t rows = OPGEN_BLOCK / divisor;
-    return outer >= rows ? rows : 0;
+    return outer >= rows && channels * rows <= OPGEN_TILED_CHANNELS ? rows : 0;
 }
 
 /* `call` with `rows` of its rows as one (opgen_channels_tiled): its channel inputs tiled into

@@ -36,9 +36,9 @@
  * the partial sums of each tile of rows.
  *
  * Rows of few channels (nxc, both patterns; opgen_channels_tiled): C channels, not a whole
- * number of blocks, fewer than OPGEN_TILED_CHANNELS. Every row would end in a tail, so the
- * driver runs the microkernels on rows of L = lcm(C, OPGEN_BLOCK) channels instead, L / C rows
- * at a time: channel v of such a row is channel v % C (`period`), the channel inputs tiled to
+ * number of blocks, where L = lcm(C, OPGEN_BLOCK) is at most OPGEN_TILED_CHANNELS. Every row
+ * would end in a tail, so the driver runs the microkernels on rows of L channels instead, L / C
+ * rows at a time: channel v of such a row is channel v % C (`period`), the channel inputs tiled to
  * L values in the workspace, the sums of a channel's L / C copies folded in copy order. A
  * broadcast_reduce call's rows left over (fewer than L / C) run after, as they are;
  * reduce_then_apply tiles only a whole number of such rows. Which rows tile is fixed by the
