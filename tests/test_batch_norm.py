@@ -295,12 +295,18 @@ def test_ncx_short_units_past_the_caches(row):
         # rows enough for tiles of rows (no split), channels enough for the element pass to
         # take two rows at a time (OPGEN_PAIRED_ROWS): an odd row left, a channel tail
         ((33, plan.PAIRED_ROWS + 3), "NXC"),
+        # one tile of rows on several threads: pass 1 in ranges of whole blocks of channels,
+        # one a thread (64 channels; 37, the last range with a tail; 40, tiled rows of 80)
+        ((784, 64), "NXC"),
+        ((1000, 37), "NXC"),
+        ((300, 40), "NXC"),
     ],
-    ids=["reread", "streamed", "long ranges", "repeat", "paired"],
+    ids=["reread", "streamed", "long ranges", "repeat", "paired", "one tile", "one tile, a tail", "one tile, tiled"],
 )
 def test_few_rows_of_many_channels(row, shape, layout):
-    """Shapes with many channels, most of which split by channels (opgen_split_channels):
-    within the oracle's bounds, and the same bits on 1, 2 and 3 threads."""
+    """Shapes with many channels, most of which split by channels (opgen_split_channels), or
+    whose one tile of rows sums by channel ranges on several threads: within the oracle's
+    bounds, and the same bits on 1, 2 and 3 threads."""
     check_threads_and_oracle(rng("bn few rows", row, shape, layout), row, shape, layout, (1, 2, 3))
 
 

@@ -313,6 +313,30 @@ def test_rows_of_few_channels(dtype, shape):
     assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
 
 
+@pytest.mark.parametrize("shape", [(8, 3, 56 * 56), (4, 24, 1000), (2, 40, 777)], ids=["3", "24", "40"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_one_tile_of_few_channels_on_threads(dtype, shape):
+    """NCX tensors of one tile of units on two threads cut its channels in two parts (whole
+    blocks where each part gets one, else evenly): the same bits on 1, 2 and 3 threads,
+    within the oracle's bounds."""
+    generator = rng("one tile", dtype, shape)
+    src, diff_dst = data(generator, shape, dtype), data(generator, shape, dtype)
+    slope = data(generator, shape[1:2], dtype)
+    results = []
+    for count in (1, 2, 3):
+        with threads_set_to(count):
+            results.append(opgen.prelu_backward(src, slope, diff_dst, data_format="NCX"))
+    for other in results[1:]:
+        for first, again in zip(results[0], other):
+            assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), "threads changed bits"
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
+    assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
+    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NCX"}
+    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
+    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // shape[1])
+    assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("channels", [300, 17, 520, 113])
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])

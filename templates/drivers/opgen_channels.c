@@ -120,17 +120,25 @@ static void opgen_channels_ncx_tile(const opgen_channels_loop *loop, int64_t til
     }
 }
 
-/* Part `index % parts` of ncx tile `index / parts` (split_units): that part of the channels
- * (whole blocks), in every unit of the tile. A channel's units reach its partial sum in the
- * same order as in the whole tile, so the sums do not change; the parts write apart, each
- * zeroing its own channels. */
+/* The first channel of part `part` of `parts`: whole blocks where every part gets one (their
+ * partial sums then lie on cache lines apart), else an even split. (In whole blocks, 3 or 24
+ * channels went to the last of two parts alone: one thread did the tile.) */
+static int64_t opgen_channels_part_first(int64_t channels, int64_t parts, int64_t part)
+{
+    return channels / OPGEN_BLOCK >= parts ? opgen_range_first(channels, parts, part) : channels * part / parts;
+}
+
+/* Part `index % parts` of ncx tile `index / parts` (split_units): that part of the channels,
+ * in every unit of the tile. A channel's units reach its partial sum in the same order as in
+ * the whole tile, so the sums do not change; the parts write apart, each zeroing its own
+ * channels. */
 static void opgen_channels_ncx_part(const opgen_channels_loop *loop, int64_t index)
 {
     const opgen_channels_call *call = loop->call;
     const int64_t channels = call->channels;
-    const int64_t tile = index / loop->parts;
-    const int64_t first = opgen_range_first(channels, loop->parts, index % loop->parts);
-    const int64_t last = opgen_range_last(channels, loop->parts, index % loop->parts);
+    const int64_t tile = index / loop->parts, part = index % loop->parts;
+    const int64_t first = opgen_channels_part_first(channels, loop->parts, part);
+    const int64_t last = part + 1 == loop->parts ? channels : opgen_channels_part_first(channels, loop->parts, part + 1);
     double *partial = loop->call->workspace + tile * loop->kernel->sum_count * channels;
     for (int s = 0; s < loop->kernel->sum_count; ++s) {
         for (int64_t channel = first; channel < last; ++channel) {
@@ -423,8 +431,15 @@ static void opgen_channels_twice(const opgen_channels_twice_kernel *kernel, cons
         opgen_channels_team(&loop, threads, loop.ranges, opgen_channels_both_passes);
         return;
     }
+    if (!loop.split_units && loop.tiles == 1 && loop.threads > 1 && !call.stream && channels >= 2 * OPGEN_BLOCK) {
+        /* one tile of rows, threads to spare: pass 1 in ranges of whole blocks of channels over
+         * every row, one a thread. A channel's sums do not depend on its range: the same bits
+         * as one thread's. */
+        loop.split_units = 1;
+        loop.ranges = opgen_min(loop.threads, channels / OPGEN_BLOCK);
+    }
     /* pass 1: partial sums per tile of rows (or, see opgen_split_channels, per range of channels) */
-    opgen_channels_team(&loop, threads, loop.ranges, opgen_channels_sums_of);
+    opgen_channels_team(&loop, (int)opgen_min(loop.threads, loop.ranges), loop.ranges, opgen_channels_sums_of);
     /* the partial sums, in tile order */
     double *const sums = call.workspace;
     const int64_t slots = kernel->sum_count * channels;
