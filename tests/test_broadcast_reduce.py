@@ -38,6 +38,30 @@ def prelu_row(dtype: str) -> dict[str, str]:
     return next(row for row in SPEC_PRELU.dtypes if row["src"] == dtype)
 
 
+def assert_prelu_near_oracle(got, src, slope, diff_dst, layout, dtype, what):
+    """PReLU's outputs `got` against the oracle: diff_src within 1 ulp, diff_slope within the
+    stated bound of its sums (src.size // slope.size terms each)."""
+    expected = oracle.prelu_backward(src, slope, diff_dst, data_format=layout)
+    assert_ulps(got[0], expected[0], dtype, 1, f"{what} diff_src")
+    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": layout}
+    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
+    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // slope.size)
+    assert_within(got[1], expected[1], dtype, bound, f"{what} diff_slope")
+
+
+def prelu_on_threads(counts, src, slope, diff_dst, layout):
+    """PReLU's outputs on each thread count of `counts`, which must give the same bits: the
+    first count's."""
+    results = []
+    for count in counts:
+        with threads_set_to(count):
+            results.append(opgen.prelu_backward(src, slope, diff_dst, data_format=layout))
+    for count, other in zip(counts[1:], results[1:]):
+        for first, again in zip(results[0], other):
+            assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), f"{count} threads changed bits"
+    return results[0]
+
+
 B = BLOCK
 SHAPES = [
     (5,),
@@ -249,12 +273,7 @@ def test_rows_of_many_channels(dtype, shape):
             moved[-1][...] = array
         for got, got_moved in zip(one, opgen.prelu_backward(*moved, data_format="NXC")):
             assert np.array_equal(got.view(np.uint8), got_moved.view(np.uint8)), f"inputs {offset} bytes past a line"
-    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NXC")
-    assert_ulps(one[0], expected[0], dtype, 1, f"{dtype} diff_src")
-    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
-    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, shape[0])
-    assert_within(one[1], expected[1], dtype, bound, f"{dtype} diff_slope")
+    assert_prelu_near_oracle(one, src, slope, diff_dst, "NXC", dtype, dtype)
 
 
 @pytest.mark.parametrize("shape", [(3, 5, CHANNEL_SPLIT + 37), (3, 40, 67)])
@@ -276,12 +295,7 @@ def test_sums_over_several_kernel_calls(dtype, layout, shape):
                 for name, got, alone in zip(("diff_src", "diff_slope"), whole, part):
                     message = f"{count} threads, index {index}: {name} differs from its own call"
                     assert np.array_equal(got[index].view(np.uint8), alone.view(np.uint8)), message
-    expected = oracle.prelu_backward(src, slope, diff_dst, data_format=layout)
-    assert_ulps(whole[0], expected[0], dtype, 1, f"{dtype} {layout} diff_src")
-    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": layout}
-    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // slope.size)
-    assert_within(whole[1], expected[1], dtype, bound, f"{dtype} {layout} diff_slope")
+    assert_prelu_near_oracle(whole, src, slope, diff_dst, layout, dtype, f"{dtype} {layout}")
 
 
 @pytest.mark.parametrize(
@@ -299,18 +313,8 @@ def test_rows_of_few_channels(dtype, shape):
     generator = rng("few channels", dtype, shape)
     src, diff_dst = data(generator, shape, dtype), data(generator, shape, dtype)
     slope = data(generator, shape[-1:], dtype)
-    results = []
-    for count in (1, 2):
-        with threads_set_to(count):
-            results.append(opgen.prelu_backward(src, slope, diff_dst, data_format="NXC"))
-    for first, again in zip(*results):
-        assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), "threads changed bits"
-    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NXC")
-    assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
-    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
-    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // shape[-1])
-    assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
+    got = prelu_on_threads((1, 2), src, slope, diff_dst, "NXC")
+    assert_prelu_near_oracle(got, src, slope, diff_dst, "NXC", dtype, f"{dtype} {shape}")
 
 
 @pytest.mark.parametrize("shape", [(8, 3, 56 * 56), (4, 24, 1000), (2, 40, 777)], ids=["3", "24", "40"])
@@ -322,19 +326,8 @@ def test_one_tile_of_few_channels_on_threads(dtype, shape):
     generator = rng("one tile", dtype, shape)
     src, diff_dst = data(generator, shape, dtype), data(generator, shape, dtype)
     slope = data(generator, shape[1:2], dtype)
-    results = []
-    for count in (1, 2, 3):
-        with threads_set_to(count):
-            results.append(opgen.prelu_backward(src, slope, diff_dst, data_format="NCX"))
-    for other in results[1:]:
-        for first, again in zip(results[0], other):
-            assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), "threads changed bits"
-    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
-    assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
-    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NCX"}
-    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // shape[1])
-    assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
+    got = prelu_on_threads((1, 2, 3), src, slope, diff_dst, "NCX")
+    assert_prelu_near_oracle(got, src, slope, diff_dst, "NCX", dtype, f"{dtype} {shape}")
 
 
 @pytest.mark.slow
@@ -373,12 +366,7 @@ def test_nxc_tensors_past_the_caches(dtype, channels):
     for other in results[1:]:
         for first, again in zip(results[0], other):
             assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), "threads or alignment changed bits"
-    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NXC")
-    assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
-    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NXC"}
-    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, shape[0])
-    assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
+    assert_prelu_near_oracle(results[0], src, slope, diff_dst, "NXC", dtype, f"{dtype} {shape}")
 
 
 @pytest.mark.slow
@@ -410,9 +398,4 @@ def test_ncx_tensors_past_the_caches(dtype, shape):
     for (count, step), other in zip(steps[1:], results[1:]):
         for first, again in zip(results[0], other):
             assert np.array_equal(first.view(np.uint8), again.view(np.uint8)), f"{count} threads, step {step}: new bits"
-    expected = oracle.prelu_backward(src, slope, diff_dst, data_format="NCX")
-    assert_ulps(results[0][0], expected[0], dtype, 1, f"{dtype} {shape} diff_src")
-    arrays, kwargs = {"src": src, "slope": slope, "diff_dst": diff_dst}, {"data_format": "NCX"}
-    abs_sum = sum_magnitudes(SPEC_PRELU, oracle.prelu_backward, arrays, kwargs)[1]
-    bound = stated_bound(SPEC_PRELU, prelu_row(dtype), "diff_slope", abs_sum, src.size // slope.size)
-    assert_within(results[0][1], expected[1], dtype, bound, f"{dtype} {shape} diff_slope")
+    assert_prelu_near_oracle(results[0], src, slope, diff_dst, "NCX", dtype, f"{dtype} {shape}")
