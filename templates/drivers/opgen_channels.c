@@ -63,6 +63,17 @@ static int64_t opgen_channels_tiled(int64_t outer, int64_t channels, int64_t rep
     return outer >= rows && channels * rows <= OPGEN_TILED_CHANNELS ? rows : 0;
 }
 
+/* Channel `channel`'s sum over its `copies` copies in a tiled row, `period` apart (the sums of
+ * one sum's channels from `sums` on), added in copy order. */
+static double opgen_channels_copies_total(const double *sums, int64_t period, int64_t copies, int64_t channel)
+{
+    double total = sums[channel];
+    for (int64_t copy = 1; copy < copies; ++copy) {
+        total += sums[copy * period + channel];
+    }
+    return total;
+}
+
 /* `call` with `rows` of its rows as one (opgen_channels_tiled): its channel inputs tiled into
  * `room` (as many doubles as the tiled row has channels, an operand), its channel outputs
  * given room there too where `outputs`; `tensors` holds the tiled call's operands. */
@@ -281,13 +292,8 @@ static void opgen_channels_run_tiled(const opgen_channels_kernel *kernel, const 
     opgen_channels_call tiled = opgen_channels_tile(&kernel->operands, call, rows, tensors, room, 0);
     opgen_channels_sum_tiles(kernel, &tiled); /* not split (opgen_channels_rows_tiled) */
     for (int s = 0; s < kernel->sum_count; ++s) {
-        const double *copies = tiled.workspace + s * length;
         for (int64_t channel = 0; channel < channels; ++channel) {
-            double total = copies[channel];
-            for (int64_t copy = 1; copy < rows; ++copy) {
-                total += copies[copy * channels + channel];
-            }
-            sums[s * channels + channel] = total;
+            sums[s * channels + channel] = opgen_channels_copies_total(tiled.workspace + s * length, channels, rows, channel);
         }
     }
     if (tiled_rows < call->outer) {
@@ -456,10 +462,7 @@ static void opgen_channels_twice(const opgen_channels_twice_kernel *kernel, cons
     for (int64_t sum = 0; call.period > 0 && sum < kernel->sum_count; ++sum) {
         double *const copies = sums + sum * channels;
         for (int64_t channel = 0; channel < call.period; ++channel) {
-            double total = copies[channel];
-            for (int64_t copy = 1; copy < repeat; ++copy) {
-                total += copies[copy * call.period + channel];
-            }
+            const double total = opgen_channels_copies_total(copies, call.period, repeat, channel);
             for (int64_t copy = 0; copy < repeat; ++copy) {
                 copies[copy * call.period + channel] = total;
             }
