@@ -187,7 +187,7 @@
 #define OPGEN_FOR
 #endif
 
-/* This thread's number in the team of a team_loop for `threads` (0 when it runs on one). */
+/* This thread's number in the team of opgen_team_shares for `threads` (0 when it runs on one). */
 static inline int opgen_team_member(int threads)
 {
 #if defined(_OPENMP)

@@ -11,47 +11,60 @@
  */
 #include "opgen.h"
 #include "opgen_internal.h"
+#include "opgen_team.h"
+
+/* The operands of one opgen_narrow_f32 call, for its threads' shares */
+typedef struct {
+    const double *sums;
+    float *out;
+} opgen_narrow_f32_call;
+
+/* blocks [first, last) of a call: each sum rounded to f32, then stored as f32 */
+static void opgen_narrow_f32_blocks(const void *context, int64_t first, int64_t last)
+{
+    const opgen_narrow_f32_call *call = (const opgen_narrow_f32_call *)context;
+    const int stream = 0;
+    for (int64_t block = first; block < last; ++block) {
+        const int64_t index = block * OPGEN_BLOCK;
+        float values[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            values[lane] = (float)call->sums[index + lane];
+        }
+        opgen_store_block_f32(call->out + index, values, stream);
+    }
+}
 
 /* opgen_narrow_f32: each sum rounded to f32, then stored as f32 */
 void OPGEN_KERNEL(opgen_narrow_f32)(const double *OPGEN_RESTRICT sums, float *OPGEN_RESTRICT out, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
-    const int stream = 0;
-    const int threads = opgen_threads_for(count);
-    (void)threads;
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
-                float values[OPGEN_BLOCK];
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    values[lane] = (float)sums[index + lane];
-                }
-                opgen_store_block_f32(out + index, values, stream);
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)sums[index + lane];
-            }
-            opgen_store_block_f32(out + index, values, stream);
-        }
-        opgen_fence();
-    }
-
+    const opgen_narrow_f32_call call = { sums, out };
+    opgen_team_shares((int)opgen_min(opgen_threads_for(count), blocks), 0, blocks, opgen_narrow_f32_blocks, &call);
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         out[index] = (float)sums[index];
+    }
+}
+
+/* The operands of one opgen_narrow_f16 call, for its threads' shares */
+typedef struct {
+    const double *sums;
+    opgen_f16 *out;
+} opgen_narrow_f16_call;
+
+/* blocks [first, last) of a call: each sum rounded to f32, then stored as f16 */
+static void opgen_narrow_f16_blocks(const void *context, int64_t first, int64_t last)
+{
+    const opgen_narrow_f16_call *call = (const opgen_narrow_f16_call *)context;
+    const int stream = 0;
+    for (int64_t block = first; block < last; ++block) {
+        const int64_t index = block * OPGEN_BLOCK;
+        float values[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            values[lane] = (float)call->sums[index + lane];
+        }
+        opgen_store_block_f16(call->out + index, values, stream);
     }
 }
 
@@ -59,42 +72,32 @@ void OPGEN_KERNEL(opgen_narrow_f32)(const double *OPGEN_RESTRICT sums, float *OP
 void OPGEN_KERNEL(opgen_narrow_f16)(const double *OPGEN_RESTRICT sums, opgen_f16 *OPGEN_RESTRICT out, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
-    const int stream = 0;
-    const int threads = opgen_threads_for(count);
-    (void)threads;
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
-                float values[OPGEN_BLOCK];
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    values[lane] = (float)sums[index + lane];
-                }
-                opgen_store_block_f16(out + index, values, stream);
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)sums[index + lane];
-            }
-            opgen_store_block_f16(out + index, values, stream);
-        }
-        opgen_fence();
-    }
-
+    const opgen_narrow_f16_call call = { sums, out };
+    opgen_team_shares((int)opgen_min(opgen_threads_for(count), blocks), 0, blocks, opgen_narrow_f16_blocks, &call);
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         out[index] = opgen_f32_to_f16((float)sums[index]);
+    }
+}
+
+/* The operands of one opgen_narrow_bf16 call, for its threads' shares */
+typedef struct {
+    const double *sums;
+    opgen_bf16 *out;
+} opgen_narrow_bf16_call;
+
+/* blocks [first, last) of a call: each sum rounded to f32, then stored as bf16 */
+static void opgen_narrow_bf16_blocks(const void *context, int64_t first, int64_t last)
+{
+    const opgen_narrow_bf16_call *call = (const opgen_narrow_bf16_call *)context;
+    const int stream = 0;
+    for (int64_t block = first; block < last; ++block) {
+        const int64_t index = block * OPGEN_BLOCK;
+        float values[OPGEN_BLOCK];
+        OPGEN_SIMD
+        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+            values[lane] = (float)call->sums[index + lane];
+        }
+        opgen_store_block_bf16(call->out + index, values, stream);
     }
 }
 
@@ -102,40 +105,8 @@ void OPGEN_KERNEL(opgen_narrow_f16)(const double *OPGEN_RESTRICT sums, opgen_f16
 void OPGEN_KERNEL(opgen_narrow_bf16)(const double *OPGEN_RESTRICT sums, opgen_bf16 *OPGEN_RESTRICT out, int64_t count)
 {
     const int64_t blocks = count / OPGEN_BLOCK;
-    const int stream = 0;
-    const int threads = opgen_threads_for(count);
-    (void)threads;
-#if defined(_OPENMP)
-    if (threads > 1) {
-        OPGEN_PARALLEL(threads)
-        {
-            OPGEN_FOR
-            for (int64_t block = 0; block < blocks; ++block) {
-                const int64_t index = block * OPGEN_BLOCK;
-                float values[OPGEN_BLOCK];
-                OPGEN_SIMD
-                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                    values[lane] = (float)sums[index + lane];
-                }
-                opgen_store_block_bf16(out + index, values, stream);
-            }
-            opgen_fence();
-        }
-    } else
-#endif
-    {
-        for (int64_t block = 0; block < blocks; ++block) {
-            const int64_t index = block * OPGEN_BLOCK;
-            float values[OPGEN_BLOCK];
-            OPGEN_SIMD
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                values[lane] = (float)sums[index + lane];
-            }
-            opgen_store_block_bf16(out + index, values, stream);
-        }
-        opgen_fence();
-    }
-
+    const opgen_narrow_bf16_call call = { sums, out };
+    opgen_team_shares((int)opgen_min(opgen_threads_for(count), blocks), 0, blocks, opgen_narrow_bf16_blocks, &call);
     for (int64_t index = blocks * OPGEN_BLOCK; index < count; ++index) {
         out[index] = opgen_f32_to_bf16((float)sums[index]);
     }

@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Required, TypedDict, cast
+from typing import Literal, Required, TypedDict, cast
 
 from opgen import binary, expr, float_range, lines
 from opgen.binary import BinaryKernel
@@ -265,7 +265,7 @@ class KernelPlan(Signature):
 @dataclass(frozen=True)
 class KernelInput:
     """What the templates read of an input of a channel-pattern kernel: how it loads in each
-    type (`@`: the index), and which math sections read it."""
+    type (`load`), and which math sections read it."""
 
     name: str
     kind: str  # "tensor" or "channel" ("tensor" for every input in form full)
@@ -274,6 +274,7 @@ class KernelInput:
     default_compute: str  # the default as a literal of the compute type ("" with none)
     default_acc: str
     default_float: str
+    # its element `@` loaded as the compute type, f32, the accumulation type: through `load`
     load_compute: str
     load_float: str
     load_acc: str
@@ -284,6 +285,11 @@ class KernelInput:
     in_loop: bool  # read by the elements or the sums: the pass that loops over elements
     in_channel: bool  # read by math.channel or math.after (per-channel values)
     in_sums_only: bool
+
+    def load(self, type_: Literal["compute", "float", "acc"], at: str) -> str:
+        """Its element `at` (a C index expression) loaded as `type_`."""
+        pattern = {"compute": self.load_compute, "float": self.load_float, "acc": self.load_acc}[type_]
+        return pattern.replace("@", at)
 
 
 @dataclass(frozen=True)

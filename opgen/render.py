@@ -16,19 +16,22 @@ import jinja2
 
 from opgen import bundle, c_api, float_range, plan
 from opgen.specs import MAX_LINE_VALUES, MAX_RANK, DTypeTable, OpSpec, SpecError, load_specs
+from opgen.sum_slots import sum_slots
 
 BUNDLED_SPECS = bundle.SPECS
 BUNDLED_TEMPLATES = bundle.TEMPLATES
 BUNDLED_OUTPUT = bundle.OUTPUT
-# Hand-written C in templates/drivers/, copied into builds that have ops of their pattern.
+# Hand-written C in templates/drivers/: the thread team, which opgen's own functions use, copied
+# into every build; the others into builds that have ops of their pattern.
+CORE_DRIVERS = ("opgen_team.h",)
 PATTERN_DRIVERS = {
-    "elementwise": ("opgen_team.h", "opgen_map.h", "opgen_map.c"),
+    "elementwise": ("opgen_map.h", "opgen_map.c"),
     "along_axes": ("opgen_lines.h", "opgen_lines.c"),
-    "broadcast_reduce": ("opgen_team.h", "opgen_channels.h", "opgen_channels.c", "opgen_map.h", "opgen_map.c"),
-    "reduce_then_apply": ("opgen_team.h", "opgen_channels.h", "opgen_channels.c"),
+    "broadcast_reduce": ("opgen_channels.h", "opgen_channels.c", "opgen_map.h", "opgen_map.c"),
+    "reduce_then_apply": ("opgen_channels.h", "opgen_channels.c"),
     "binary": ("opgen_binary.h", "opgen_binary.c"),
 }
-DRIVERS = tuple(dict.fromkeys(name for names in PATTERN_DRIVERS.values() for name in names))
+DRIVERS = CORE_DRIVERS + tuple(dict.fromkeys(name for names in PATTERN_DRIVERS.values() for name in names))
 
 
 class RenderError(RuntimeError):
@@ -81,6 +84,7 @@ def environment(template_dir: Path) -> jinja2.Environment:
     env.filters["comment_text"] = comment_text
     env.filters["spliced"] = spliced
     env.globals["zip"] = zip
+    env.globals["sum_slots"] = sum_slots
     return env
 
 
@@ -238,6 +242,8 @@ def _source_files(
         files[f"{name}.c"] = _render(env, template, **settings)
         for target in compiled_targets:
             files[f"{name}__{target['name']}.c"] = _render(env, "target.c.j2", op=name, target=target)
+    for name in CORE_DRIVERS:
+        files[name] = (template_dir / "drivers" / name).read_text()
     for pattern, names in PATTERN_DRIVERS.items():
         if any(spec.pattern == pattern for spec in specs):
             # the hand-written driver of the pattern's ops, copied as it is
