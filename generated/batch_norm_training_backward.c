@@ -105,10 +105,8 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const fl
         opgen_sums_start_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-         * that many blocks per chain share a run with the next rows' units (run_rows in
-         * all). A run per unit (zeroed, checked and added to the double sums every 49
-         * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half that
+         * many blocks per chain share a run with the next rows' (run_rows rows in all) */
         const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
         const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
         if (run_rows >= 2) {
@@ -121,8 +119,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const fl
                 for (int64_t row = row_first; row < row_last; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
-                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    /* written out, OPGEN_CHAINS blocks at a time, then the rest: block j adds to chain j % OPGEN_CHAINS */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
                         batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
@@ -163,8 +160,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const fl
                     opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
                     opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
-                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    /* written out, OPGEN_CHAINS blocks at a time, then the rest: block j adds to chain j % OPGEN_CHAINS */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
                         batch_norm_training_backward_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
@@ -238,7 +234,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f32_ncx_channels_of(const fl
 
 static void batch_norm_training_backward_f32_ncx_channels(const opgen_channels_call *call, int64_t first, int64_t last)
 {
-    batch_norm_training_backward_f32_ncx_channels_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+    if (call->stream) {
+        batch_norm_training_backward_f32_ncx_channels_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 1, first, last);
+    } else {
+        batch_norm_training_backward_f32_ncx_channels_of((const float *)call->tensors[0], (const float *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (float *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 0, first, last);
+    }
 }
 
 /* batch_norm_training_backward_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -692,10 +692,8 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(con
         opgen_sums_start_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-         * that many blocks per chain share a run with the next rows' units (run_rows in
-         * all). A run per unit (zeroed, checked and added to the double sums every 49
-         * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half that
+         * many blocks per chain share a run with the next rows' (run_rows rows in all) */
         const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
         const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
         if (run_rows >= 2) {
@@ -708,8 +706,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(con
                 for (int64_t row = row_first; row < row_last; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
-                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    /* written out, OPGEN_CHAINS blocks at a time, then the rest: block j adds to chain j % OPGEN_CHAINS */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
                         batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
@@ -750,8 +747,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(con
                     opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
                     opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
-                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    /* written out, OPGEN_CHAINS blocks at a time, then the rest: block j adds to chain j % OPGEN_CHAINS */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
                         batch_norm_training_backward_bf16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
@@ -841,7 +837,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_f32_ncx_channels_of(con
 
 static void batch_norm_training_backward_bf16_f32_ncx_channels(const opgen_channels_call *call, int64_t first, int64_t last)
 {
-    batch_norm_training_backward_bf16_f32_ncx_channels_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+    if (call->stream) {
+        batch_norm_training_backward_bf16_f32_ncx_channels_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 1, first, last);
+    } else {
+        batch_norm_training_backward_bf16_f32_ncx_channels_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 0, first, last);
+    }
 }
 
 /* batch_norm_training_backward_bf16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -1295,10 +1295,8 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const o
         opgen_sums_start_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-         * that many blocks per chain share a run with the next rows' units (run_rows in
-         * all). A run per unit (zeroed, checked and added to the double sums every 49
-         * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half that
+         * many blocks per chain share a run with the next rows' (run_rows rows in all) */
         const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
         const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
         if (run_rows >= 2) {
@@ -1311,8 +1309,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const o
                 for (int64_t row = row_first; row < row_last; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
-                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    /* written out, OPGEN_CHAINS blocks at a time, then the rest: block j adds to chain j % OPGEN_CHAINS */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
                         batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
@@ -1353,8 +1350,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const o
                     opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
                     opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
-                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    /* written out, OPGEN_CHAINS blocks at a time, then the rest: block j adds to chain j % OPGEN_CHAINS */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
                         batch_norm_training_backward_bf16_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
@@ -1444,7 +1440,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_bf16_ncx_channels_of(const o
 
 static void batch_norm_training_backward_bf16_ncx_channels(const opgen_channels_call *call, int64_t first, int64_t last)
 {
-    batch_norm_training_backward_bf16_ncx_channels_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+    if (call->stream) {
+        batch_norm_training_backward_bf16_ncx_channels_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 1, first, last);
+    } else {
+        batch_norm_training_backward_bf16_ncx_channels_of((const opgen_bf16 *)call->tensors[0], (const opgen_bf16 *)call->tensors[1], (const opgen_bf16 *)call->tensors[2], (const opgen_bf16 *)call->tensors[3], (const opgen_bf16 *)call->tensors[4], call->numbers[0], (opgen_bf16 *)call->tensors[5], (opgen_bf16 *)call->tensors[6], (opgen_bf16 *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 0, first, last);
+    }
 }
 
 /* batch_norm_training_backward_bf16_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
@@ -1898,10 +1898,8 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(cons
         opgen_sums_start_double(sum_diff_dst_centered_lanes, OPGEN_CHAINS * OPGEN_BLOCK);
         double sum_diff_dst_centered_acc = 0;
         /* pass 1: sums; lane l of every block adds to partial sum l, tails to the total */
-        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half
-         * that many blocks per chain share a run with the next rows' units (run_rows in
-         * all). A run per unit (zeroed, checked and added to the double sums every 49
-         * elements at 7x7) cost 32x512x7x7 in cache 30 % (f32) and 40 % (bf16). */
+        /* float runs take at most OPGEN_FLOAT_RUN terms a lane: units of at most half that
+         * many blocks per chain share a run with the next rows' (run_rows rows in all) */
         const int64_t chain_blocks = (inner / OPGEN_BLOCK + OPGEN_CHAINS - 1) / OPGEN_CHAINS;
         const int64_t run_rows = OPGEN_FLOAT_RUN / (chain_blocks + (chain_blocks == 0));
         if (run_rows >= 2) {
@@ -1914,8 +1912,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(cons
                 for (int64_t row = row_first; row < row_last; ++row) {
                     const int64_t base = (row * channels + channel) * inner;
                     int64_t index = 0;
-                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    /* written out, OPGEN_CHAINS blocks at a time, then the rest: block j adds to chain j % OPGEN_CHAINS */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= inner; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
                         batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
@@ -1956,8 +1953,7 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(cons
                     opgen_sums_start_float(sum_diff_dst_run, OPGEN_CHAINS * OPGEN_BLOCK);
                     float sum_diff_dst_centered_run[OPGEN_CHAINS * OPGEN_BLOCK];
                     opgen_sums_start_float(sum_diff_dst_centered_run, OPGEN_CHAINS * OPGEN_BLOCK);
-                    /* OPGEN_CHAINS blocks at a time (written out, so the partial sums can stay in registers),
-                     * then the last few: block j of the run adds to chain j % OPGEN_CHAINS either way */
+                    /* written out, OPGEN_CHAINS blocks at a time, then the rest: block j adds to chain j % OPGEN_CHAINS */
                     for (; index + OPGEN_CHAINS * OPGEN_BLOCK <= run_last; index += OPGEN_CHAINS * OPGEN_BLOCK) {
                         batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 0 * OPGEN_BLOCK, sum_diff_dst_run + 0 * OPGEN_BLOCK, sum_diff_dst_centered_run + 0 * OPGEN_BLOCK);
                         batch_norm_training_backward_f16_f32_ncx_sum_block(src, diff_dst, mean, variance, gamma, epsilon, diff_src, diff_gamma, diff_beta, workspace, outer, channels, inner, stream, channel, base + index + 1 * OPGEN_BLOCK, sum_diff_dst_run + 1 * OPGEN_BLOCK, sum_diff_dst_centered_run + 1 * OPGEN_BLOCK);
@@ -2047,7 +2043,11 @@ OPGEN_MICROKERNEL void batch_norm_training_backward_f16_f32_ncx_channels_of(cons
 
 static void batch_norm_training_backward_f16_f32_ncx_channels(const opgen_channels_call *call, int64_t first, int64_t last)
 {
-    batch_norm_training_backward_f16_f32_ncx_channels_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, call->stream, first, last);
+    if (call->stream) {
+        batch_norm_training_backward_f16_f32_ncx_channels_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 1, first, last);
+    } else {
+        batch_norm_training_backward_f16_f32_ncx_channels_of((const opgen_f16 *)call->tensors[0], (const opgen_f16 *)call->tensors[1], (const float *)call->tensors[2], (const float *)call->tensors[3], (const float *)call->tensors[4], call->numbers[0], (opgen_f16 *)call->tensors[5], (float *)call->tensors[6], (float *)call->tensors[7], call->workspace, call->outer, call->channels, call->inner, 0, first, last);
+    }
 }
 
 /* batch_norm_training_backward_f16_f32_ncx: Batch-norm training gradient with batch statistics, per channel c over its M = N * spatial elements: diff_beta = sum(diff_dst), diff_gamma = sum(diff_dst * x_hat), diff_src = gamma * inv_std * (diff_dst - diff_beta / M - x_hat * diff_gamma / M).
