@@ -193,10 +193,13 @@ static void layer_norm_f32_after_2(const opgen_lines_call *call, int64_t line, d
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
-/* the elements of a contiguous line */
-static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                           double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -239,7 +242,7 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, call->stream);
+        opgen_store_block_f32(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -272,7 +275,16 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        layer_norm_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -552,10 +564,13 @@ static void layer_norm_bf16_f32_after_2(const opgen_lines_call *call, int64_t li
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
-/* the elements of a contiguous line */
-static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -598,7 +613,7 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, call->stream);
+        opgen_store_block_bf16(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -631,7 +646,16 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_bf16_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        layer_norm_bf16_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -911,10 +935,13 @@ static void layer_norm_bf16_after_2(const opgen_lines_call *call, int64_t line, 
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
-/* the elements of a contiguous line */
-static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                            double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *gamma = (const opgen_bf16 *)call->tensors[1];
@@ -957,7 +984,7 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, call->stream);
+        opgen_store_block_bf16(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -990,7 +1017,16 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_bf16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        layer_norm_bf16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -1270,10 +1306,13 @@ static void layer_norm_f16_f32_after_2(const opgen_lines_call *call, int64_t lin
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
-/* the elements of a contiguous line */
-static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                               double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -1316,7 +1355,7 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
             const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, call->stream);
+        opgen_store_block_f16(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -1349,7 +1388,16 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
             const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_f16_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        layer_norm_f16_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 

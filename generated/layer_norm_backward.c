@@ -167,10 +167,13 @@ static void layer_norm_backward_f32_after_1(const opgen_lines_call *call, int64_
     values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
-/* the elements of a contiguous line, and its terms of the sums across lines */
-static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line, and its terms of the sums across lines; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                    double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     const float *diff_dst = (const float *)call->tensors[1] + line * length;
@@ -218,7 +221,7 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_f32(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -254,7 +257,16 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_backward_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        layer_norm_backward_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -541,10 +553,13 @@ static void layer_norm_backward_bf16_f32_after_1(const opgen_lines_call *call, i
     values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
-/* the elements of a contiguous line, and its terms of the sums across lines */
-static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line, and its terms of the sums across lines; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                         double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -592,7 +607,7 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_bf16(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -628,7 +643,16 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_backward_bf16_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        layer_norm_backward_bf16_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -915,10 +939,13 @@ static void layer_norm_backward_f16_f32_after_1(const opgen_lines_call *call, in
     values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
-/* the elements of a contiguous line, and its terms of the sums across lines */
-static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line, and its terms of the sums across lines; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                        double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -966,7 +993,7 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_f16(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -1002,7 +1029,16 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_backward_f16_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        layer_norm_backward_f16_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 

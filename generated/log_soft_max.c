@@ -176,10 +176,13 @@ static void log_soft_max_f32_after_2(const opgen_lines_call *call, int64_t line,
     values[2] = log(values[1]); /* log_sum */
 }
 
-/* the elements of a contiguous line */
-static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void log_soft_max_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                             double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
@@ -198,7 +201,7 @@ static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, d
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, call->stream);
+        opgen_store_block_f32(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -211,7 +214,16 @@ static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, d
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        log_soft_max_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -457,10 +469,13 @@ static void log_soft_max_bf16_after_2(const opgen_lines_call *call, int64_t line
     values[2] = log(values[1]); /* log_sum */
 }
 
-/* the elements of a contiguous line */
-static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void log_soft_max_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                              double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
@@ -479,7 +494,7 @@ static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, 
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, call->stream);
+        opgen_store_block_bf16(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -492,7 +507,16 @@ static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, 
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_bf16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        log_soft_max_bf16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -738,10 +762,13 @@ static void log_soft_max_f16_after_2(const opgen_lines_call *call, int64_t line,
     values[2] = log(values[1]); /* log_sum */
 }
 
-/* the elements of a contiguous line */
-static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void log_soft_max_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                             double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
@@ -760,7 +787,7 @@ static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, d
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, call->stream);
+        opgen_store_block_f16(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -773,7 +800,16 @@ static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, d
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_f16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        log_soft_max_f16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 

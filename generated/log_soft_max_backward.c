@@ -86,10 +86,13 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
     }
 }
 
-/* the elements of a contiguous line */
-static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                      double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
@@ -111,7 +114,7 @@ static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_f32(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -127,7 +130,16 @@ static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_backward_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        log_soft_max_backward_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -285,10 +297,13 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
     }
 }
 
-/* the elements of a contiguous line */
-static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                       double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -310,7 +325,7 @@ static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_bf16(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -326,7 +341,16 @@ static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        log_soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -484,10 +508,13 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
     }
 }
 
-/* the elements of a contiguous line */
-static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                      double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -509,7 +536,7 @@ static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_
             const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_f16(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -525,7 +552,16 @@ static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_
             const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_backward_f16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        log_soft_max_backward_f16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 

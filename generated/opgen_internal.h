@@ -124,6 +124,9 @@
 /* along_axes: chunks of lines whose sums across lines are kept apart: a function of the shape
  * alone. More chunks than threads, so that threads share them out evenly. */
 #define OPGEN_LINES_MAX_CHUNKS 64
+/* ... each of at least this many elements (or one unit): every chunk zeroes and adds its row
+ * of partial sums. */
+#define OPGEN_LINES_CHUNK_ELEMENTS ((int64_t)16384)
 /* binary: elements of the longest run one microkernel call computes: long rows are split into
  * such pieces so that threads share them out even when there are few rows (a multiple of
  * OPGEN_BLOCK: only a row's last piece has a partial block). */

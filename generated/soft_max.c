@@ -191,10 +191,13 @@ static void soft_max_f32_after_2(const opgen_lines_call *call, int64_t line, dou
     values[2] = (1.0 / values[1]); /* inv_sum */
 }
 
-/* the elements of a contiguous line */
-static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void soft_max_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                         double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const float *dst_kept = (const float *)call->tensors[1] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
@@ -226,6 +229,15 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_f32(dst + at, dst_block, filled, 0);
+    }
+}
+
+static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        soft_max_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -466,10 +478,13 @@ static void soft_max_bf16_after_2(const opgen_lines_call *call, int64_t line, do
     values[2] = (1.0 / values[1]); /* inv_sum */
 }
 
-/* the elements of a contiguous line */
-static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                          double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
@@ -488,7 +503,7 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, call->stream);
+        opgen_store_block_bf16(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -501,7 +516,16 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_bf16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        soft_max_bf16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -747,10 +771,13 @@ static void soft_max_f16_after_2(const opgen_lines_call *call, int64_t line, dou
     values[2] = (1.0 / values[1]); /* inv_sum */
 }
 
-/* the elements of a contiguous line */
-static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                         double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
@@ -769,7 +796,7 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, call->stream);
+        opgen_store_block_f16(dst + at, dst_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -782,7 +809,16 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, call->stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+    }
+}
+
+static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_f16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        soft_max_f16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 

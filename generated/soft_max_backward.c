@@ -101,10 +101,13 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
     }
 }
 
-/* the elements of a contiguous line */
-static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                  double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
@@ -126,7 +129,7 @@ static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t li
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_f32(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_f32(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -142,7 +145,16 @@ static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t li
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_f32(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_backward_f32_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        soft_max_backward_f32_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -315,10 +327,13 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
     }
 }
 
-/* the elements of a contiguous line */
-static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                   double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -340,7 +355,7 @@ static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t l
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_bf16(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_bf16(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -356,7 +371,16 @@ static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t l
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 
@@ -529,10 +553,13 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
     }
 }
 
-/* the elements of a contiguous line */
-static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+/* the elements of a contiguous line; `stream` a
+ * constant in each caller (_apply) */
+OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
+                                                  double *opgen_across, int stream)
 {
     (void)opgen_across;
+    (void)stream;
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -554,7 +581,7 @@ static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t li
             const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_f16(diff_src + at, diff_src_block, call->stream);
+        opgen_store_block_f16(diff_src + at, diff_src_block, stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -570,7 +597,16 @@ static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t li
             const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_f16(diff_src + at, diff_src_block, filled, call->stream);
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, stream);
+    }
+}
+
+static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_backward_f16_apply_of(call, line, values, opgen_across, 1);
+    } else {
+        soft_max_backward_f16_apply_of(call, line, values, opgen_across, 0);
     }
 }
 

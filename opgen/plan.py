@@ -45,6 +45,10 @@ ROW_GROUP = 16  # rows of an nxc reduction summed in registers before the partia
 # along_axes: chunks of lines whose sums across lines are kept apart (a function of the shape
 # alone), more than threads so that threads share them out evenly
 LINES_MAX_CHUNKS = 64
+# ... and at least this many elements a chunk (or one unit), since each chunk zeroes a row of
+# partial sums and adds it to the first chunk's: a chunk per line of 64 x 1024 (LayerNorm
+# backward's gamma and beta gradients) spent 37 % of the call on that.
+LINES_CHUNK_ELEMENTS = 16384
 # binary: elements of the longest run one microkernel call computes; long rows are cut into such
 # pieces so that threads share them out even when there are few rows (a multiple of BLOCK)
 BINARY_PIECE = 16384

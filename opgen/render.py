@@ -174,6 +174,7 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
         "max_partials": plan.MAX_PARTIALS,
         "row_group": plan.ROW_GROUP,
         "lines_max_chunks": plan.LINES_MAX_CHUNKS,
+        "lines_chunk_elements": plan.LINES_CHUNK_ELEMENTS,
         "binary_piece": plan.BINARY_PIECE,
         "unrolled": plan.UNROLLED,
         "channel_split": plan.CHANNEL_SPLIT,

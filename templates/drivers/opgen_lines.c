@@ -60,14 +60,22 @@ static int64_t opgen_lines_units(int64_t outer, int64_t inner)
     return inner == 1 ? outer : outer * ((inner + OPGEN_LINES_LANES - 1) / OPGEN_LINES_LANES);
 }
 
-static int64_t opgen_lines_chunks(int64_t units)
+/* Chunks of `units` units of `elements` elements in all: a function of the shape alone, at
+ * most OPGEN_LINES_MAX_CHUNKS and one a unit, each of OPGEN_LINES_CHUNK_ELEMENTS elements or
+ * more; one at least where there are units (their per-line outputs are written even when the
+ * lines are empty). */
+static int64_t opgen_lines_chunks(int64_t units, int64_t elements)
 {
-    return units < OPGEN_LINES_MAX_CHUNKS ? units : OPGEN_LINES_MAX_CHUNKS;
+    int64_t chunks = elements / OPGEN_LINES_CHUNK_ELEMENTS;
+    chunks = chunks < units ? chunks : units;
+    chunks = chunks < OPGEN_LINES_MAX_CHUNKS ? chunks : OPGEN_LINES_MAX_CHUNKS;
+    return chunks > 0 || units == 0 ? chunks : 1;
 }
 
 int64_t opgen_lines_workspace(int64_t outer, int64_t length, int64_t inner, int across_count)
 {
-    const int64_t chunks = opgen_lines_chunks(opgen_lines_units(outer, inner));
+    const int64_t units = opgen_lines_units(outer, inner);
+    const int64_t chunks = opgen_lines_chunks(units, units == 0 ? 0 : outer * length * inner);
     if (across_count <= 0 || chunks <= 0) {
         return 0;
     }
@@ -225,7 +233,7 @@ void opgen_lines_run(const opgen_lines_kernel *kernel, const opgen_lines_call *c
     const int64_t units = opgen_lines_units(call->outer, call->inner);
     const int across = kernel->across_count > 0;
     /* with sums across lines, a chunk of units is the unit of work: each its own partial sums */
-    const int64_t chunks = across ? opgen_lines_chunks(units) : units;
+    const int64_t chunks = across ? opgen_lines_chunks(units, elements) : units;
     const int64_t row = kernel->across_count * call->length; /* a chunk's partial sums */
     int threads = opgen_threads_for(elements * kernel->work_per_element);
     if (threads > chunks) {
