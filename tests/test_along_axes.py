@@ -384,7 +384,8 @@ def totals(tmp_path_factory):
 def test_line_outputs_along_inputs_and_sums_across_lines(totals, dtype):
     """Each sum against float64 (its terms rounded once to f32, summed in double: within
     2^-23 of the sum of their magnitudes), on every axis, with and without the optional weight."""
-    for shape in [(5,), (5, 7), (4, 3, 5), (3, 0, 2), (0, 3, 2), (40, 33, 17), (70, 3, 40)]:
+    # the last two: several chunks of partial sums (opgen_lines_chunks: 16384 elements or more each)
+    for shape in [(5,), (5, 7), (4, 3, 5), (3, 0, 2), (0, 3, 2), (40, 33, 17), (70, 3, 40), (41, 1003), (5, 17000)]:
         for axis in range(-len(shape), len(shape)):
             generator = rng("totals", shape, axis, dtype)
             x = generator.standard_normal(shape).astype(dtype_of(dtype))
@@ -408,7 +409,7 @@ def test_line_outputs_along_inputs_and_sums_across_lines(totals, dtype):
                 assert not bad.any(), (shape, axis)
 
 
-@pytest.mark.parametrize("shape, axis", [((512, 300), 1), ((64, 300, 40), 1), ((3000, 7), 0)])
+@pytest.mark.parametrize("shape, axis", [((512, 300), 1), ((64, 300, 40), 1), ((3000, 7), 0), ((64, 1024), 1)])
 def test_sums_across_lines_are_the_same_on_any_thread_count(totals, shape, axis):
     x = rng("across threads", shape).standard_normal(shape).astype(np.float32)
     weight = rng("weights", shape).standard_normal(shape[axis]).astype(np.float32)
