@@ -193,13 +193,13 @@ static void layer_norm_f32_after_2(const opgen_lines_call *call, int64_t line, d
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                           double *opgen_across, int stream)
+                                           double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -242,7 +242,7 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, stream);
+        opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -275,7 +275,7 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -288,11 +288,13 @@ static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, dou
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void layer_norm_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                   int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *src = (const float *)call->tensors[0] + start;
@@ -330,10 +332,20 @@ static void layer_norm_f32_apply_columns(const opgen_lines_call *call, int64_t o
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f32(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_f32(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_f32(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_f32(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void layer_norm_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        layer_norm_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -564,13 +576,13 @@ static void layer_norm_bf16_f32_after_2(const opgen_lines_call *call, int64_t li
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                double *opgen_across, int stream)
+                                                double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -613,7 +625,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -646,7 +658,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -659,11 +671,13 @@ static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void layer_norm_bf16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                        int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -701,10 +715,20 @@ static void layer_norm_bf16_f32_apply_columns(const opgen_lines_call *call, int6
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_bf16(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void layer_norm_bf16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_bf16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        layer_norm_bf16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -935,13 +959,13 @@ static void layer_norm_bf16_after_2(const opgen_lines_call *call, int64_t line, 
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                            double *opgen_across, int stream)
+                                            double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *gamma = (const opgen_bf16 *)call->tensors[1];
@@ -984,7 +1008,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -1017,7 +1041,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -1030,11 +1054,13 @@ static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, do
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void layer_norm_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                    int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -1072,10 +1098,20 @@ static void layer_norm_bf16_apply_columns(const opgen_lines_call *call, int64_t 
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_bf16(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void layer_norm_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        layer_norm_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -1306,13 +1342,13 @@ static void layer_norm_f16_f32_after_2(const opgen_lines_call *call, int64_t lin
     values[4] = (1.0 / sqrt((values[3] + ((double)call->numbers[0])))); /* inv_std */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                               double *opgen_across, int stream)
+                                               double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -1355,7 +1391,7 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call,
             const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -1388,7 +1424,7 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call,
             const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -1401,11 +1437,13 @@ static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line,
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void layer_norm_f16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                       int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
@@ -1443,10 +1481,20 @@ static void layer_norm_f16_f32_apply_columns(const opgen_lines_call *call, int64
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f16(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_f16(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_f16(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_f16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void layer_norm_f16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_f16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        layer_norm_f16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 

@@ -167,13 +167,13 @@ static void layer_norm_backward_f32_after_1(const opgen_lines_call *call, int64_
     values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
-/* the elements of a contiguous line, and its terms of the sums across lines; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line, and its terms of the sums across lines;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                    double *opgen_across, int stream)
+                                                    double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     const float *diff_dst = (const float *)call->tensors[1] + line * length;
@@ -221,7 +221,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_block_f32(diff_src + at, diff_src_block, stream);
+        opgen_store_block_f32(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -257,7 +257,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_part_f32(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -270,11 +270,13 @@ static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t 
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines */
-static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                            int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *src = (const float *)call->tensors[0] + start;
@@ -340,10 +342,20 @@ static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, 
             opgen_across[1 * length + r] += diff_beta_terms[lane];
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f32(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_f32(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void layer_norm_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        layer_norm_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -553,13 +565,13 @@ static void layer_norm_backward_bf16_f32_after_1(const opgen_lines_call *call, i
     values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
-/* the elements of a contiguous line, and its terms of the sums across lines; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line, and its terms of the sums across lines;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                         double *opgen_across, int stream)
+                                                         double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -607,7 +619,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_block_bf16(diff_src + at, diff_src_block, stream);
+        opgen_store_block_bf16(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -643,7 +655,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -656,11 +668,13 @@ static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines */
-static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                                 int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -726,10 +740,20 @@ static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *c
             opgen_across[1 * length + r] += diff_beta_terms[lane];
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_bf16(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_bf16(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void layer_norm_backward_bf16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_backward_bf16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        layer_norm_backward_bf16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -939,13 +963,13 @@ static void layer_norm_backward_f16_f32_after_1(const opgen_lines_call *call, in
     values[6] = (((values[2] * values[2]) * values[4]) / ((double)call->count)); /* centered_coefficient */
 }
 
-/* the elements of a contiguous line, and its terms of the sums across lines; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line, and its terms of the sums across lines;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                        double *opgen_across, int stream)
+                                                        double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -993,7 +1017,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_block_f16(diff_src + at, diff_src_block, stream);
+        opgen_store_block_f16(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -1029,7 +1053,7 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
-        opgen_store_part_f16(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -1042,11 +1066,13 @@ static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int6
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines */
-static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane, and their terms across lines;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                                int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
@@ -1112,10 +1138,20 @@ static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *ca
             opgen_across[1 * length + r] += diff_beta_terms[lane];
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f16(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_f16(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void layer_norm_backward_f16_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        layer_norm_backward_f16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        layer_norm_backward_f16_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 

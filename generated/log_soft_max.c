@@ -176,13 +176,13 @@ static void log_soft_max_f32_after_2(const opgen_lines_call *call, int64_t line,
     values[2] = log(values[1]); /* log_sum */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                             double *opgen_across, int stream)
+                                             double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
@@ -201,7 +201,7 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_of(const opgen_lines_call *call, i
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f32(dst + at, dst_block, stream);
+        opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -214,7 +214,7 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_of(const opgen_lines_call *call, i
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f32(dst + at, dst_block, filled, stream);
+        opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -227,11 +227,13 @@ static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, d
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void log_soft_max_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                     int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *src = (const float *)call->tensors[0] + start;
@@ -263,10 +265,20 @@ static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f32(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_f32(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_f32(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_f32(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void log_soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        log_soft_max_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -469,13 +481,13 @@ static void log_soft_max_bf16_after_2(const opgen_lines_call *call, int64_t line
     values[2] = log(values[1]); /* log_sum */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                              double *opgen_across, int stream)
+                                              double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
@@ -494,7 +506,7 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_of(const opgen_lines_call *call, 
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -507,7 +519,7 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_of(const opgen_lines_call *call, 
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -520,11 +532,13 @@ static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, 
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void log_soft_max_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                      int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -556,10 +570,20 @@ static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_bf16(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void log_soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        log_soft_max_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -762,13 +786,13 @@ static void log_soft_max_f16_after_2(const opgen_lines_call *call, int64_t line,
     values[2] = log(values[1]); /* log_sum */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                             double *opgen_across, int stream)
+                                             double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
@@ -787,7 +811,7 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_of(const opgen_lines_call *call, i
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -800,7 +824,7 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_of(const opgen_lines_call *call, i
             const float dst_value = ((src_value - max_src_line) - log_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -813,11 +837,13 @@ static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, d
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void log_soft_max_f16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                     int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
@@ -849,10 +875,20 @@ static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f16(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_f16(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_f16(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_f16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void log_soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        log_soft_max_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 

@@ -86,13 +86,13 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
     }
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                      double *opgen_across, int stream)
+                                                      double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
@@ -114,7 +114,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_f32(diff_src + at, diff_src_block, stream);
+        opgen_store_block_f32(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -130,7 +130,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_f32(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -143,11 +143,13 @@ static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                              int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *diff_dst = (const float *)call->tensors[0] + start;
@@ -182,10 +184,20 @@ static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call
             diff_src_block[lane] = (float)diff_src_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f32(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_f32(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void log_soft_max_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        log_soft_max_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -297,13 +309,13 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
     }
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                       double *opgen_across, int stream)
+                                                       double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -325,7 +337,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_bf16(diff_src + at, diff_src_block, stream);
+        opgen_store_block_bf16(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -341,7 +353,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
             const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -354,11 +366,13 @@ static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                               int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + start;
@@ -393,10 +407,20 @@ static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *cal
             diff_src_block[lane] = (float)diff_src_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_bf16(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_bf16(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void log_soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_backward_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        log_soft_max_backward_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -508,13 +532,13 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
     }
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                      double *opgen_across, int stream)
+                                                      double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -536,7 +560,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call
             const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_f16(diff_src + at, diff_src_block, stream);
+        opgen_store_block_f16(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -552,7 +576,7 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call
             const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_f16(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -565,11 +589,13 @@ static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                              int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + start;
@@ -604,10 +630,20 @@ static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call
             diff_src_block[lane] = (float)diff_src_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f16(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_f16(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void log_soft_max_backward_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        log_soft_max_backward_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        log_soft_max_backward_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 

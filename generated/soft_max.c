@@ -191,13 +191,13 @@ static void soft_max_f32_after_2(const opgen_lines_call *call, int64_t line, dou
     values[2] = (1.0 / values[1]); /* inv_sum */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                         double *opgen_across, int stream)
+                                         double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const float *dst_kept = (const float *)call->tensors[1] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
@@ -241,11 +241,13 @@ static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, doubl
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                 int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *dst_kept = (const float *)call->tensors[1] + start;
@@ -272,10 +274,20 @@ static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t out
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f32(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_f32(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_f32(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_f32(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void soft_max_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        soft_max_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -478,13 +490,13 @@ static void soft_max_bf16_after_2(const opgen_lines_call *call, int64_t line, do
     values[2] = (1.0 / values[1]); /* inv_sum */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                          double *opgen_across, int stream)
+                                          double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
@@ -503,7 +515,7 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int6
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_bf16(dst + at, dst_block, stream);
+        opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -516,7 +528,7 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int6
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_bf16(dst + at, dst_block, filled, stream);
+        opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -529,11 +541,13 @@ static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, doub
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void soft_max_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                  int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + start;
@@ -565,10 +579,20 @@ static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t ou
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_bf16(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void soft_max_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        soft_max_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -771,13 +795,13 @@ static void soft_max_f16_after_2(const opgen_lines_call *call, int64_t line, dou
     values[2] = (1.0 / values[1]); /* inv_sum */
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                         double *opgen_across, int stream)
+                                         double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
@@ -796,7 +820,7 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_block_f16(dst + at, dst_block, stream);
+        opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -809,7 +833,7 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64
             const float dst_value = (opgen_expf((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
-        opgen_store_part_f16(dst + at, dst_block, filled, stream);
+        opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
 }
 
@@ -822,11 +846,13 @@ static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, doubl
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void soft_max_f16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                 int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + start;
@@ -858,10 +884,20 @@ static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t out
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f16(dst + r * inner, dst_block, call->stream);
+            opgen_store_block_f16(dst + r * inner, dst_block, opgen_stream);
         } else {
-            opgen_store_part_f16(dst + r * inner, dst_block, lanes, call->stream);
+            opgen_store_part_f16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void soft_max_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        soft_max_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 

@@ -101,13 +101,13 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
     }
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                  double *opgen_across, int stream)
+                                                  double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
@@ -129,7 +129,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *ca
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_f32(diff_src + at, diff_src_block, stream);
+        opgen_store_block_f32(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -145,7 +145,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *ca
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_f32(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_f32(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -158,11 +158,13 @@ static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t li
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                          int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const float *diff_dst = (const float *)call->tensors[0] + start;
@@ -197,10 +199,20 @@ static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, in
             diff_src_block[lane] = (float)diff_src_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f32(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_f32(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void soft_max_backward_f32_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        soft_max_backward_f32_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -327,13 +339,13 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
     }
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                   double *opgen_across, int stream)
+                                                   double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -355,7 +367,7 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *c
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_bf16(diff_src + at, diff_src_block, stream);
+        opgen_store_block_bf16(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -371,7 +383,7 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *c
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_bf16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -384,11 +396,13 @@ static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t l
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                           int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + start;
@@ -423,10 +437,20 @@ static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, i
             diff_src_block[lane] = (float)diff_src_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_bf16(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_bf16(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void soft_max_backward_bf16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_backward_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        soft_max_backward_bf16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
@@ -553,13 +577,13 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
     }
 }
 
-/* the elements of a contiguous line; `stream` a
- * constant in each caller (_apply) */
+/* the elements of a contiguous line;
+ * `opgen_stream` a constant in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                  double *opgen_across, int stream)
+                                                  double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
-    (void)stream;
+    (void)opgen_stream;
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -581,7 +605,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *ca
             const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_block_f16(diff_src + at, diff_src_block, stream);
+        opgen_store_block_f16(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -597,7 +621,7 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *ca
             const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
-        opgen_store_part_f16(diff_src + at, diff_src_block, filled, stream);
+        opgen_store_part_f16(diff_src + at, diff_src_block, filled, opgen_stream);
     }
 }
 
@@ -610,11 +634,13 @@ static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t li
     }
 }
 
-/* the elements of `lanes` neighbouring lines, one per lane */
-static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
-                                double *values, double *opgen_across)
+/* the elements of `lanes` neighbouring lines, one per lane;
+ * `opgen_stream` a constant in each caller (_apply_columns) */
+OPGEN_MICROKERNEL void soft_max_backward_f16_apply_columns_of(const opgen_lines_call *call, int64_t outer_index, int64_t position,
+                                                          int lanes, double *values, double *opgen_across, int opgen_stream)
 {
     (void)opgen_across;
+    (void)opgen_stream;
     const int64_t length = call->length, inner = call->inner;
     const int64_t start = outer_index * length * inner + position;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + start;
@@ -649,10 +675,20 @@ static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, in
             diff_src_block[lane] = (float)diff_src_value;
         }
         if (lanes == OPGEN_BLOCK) {
-            opgen_store_block_f16(diff_src + r * inner, diff_src_block, call->stream);
+            opgen_store_block_f16(diff_src + r * inner, diff_src_block, opgen_stream);
         } else {
-            opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, call->stream);
+            opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
+    }
+}
+
+static void soft_max_backward_f16_apply_columns(const opgen_lines_call *call, int64_t outer_index, int64_t position, int lanes,
+                                double *values, double *opgen_across)
+{
+    if (call->stream) {
+        soft_max_backward_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 1);
+    } else {
+        soft_max_backward_f16_apply_columns_of(call, outer_index, position, lanes, values, opgen_across, 0);
     }
 }
 
