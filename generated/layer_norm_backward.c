@@ -215,9 +215,13 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
             diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
@@ -251,9 +255,13 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
             diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
@@ -613,9 +621,13 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
             diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
@@ -649,9 +661,13 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
             diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
@@ -1011,9 +1027,13 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
             diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
@@ -1047,9 +1067,13 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
             diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
             diff_beta_terms[lane] = (double)(diff_dst_value);
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[0 * length + at + lane] += diff_gamma_terms[lane];
         }
+        /* a vector of additions: GCC, unsure the sums alias no operand, added them one by one */
+        OPGEN_SIMD
         for (int lane = 0; lane < filled; ++lane) {
             opgen_across[1 * length + at + lane] += diff_beta_terms[lane];
         }
