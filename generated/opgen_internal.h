@@ -586,9 +586,9 @@ static inline double opgen_scale_add(double scale, double x, double constant)
     return opgen_exp_mul_add(scale, x, constant);
 }
 
-static inline double opgen_exp(double x_in)
+/* e^x for x in [-746.0, 710.0], or NaN (the two below clamp to it) */
+static inline double opgen_exp_in_range(double x)
 {
-    const double x = x_in > 710.0 ? 710.0 : x_in < -746.0 ? -746.0 : x_in;
     const double shift = 0x1.8p52; /* adding it rounds to an integer, kept in the low bits */
     const double k = opgen_exp_mul_add(x, 0x1.71547652b82fep0, shift) - shift;
     double r = x;
@@ -623,6 +623,19 @@ static inline double opgen_exp(double x_in)
         memcpy(&rest_scale, &rest_bits, sizeof rest_scale);
         return p * half_scale * rest_scale;
     }
+}
+
+static inline double opgen_exp(double x_in)
+{
+    return opgen_exp_in_range(x_in > 710.0 ? 710.0 : x_in < -746.0 ? -746.0 : x_in);
+}
+
+/* opgen_exp of an argument never above 0 (expr.nonpositive: -abs(y), softmax's y - max),
+ * the same bits: the clamp from above cannot apply, and the one from below alone is one
+ * compare and one blend where both together took 4 compares and 3 blends */
+static inline double opgen_exp_nonpositive(double x_in)
+{
+    return opgen_exp_in_range(-746.0 > x_in ? -746.0 : x_in);
 }
 
 /* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
@@ -673,9 +686,9 @@ static inline float opgen_scale_addf(float scale, float x, float constant)
     return opgen_expf_mul_add(scale, x, constant);
 }
 
-static inline float opgen_expf(float x_in)
+/* e^x for x in [-105.0f, 90.0f], or NaN (the two below clamp to it) */
+static inline float opgen_expf_in_range(float x)
 {
-    const float x = x_in > 90.0f ? 90.0f : x_in < -105.0f ? -105.0f : x_in;
     const float shift = 0x1.8p23f; /* adding it rounds to an integer, kept in the low bits */
     const float k = opgen_expf_mul_add(x, 0x1.715476p0f, shift) - shift;
     float r = x;
@@ -706,6 +719,19 @@ static inline float opgen_expf(float x_in)
         memcpy(&rest_scale, &rest_bits, sizeof rest_scale);
         return p * half_scale * rest_scale;
     }
+}
+
+static inline float opgen_expf(float x_in)
+{
+    return opgen_expf_in_range(x_in > 90.0f ? 90.0f : x_in < -105.0f ? -105.0f : x_in);
+}
+
+/* opgen_expf of an argument never above 0 (expr.nonpositive: -abs(y), softmax's y - max),
+ * the same bits: the clamp from above cannot apply, and the one from below alone is one
+ * compare and one blend where both together took 4 compares and 3 blends */
+static inline float opgen_exp_nonpositivef(float x_in)
+{
+    return opgen_expf_in_range(-105.0f > x_in ? -105.0f : x_in);
 }
 
 /* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's

@@ -18,7 +18,7 @@ OPGEN_MICROKERNEL void sigmoid_f32_blocks_of(const float *OPGEN_RESTRICT src, fl
         OPGEN_SIMD
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
-            const double decay_value = opgen_exp((-fabs(src_value)));
+            const double decay_value = opgen_exp_nonpositive((-fabs(src_value)));
             const double dst_value = opgen_select_double((src_value >= 0.0), (1.0 / (1.0 + decay_value)), (decay_value / (1.0 + decay_value)));
             dst_block[lane] = (float)dst_value;
         }
@@ -43,7 +43,7 @@ OPGEN_MICROKERNEL void sigmoid_f32_elements_of(const float *OPGEN_RESTRICT src, 
     (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const double src_value = (double)(src[index]);
-        const double decay_value = opgen_exp((-fabs(src_value)));
+        const double decay_value = opgen_exp_nonpositive((-fabs(src_value)));
         const double dst_value = opgen_select_double((src_value >= 0.0), (1.0 / (1.0 + decay_value)), (decay_value / (1.0 + decay_value)));
         dst[index] = (float)(dst_value);
     }
@@ -86,7 +86,7 @@ OPGEN_MICROKERNEL void sigmoid_f16_blocks_of(const opgen_f16 *OPGEN_RESTRICT src
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float decay_value = opgen_expf((-fabsf(src_value)));
+            const float decay_value = opgen_exp_nonpositivef((-fabsf(src_value)));
             const float dst_value = opgen_select_float((src_value >= 0.0f), (1.0f / (1.0f + decay_value)), (decay_value / (1.0f + decay_value)));
             dst_block[lane] = (float)dst_value;
         }
@@ -111,7 +111,7 @@ OPGEN_MICROKERNEL void sigmoid_f16_elements_of(const opgen_f16 *OPGEN_RESTRICT s
     (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const float src_value = opgen_f16_to_f32(src[index]);
-        const float decay_value = opgen_expf((-fabsf(src_value)));
+        const float decay_value = opgen_exp_nonpositivef((-fabsf(src_value)));
         const float dst_value = opgen_select_float((src_value >= 0.0f), (1.0f / (1.0f + decay_value)), (decay_value / (1.0f + decay_value)));
         dst[index] = opgen_f32_to_f16(dst_value);
     }
@@ -154,7 +154,7 @@ OPGEN_MICROKERNEL void sigmoid_bf16_blocks_of(const opgen_bf16 *OPGEN_RESTRICT s
         OPGEN_SIMD
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
-            const double decay_value = opgen_exp((-fabs(src_value)));
+            const double decay_value = opgen_exp_nonpositive((-fabs(src_value)));
             const double dst_value = opgen_select_double((src_value >= 0.0), (1.0 / (1.0 + decay_value)), (decay_value / (1.0 + decay_value)));
             dst_block[lane] = (float)dst_value;
         }
@@ -179,7 +179,7 @@ OPGEN_MICROKERNEL void sigmoid_bf16_elements_of(const opgen_bf16 *OPGEN_RESTRICT
     (void)src; (void)dst; (void)count; (void)stream;
     for (int64_t index = opgen_first; index < opgen_last; ++index) {
         const double src_value = (double)(opgen_bf16_to_f32(src[index]));
-        const double decay_value = opgen_exp((-fabs(src_value)));
+        const double decay_value = opgen_exp_nonpositive((-fabs(src_value)));
         const double dst_value = opgen_select_double((src_value >= 0.0), (1.0 / (1.0 + decay_value)), (decay_value / (1.0 + decay_value)));
         dst[index] = opgen_f32_to_bf16((float)(dst_value));
     }

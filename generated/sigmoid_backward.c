@@ -121,7 +121,7 @@ OPGEN_MICROKERNEL void sigmoid_backward_f32_no_use_dst_blocks_of(const float *OP
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const double src_or_dst_value = (double)src_or_dst_block[lane];
                 const double diff_dst_value = (double)diff_dst_block[lane];
-                const double decay_value = opgen_exp((-fabs(src_or_dst_value)));
+                const double decay_value = opgen_exp_nonpositive((-fabs(src_or_dst_value)));
                 const double diff_src_value = ((diff_dst_value * decay_value) / ((1.0 + decay_value) * (1.0 + decay_value)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -158,7 +158,7 @@ OPGEN_MICROKERNEL void sigmoid_backward_f32_no_use_dst_elements_of(const float *
         }
         const double src_or_dst_value = (double)src_or_dst_float;
         const double diff_dst_value = (double)diff_dst_float;
-        const double decay_value = opgen_exp((-fabs(src_or_dst_value)));
+        const double decay_value = opgen_exp_nonpositive((-fabs(src_or_dst_value)));
         const double diff_src_value = ((diff_dst_value * decay_value) / ((1.0 + decay_value) * (1.0 + decay_value)));
         diff_src[index] = (float)(diff_src_value);
     }
@@ -297,7 +297,7 @@ OPGEN_MICROKERNEL void sigmoid_backward_f16_no_use_dst_blocks_of(const opgen_f16
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_or_dst_value = (float)src_or_dst_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
-                const float decay_value = opgen_expf((-fabsf(src_or_dst_value)));
+                const float decay_value = opgen_exp_nonpositivef((-fabsf(src_or_dst_value)));
                 const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -334,7 +334,7 @@ OPGEN_MICROKERNEL void sigmoid_backward_f16_no_use_dst_elements_of(const opgen_f
         }
         const float src_or_dst_value = (float)src_or_dst_float;
         const float diff_dst_value = (float)diff_dst_float;
-        const float decay_value = opgen_expf((-fabsf(src_or_dst_value)));
+        const float decay_value = opgen_exp_nonpositivef((-fabsf(src_or_dst_value)));
         const float diff_src_value = ((diff_dst_value * decay_value) / ((1.0f + decay_value) * (1.0f + decay_value)));
         diff_src[index] = opgen_f32_to_f16(diff_src_value);
     }
@@ -504,7 +504,7 @@ OPGEN_MICROKERNEL void sigmoid_backward_bf16_no_use_dst_blocks_of(const opgen_bf
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const double src_or_dst_value = (double)src_or_dst_block[lane];
                 const double diff_dst_value = (double)diff_dst_block[lane];
-                const double decay_value = opgen_exp((-fabs(src_or_dst_value)));
+                const double decay_value = opgen_exp_nonpositive((-fabs(src_or_dst_value)));
                 const double diff_src_value = ((diff_dst_value * decay_value) / ((1.0 + decay_value) * (1.0 + decay_value)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -541,7 +541,7 @@ OPGEN_MICROKERNEL void sigmoid_backward_bf16_no_use_dst_elements_of(const opgen_
         }
         const double src_or_dst_value = (double)src_or_dst_float;
         const double diff_dst_value = (double)diff_dst_float;
-        const double decay_value = opgen_exp((-fabs(src_or_dst_value)));
+        const double decay_value = opgen_exp_nonpositive((-fabs(src_or_dst_value)));
         const double diff_src_value = ((diff_dst_value * decay_value) / ((1.0 + decay_value) * (1.0 + decay_value)));
         diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
     }

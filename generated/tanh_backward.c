@@ -121,7 +121,7 @@ OPGEN_MICROKERNEL void tanh_backward_f32_no_use_dst_blocks_of(const float *OPGEN
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const double src_or_dst_value = (double)src_or_dst_block[lane];
                 const double diff_dst_value = (double)diff_dst_block[lane];
-                const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
+                const double decay_value = opgen_exp_nonpositive(((-2.0) * fabs(src_or_dst_value)));
                 const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -158,7 +158,7 @@ OPGEN_MICROKERNEL void tanh_backward_f32_no_use_dst_elements_of(const float *OPG
         }
         const double src_or_dst_value = (double)src_or_dst_float;
         const double diff_dst_value = (double)diff_dst_float;
-        const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
+        const double decay_value = opgen_exp_nonpositive(((-2.0) * fabs(src_or_dst_value)));
         const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
         diff_src[index] = (float)(diff_src_value);
     }
@@ -297,7 +297,7 @@ OPGEN_MICROKERNEL void tanh_backward_f16_no_use_dst_blocks_of(const opgen_f16 *O
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const float src_or_dst_value = (float)src_or_dst_block[lane];
                 const float diff_dst_value = (float)diff_dst_block[lane];
-                const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
+                const float decay_value = opgen_exp_nonpositivef(((-2.0f) * fabsf(src_or_dst_value)));
                 const float diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -334,7 +334,7 @@ OPGEN_MICROKERNEL void tanh_backward_f16_no_use_dst_elements_of(const opgen_f16 
         }
         const float src_or_dst_value = (float)src_or_dst_float;
         const float diff_dst_value = (float)diff_dst_float;
-        const float decay_value = opgen_expf(((-2.0f) * fabsf(src_or_dst_value)));
+        const float decay_value = opgen_exp_nonpositivef(((-2.0f) * fabsf(src_or_dst_value)));
         const float diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_addf(0.5f, decay_value, 0.5f) * opgen_scale_addf(0.5f, decay_value, 0.5f)));
         diff_src[index] = opgen_f32_to_f16(diff_src_value);
     }
@@ -504,7 +504,7 @@ OPGEN_MICROKERNEL void tanh_backward_bf16_no_use_dst_blocks_of(const opgen_bf16 
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
                 const double src_or_dst_value = (double)src_or_dst_block[lane];
                 const double diff_dst_value = (double)diff_dst_block[lane];
-                const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
+                const double decay_value = opgen_exp_nonpositive(((-2.0) * fabs(src_or_dst_value)));
                 const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
                 diff_src_block[lane] = (float)diff_src_value;
             }
@@ -541,7 +541,7 @@ OPGEN_MICROKERNEL void tanh_backward_bf16_no_use_dst_elements_of(const opgen_bf1
         }
         const double src_or_dst_value = (double)src_or_dst_float;
         const double diff_dst_value = (double)diff_dst_float;
-        const double decay_value = opgen_exp(((-2.0) * fabs(src_or_dst_value)));
+        const double decay_value = opgen_exp_nonpositive(((-2.0) * fabs(src_or_dst_value)));
         const double diff_src_value = ((diff_dst_value * decay_value) / (opgen_scale_add(0.5, decay_value, 0.5) * opgen_scale_add(0.5, decay_value, 0.5)));
         diff_src[index] = opgen_f32_to_bf16((float)(diff_src_value));
     }

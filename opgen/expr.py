@@ -225,9 +225,14 @@ def to_c(
     math_suffix: str,
     select: str,
     functions: Mapping[str, str] | None = None,
+    maxima: Mapping[str, ast.expr] | None = None,
 ) -> str:
     """C text of a checked expression; `variables` maps each spec name to its C spelling,
-    `functions` a function to another C name than FUNCTIONS' (before the suffix).
+    `functions` a function to another C name than FUNCTIONS' (before the suffix), `maxima`
+    the names that hold the largest value of a term along the line (line_max), by that term.
+
+    An exp whose argument is never above 0 (nonpositive) calls opgen_exp_nonpositive, the
+    same bits as opgen_exp there without its clamp from above.
 
     Both arms of `a if c else b` become arguments of the function `select`, so both are
     always computed and the compiler can turn the choice into a vector blend; `and`/`or`
@@ -266,11 +271,52 @@ def to_c(
             return f"{select}({emit(node.test)}, {emit(node.body)}, {emit(node.orelse)})"
         if isinstance(node, ast.Call):
             name = cast(ast.Name, node.func).id  # parse() allows calls of names only
-            c_name = (functions[name] if functions and name in functions else FUNCTIONS[name][1]) + math_suffix
+            if functions and name in functions:
+                c_name = functions[name] + math_suffix
+            elif name == "exp" and nonpositive(node.args[0], maxima or {}):
+                c_name = EXP_NONPOSITIVE + math_suffix
+            else:
+                c_name = FUNCTIONS[name][1] + math_suffix
             return f"{c_name}(" + ", ".join(emit(arg) for arg in node.args) + ")"
         raise ExprError(f"unsupported syntax: {ast.unparse(node)}")
 
     return emit(tree)
+
+
+EXP_NONPOSITIVE = "opgen_exp_nonpositive"  # opgen_internal.h: exp of an argument <= 0 (or NaN)
+
+
+def nonpositive(node: ast.expr, maxima: Mapping[str, ast.expr]) -> bool:
+    """Whether `node` is <= 0 (or NaN) whatever its inputs, as its form shows: -abs(y); a
+    constant c <= 0 times abs(y); y - m, m the largest of y along the line (`maxima`: such
+    names by their term; every y along the line is at most m, and its difference rounds to at
+    most 0). Rounding keeps each: a product or difference of those signs cannot round above 0."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return _is_abs(node.operand)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for factor, other in ((node.left, node.right), (node.right, node.left)):
+            constant = _constant_value(factor)
+            if constant is not None and constant <= 0 and _is_abs(other):
+                return True
+        return False
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and isinstance(node.right, ast.Name):
+        term = maxima.get(node.right.id)
+        return term is not None and ast.dump(term) == ast.dump(node.left)
+    return False
+
+
+def _is_abs(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and getattr(node.func, "id", None) == "abs"
+
+
+def _constant_value(node: ast.expr) -> float | None:
+    """The value of a numeric constant, negated ones included; else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _constant_value(node.operand)
+        return None if inner is None else -inner
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    return None
 
 
 _VECTOR_BINARY = {

@@ -169,13 +169,16 @@ class _Writer:
     slots: dict[str, int]
     numbers: tuple[str, ...]
     element_spelling: dict[str, str]
+    maxima: dict[str, ast.expr]  # line values that are a line_max, by their term (expr.nonpositive)
 
     def c_text(self, tree: ast.expr, kind: str, spelled: dict[str, str] | None = None) -> str:
         """`tree` in C in type `kind`, its names as `spelled` (element code by default)."""
         names = self.element_spelling if spelled is None else spelled
         variables = {n: names[n] for n in expr.names(tree)}
         style = self.style[kind]
-        return expr.to_c(tree, variables, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}")
+        return expr.to_c(
+            tree, variables, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}", maxima=self.maxima
+        )
 
     def line_spelling(self, kind: str) -> dict[str, str]:
         """Names in scalar line code: line values, numbers and count, in type `kind`."""
@@ -229,7 +232,8 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     element_spelling |= {n: n for n in numbers}
     element_spelling["count"] = "count"
     style = {kind: table.compute_types[kind] for kind in (compute, accumulate)}
-    writer = _Writer(style, slots, numbers, element_spelling)
+    maxima = {e.name: folded(e) for e in spec.math.get("line", ()) if e.reduction == "line_max"}
+    writer = _Writer(style, slots, numbers, element_spelling, maxima)
 
     def operand_reads(trees: list[ast.expr]) -> tuple[tuple[Operand, ...], tuple[tuple[str, int], ...]]:
         read = set().union(*(expr.names(t) for t in trees)) if trees else set()
