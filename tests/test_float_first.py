@@ -682,6 +682,46 @@ def build_and_run(tmp_path: Path, test: str, fused: bool) -> str:
     return result.stdout
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
+def test_the_nonpositive_exps_give_the_full_exps_bits(tmp_path, fused):
+    """opgen_exp_nonpositive(f), called where expr.nonpositive shows the argument is never above
+    0, clamps from below only: on such arguments (and NaN), the bits of opgen_exp(f), which
+    clamps from both sides (tests/c/exp_nonpositive.c)."""
+    lines = build_and_run(tmp_path, "exp_nonpositive", fused).splitlines()
+    found = {name: (int(count), int(other)) for name, count, other in map(str.split, lines)}
+    assert found.keys() == {"opgen_exp_nonpositive", "opgen_exp_nonpositivef"}
+    assert found["opgen_exp_nonpositive"][0] > 1 << 24 and found["opgen_exp_nonpositivef"][0] > 35_000_000
+    assert found["opgen_exp_nonpositive"][1] == 0 and found["opgen_exp_nonpositivef"][1] == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "maxima", "nonpositive"),
+    [
+        ("-abs(x)", {}, True),
+        ("-2 * abs(x)", {}, True),
+        ("abs(x) * -0.5", {}, True),
+        ("0 * abs(x)", {}, True),
+        ("x - m", {"m": "x"}, True),
+        ("(x - y) - m", {"m": "x - y"}, True),
+        ("-x", {}, False),
+        ("abs(x)", {}, False),
+        ("2 * abs(x)", {}, False),
+        ("-2 * x", {}, False),
+        ("x - m", {}, False),
+        ("x - m", {"m": "y"}, False),
+        ("m - x", {"m": "x"}, False),
+        ("-abs(x) + 1", {}, False),
+    ],
+)
+def test_nonpositive_knows_the_forms_that_never_exceed_0(text, maxima, nonpositive):
+    """expr.nonpositive, which picks opgen_exp_nonpositive: -abs(y), c <= 0 times abs(y), and y
+    minus the line's largest y; nothing else, whatever its inputs could be."""
+    trees = {name: expr.parse(term) for name, term in maxima.items()}
+    assert expr.nonpositive(expr.parse(text), trees) is nonpositive
+    c = expr.to_c(expr.parse(f"exp({text})"), {n: n for n in ("x", "y", "m")}, "", "", "select", maxima=trees)
+    assert c.startswith("opgen_exp_nonpositive(" if nonpositive else "opgen_exp(")
+
+
 @pytest.mark.parametrize(
     "text,c",
     [
