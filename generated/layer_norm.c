@@ -25,6 +25,14 @@ static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+#if OPGEN_VECTOR_DOUBLE
+        opgen_prefetch_ahead(src + at, OPGEN_PREFETCH_BYTES);
+        for (int opgen_half = 0; opgen_half < OPGEN_BLOCK; opgen_half += OPGEN_DOUBLE_LANES) {
+            const opgen_doubles src_value = opgen_doubles_of_f32(src + at + opgen_half);
+            const opgen_doubles sum_src_sums = opgen_doubles_load(sum_src_lanes + opgen_half);
+            opgen_doubles_store(sum_src_lanes + opgen_half, opgen_doubles_add(sum_src_sums, src_value));
+        }
+#else
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         OPGEN_SIMD_FLOAT
@@ -33,6 +41,7 @@ static void layer_norm_f32_reduce_1(const opgen_lines_call *call, int64_t line, 
             const double sum_src_term = src_value;
             sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
         }
+#endif
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -114,6 +123,14 @@ static void layer_norm_f32_reduce_2(const opgen_lines_call *call, int64_t line, 
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+#if OPGEN_VECTOR_DOUBLE
+        opgen_prefetch_ahead(src + at, OPGEN_PREFETCH_BYTES);
+        for (int opgen_half = 0; opgen_half < OPGEN_BLOCK; opgen_half += OPGEN_DOUBLE_LANES) {
+            const opgen_doubles src_value = opgen_doubles_of_f32(src + at + opgen_half);
+            const opgen_doubles sum_squares_sums = opgen_doubles_load(sum_squares_lanes + opgen_half);
+            opgen_doubles_store(sum_squares_lanes + opgen_half, opgen_doubles_add(sum_squares_sums, opgen_doubles_mul(opgen_doubles_sub(src_value, opgen_doubles_set1(mean_line)), opgen_doubles_sub(src_value, opgen_doubles_set1(mean_line)))));
+        }
+#else
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         OPGEN_SIMD_FLOAT
@@ -122,6 +139,7 @@ static void layer_norm_f32_reduce_2(const opgen_lines_call *call, int64_t line, 
             const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+#endif
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -213,6 +231,26 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
     const double inv_std_line = (double)values[4];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
+#if OPGEN_VECTOR_DOUBLE
+        opgen_prefetch_ahead(src + at, OPGEN_PREFETCH_BYTES);
+        /* two vectors at a time: an output's two halves narrowed to floats in one store, which
+         * the block's store can forward from */
+        for (int opgen_pair = 0; opgen_pair < OPGEN_BLOCK; opgen_pair += 2 * OPGEN_DOUBLE_LANES) {
+            opgen_doubles dst_halves[2];
+            for (int opgen_part = 0; opgen_part < 2; ++opgen_part) {
+                const int opgen_half = opgen_pair + OPGEN_DOUBLE_LANES * opgen_part;
+                const opgen_doubles src_value = opgen_doubles_of_f32(src + at + opgen_half);
+                const opgen_doubles gamma_value =
+                    gamma == NULL ? opgen_doubles_set1(1.0) : opgen_doubles_of_f32(gamma + at + opgen_half);
+                const opgen_doubles beta_value =
+                    beta == NULL ? opgen_doubles_set1(0.0) : opgen_doubles_of_f32(beta + at + opgen_half);
+                const opgen_doubles dst_value = opgen_doubles_add(opgen_doubles_mul(opgen_doubles_mul(opgen_doubles_sub(src_value, opgen_doubles_set1(mean_line)), opgen_doubles_set1(inv_std_line)), gamma_value), beta_value);
+                dst_halves[opgen_part] = dst_value;
+            }
+            opgen_doubles_store_f32_pair(dst_block + opgen_pair, dst_halves[0], dst_halves[1]);
+        }
+#else
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
@@ -233,7 +271,6 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
         {
             opgen_load_block_f32(beta_block, beta + at, 0);
         }
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -242,10 +279,12 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
             const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
             dst_block[lane] = (float)dst_value;
         }
+#endif
         opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_block, src + at, filled);
         float gamma_block[OPGEN_BLOCK];
@@ -266,7 +305,6 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
         {
             opgen_load_part_f32(beta_block, beta + at, filled);
         }
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -596,6 +634,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
     const double inv_std_line = (double)values[4];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
@@ -616,7 +655,6 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
         {
             opgen_load_block_f32(beta_block, beta + at, 0);
         }
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -629,6 +667,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_block, src + at, filled);
         float gamma_block[OPGEN_BLOCK];
@@ -649,7 +688,6 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
         {
             opgen_load_part_f32(beta_block, beta + at, filled);
         }
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -979,6 +1017,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
     const double inv_std_line = (double)values[4];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
@@ -999,7 +1038,6 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
         {
             opgen_load_block_bf16(beta_block, beta + at, 0);
         }
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -1012,6 +1050,7 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_block, src + at, filled);
         float gamma_block[OPGEN_BLOCK];
@@ -1032,7 +1071,6 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
         {
             opgen_load_part_bf16(beta_block, beta + at, filled);
         }
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double src_value = (double)src_block[lane];
@@ -1362,6 +1400,7 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call,
     const float inv_std_line = (float)values[4];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float gamma_block[OPGEN_BLOCK];
@@ -1382,7 +1421,6 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call,
         {
             opgen_load_block_f32(beta_block, beta + at, 0);
         }
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -1395,6 +1433,7 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call,
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_block, src + at, filled);
         float gamma_block[OPGEN_BLOCK];
@@ -1415,7 +1454,6 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call,
         {
             opgen_load_part_f32(beta_block, beta + at, filled);
         }
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];

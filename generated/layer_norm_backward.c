@@ -189,6 +189,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
     const float centered_coefficient_line = (float)values[6];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
@@ -202,9 +205,6 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
         {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
         }
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -229,6 +229,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_block, src + at, filled);
         float diff_dst_block[OPGEN_BLOCK];
@@ -242,9 +245,6 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
         {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -595,6 +595,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
     const float centered_coefficient_line = (float)values[6];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
@@ -608,9 +611,6 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
         {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
         }
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -635,6 +635,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_block, src + at, filled);
         float diff_dst_block[OPGEN_BLOCK];
@@ -648,9 +651,6 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
         {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -1001,6 +1001,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
     const float centered_coefficient_line = (float)values[6];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
         float diff_dst_block[OPGEN_BLOCK];
@@ -1014,9 +1017,6 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
         {
             opgen_load_block_f32(gamma_block, gamma + at, 0);
         }
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -1041,6 +1041,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
+        double diff_gamma_terms[OPGEN_BLOCK];
+        double diff_beta_terms[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_block, src + at, filled);
         float diff_dst_block[OPGEN_BLOCK];
@@ -1054,9 +1057,6 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
         {
             opgen_load_part_f32(gamma_block, gamma + at, filled);
         }
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];

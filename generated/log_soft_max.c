@@ -192,9 +192,9 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_of(const opgen_lines_call *call, i
     const float log_sum_line = (float)values[2];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -205,9 +205,9 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_of(const opgen_lines_call *call, i
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_block, src + at, filled);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -497,9 +497,9 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_of(const opgen_lines_call *call, 
     const float log_sum_line = (float)values[2];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -510,9 +510,9 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_of(const opgen_lines_call *call, 
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_block, src + at, filled);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -802,9 +802,9 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_of(const opgen_lines_call *call, i
     const float log_sum_line = (float)values[2];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -815,9 +815,9 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_of(const opgen_lines_call *call, i
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_block, src + at, filled);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];

@@ -23,6 +23,14 @@ static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+#if OPGEN_VECTOR_DOUBLE
+        opgen_prefetch_ahead(diff_dst + at, OPGEN_PREFETCH_BYTES);
+        for (int opgen_half = 0; opgen_half < OPGEN_BLOCK; opgen_half += OPGEN_DOUBLE_LANES) {
+            const opgen_doubles diff_dst_value = opgen_doubles_of_f32(diff_dst + at + opgen_half);
+            const opgen_doubles sum_diff_dst_sums = opgen_doubles_load(sum_diff_dst_lanes + opgen_half);
+            opgen_doubles_store(sum_diff_dst_lanes + opgen_half, opgen_doubles_add(sum_diff_dst_sums, diff_dst_value));
+        }
+#else
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         OPGEN_SIMD_FLOAT
@@ -31,6 +39,7 @@ static void log_soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int
             const double sum_diff_dst_term = diff_dst_value;
             sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
         }
+#endif
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -102,11 +111,11 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
     const double sum_diff_dst_line = (double)values[0];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -118,11 +127,11 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_f32(dst_block, dst + at, filled);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -325,11 +334,11 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
     const double sum_diff_dst_line = (double)values[0];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -341,11 +350,11 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_bf16(dst_block, dst + at, filled);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -548,11 +557,11 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call
     const float sum_diff_dst_line = (float)values[0];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -564,11 +573,11 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_f16(dst_block, dst + at, filled);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float diff_dst_value = (float)diff_dst_block[lane];

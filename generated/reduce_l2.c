@@ -23,6 +23,14 @@ static void reduce_l2_f32_reduce_1(const opgen_lines_call *call, int64_t line, d
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+#if OPGEN_VECTOR_DOUBLE
+        opgen_prefetch_ahead(src + at, OPGEN_PREFETCH_BYTES);
+        for (int opgen_half = 0; opgen_half < OPGEN_BLOCK; opgen_half += OPGEN_DOUBLE_LANES) {
+            const opgen_doubles src_value = opgen_doubles_of_f32(src + at + opgen_half);
+            const opgen_doubles sum_squares_sums = opgen_doubles_load(sum_squares_lanes + opgen_half);
+            opgen_doubles_store(sum_squares_lanes + opgen_half, opgen_doubles_add(sum_squares_sums, opgen_doubles_mul(src_value, src_value)));
+        }
+#else
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f32(src_block, src + at, OPGEN_PREFETCH_BYTES);
         OPGEN_SIMD_FLOAT
@@ -31,6 +39,7 @@ static void reduce_l2_f32_reduce_1(const opgen_lines_call *call, int64_t line, d
             const double sum_squares_term = (src_value * src_value);
             sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
         }
+#endif
     }
     if (at < length) {
         const int filled = (int)(length - at);

@@ -206,9 +206,9 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_of(const opgen_lines_call *call, int64
     const float inv_sum_line = (float)values[2];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float dst_kept_block[OPGEN_BLOCK];
         opgen_load_block_f32(dst_kept_block, dst_kept + at, 0);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float dst_kept_value = dst_kept_block[lane];
@@ -219,9 +219,9 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_of(const opgen_lines_call *call, int64
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float dst_kept_block[OPGEN_BLOCK];
         opgen_load_part_f32(dst_kept_block, dst_kept + at, filled);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float dst_kept_value = dst_kept_block[lane];
@@ -506,9 +506,9 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int6
     const float inv_sum_line = (float)values[2];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -519,9 +519,9 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int6
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_block, src + at, filled);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -811,9 +811,9 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64
     const float inv_sum_line = (float)values[2];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
@@ -824,9 +824,9 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float dst_block[OPGEN_BLOCK];
         float src_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_block, src + at, filled);
-        float dst_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];

@@ -24,6 +24,16 @@ static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t
     }
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+#if OPGEN_VECTOR_DOUBLE
+        opgen_prefetch_ahead(diff_dst + at, OPGEN_PREFETCH_BYTES);
+        opgen_prefetch_ahead(dst + at, OPGEN_PREFETCH_BYTES);
+        for (int opgen_half = 0; opgen_half < OPGEN_BLOCK; opgen_half += OPGEN_DOUBLE_LANES) {
+            const opgen_doubles diff_dst_value = opgen_doubles_of_f32(diff_dst + at + opgen_half);
+            const opgen_doubles dst_value = opgen_doubles_of_f32(dst + at + opgen_half);
+            const opgen_doubles dot_sums = opgen_doubles_load(dot_lanes + opgen_half);
+            opgen_doubles_store(dot_lanes + opgen_half, opgen_doubles_add(dot_sums, opgen_doubles_mul(diff_dst_value, dst_value)));
+        }
+#else
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
@@ -35,6 +45,7 @@ static void soft_max_backward_f32_reduce_1(const opgen_lines_call *call, int64_t
             const double dot_term = (diff_dst_value * dst_value);
             dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
         }
+#endif
     }
     if (at < length) {
         const int filled = (int)(length - at);
@@ -117,11 +128,28 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *ca
     const double dot_line = (double)values[0];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
+#if OPGEN_VECTOR_DOUBLE
+        opgen_prefetch_ahead(diff_dst + at, OPGEN_PREFETCH_BYTES);
+        opgen_prefetch_ahead(dst + at, OPGEN_PREFETCH_BYTES);
+        /* two vectors at a time: an output's two halves narrowed to floats in one store, which
+         * the block's store can forward from */
+        for (int opgen_pair = 0; opgen_pair < OPGEN_BLOCK; opgen_pair += 2 * OPGEN_DOUBLE_LANES) {
+            opgen_doubles diff_src_halves[2];
+            for (int opgen_part = 0; opgen_part < 2; ++opgen_part) {
+                const int opgen_half = opgen_pair + OPGEN_DOUBLE_LANES * opgen_part;
+                const opgen_doubles diff_dst_value = opgen_doubles_of_f32(diff_dst + at + opgen_half);
+                const opgen_doubles dst_value = opgen_doubles_of_f32(dst + at + opgen_half);
+                const opgen_doubles diff_src_value = opgen_doubles_mul(dst_value, opgen_doubles_sub(diff_dst_value, opgen_doubles_set1(dot_line)));
+                diff_src_halves[opgen_part] = diff_src_value;
+            }
+            opgen_doubles_store_f32_pair(diff_src_block + opgen_pair, diff_src_halves[0], diff_src_halves[1]);
+        }
+#else
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_f32(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -129,15 +157,16 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *ca
             const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
             diff_src_block[lane] = (float)diff_src_value;
         }
+#endif
         opgen_store_block_f32(diff_src + at, diff_src_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_part_f32(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_f32(dst_block, dst + at, filled);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -355,11 +384,11 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *c
     const double dot_line = (double)values[0];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_bf16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_bf16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -371,11 +400,11 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *c
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_part_bf16(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_bf16(dst_block, dst + at, filled);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const double diff_dst_value = (double)diff_dst_block[lane];
@@ -593,11 +622,11 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *ca
     const float dot_line = (float)values[0];
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_block_f16(diff_dst_block, diff_dst + at, OPGEN_PREFETCH_BYTES);
         float dst_block[OPGEN_BLOCK];
         opgen_load_block_f16(dst_block, dst + at, OPGEN_PREFETCH_BYTES);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float diff_dst_value = (float)diff_dst_block[lane];
@@ -609,11 +638,11 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *ca
     }
     if (at < length) {
         const int filled = (int)(length - at);
+        float diff_src_block[OPGEN_BLOCK];
         float diff_dst_block[OPGEN_BLOCK];
         opgen_load_part_f16(diff_dst_block, diff_dst + at, filled);
         float dst_block[OPGEN_BLOCK];
         opgen_load_part_f16(dst_block, dst + at, filled);
-        float diff_src_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float diff_dst_value = (float)diff_dst_block[lane];

@@ -93,6 +93,7 @@ class Pass:
     line_reads: tuple[tuple[str, int], ...]  # line values the terms read: (name, slot)
     after: tuple[LineStep, ...]
     keeps: tuple[tuple[Operand, str], ...] = ()  # (output, reduction): the term stored there
+    vector_terms: tuple[str, ...] = ()  # the reductions' terms on double vectors, else () (_vector_double)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,9 @@ class LinesKernel:
     # an op over a set of axes (an int list, role axes): its one reduction, which the driver
     # combines across blocks of axes that are not neighbours (module docstring); else None
     combined: Reduction | None = None
+    # the elements' and the across terms' math on double vectors, else () (_vector_double)
+    vector_elements: tuple[str, ...] = ()
+    vector_across: tuple[str, ...] = ()
 
 
 def _load(dtype: DType, compute: str) -> str:
@@ -224,16 +228,8 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     def folded(entry: expr.Entry) -> ast.expr:
         return expr.fold(entry.tree, constants)
 
-    slots = {t.name: i for i, t in enumerate(t for t in spec.inputs if t.kind == "line")}
-    for line_entry in spec.math.get("line", ()):
-        slots[line_entry.name] = len(slots)
-    element_spelling = {t.name: f"{t.name}_value" for t in spec.inputs if t.kind != "line"}
-    element_spelling |= {n: f"{n}_line" for n in slots}
-    element_spelling |= {n: n for n in numbers}
-    element_spelling["count"] = "count"
-    style = {kind: table.compute_types[kind] for kind in (compute, accumulate)}
-    maxima = {e.name: folded(e) for e in spec.math.get("line", ()) if e.reduction == "line_max"}
-    writer = _Writer(style, slots, numbers, element_spelling, maxima)
+    writer = _writer(spec, table, (compute, accumulate), numbers, folded)
+    slots, element_spelling = writer.slots, writer.element_spelling
 
     def operand_reads(trees: list[ast.expr]) -> tuple[tuple[Operand, ...], tuple[tuple[str, int], ...]]:
         read = set().union(*(expr.names(t) for t in trees)) if trees else set()
@@ -246,7 +242,8 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
     passes = []
     for k in range(1, pass_count + 1):
         reads, line_reads = operand_reads([tree for _, tree in reductions[k]])
-        passes.append(Pass(k, tuple(r for r, _ in reductions[k]), reads, line_reads, tuple(after[k])))
+        vector_terms = _vector_sums(reductions[k], operands, writer, compute)
+        passes.append(Pass(k, tuple(r for r, _ in reductions[k]), reads, line_reads, tuple(after[k]), (), vector_terms))
 
     output_operands = {t.name: operands[t.name] for t in spec.outputs}
     element_trees = _live_elements(spec, folded)
@@ -260,6 +257,8 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         Reduction(n, k, "across_sum", accumulate, f"({accumulate})0", writer.c_text(t, compute), compute)
         for k, (n, t) in enumerate(across_trees)
     )
+    float_outputs = all(output_operands[n].c_type == "float" for n, _ in element_trees if n in output_operands)
+    vector_math = _vector_double(element_trees + across_trees, operands, writer, compute) if float_outputs else ()
     elements = _elements(element_trees, writer, compute, output_operands)
     over_axes = any(a.role == AXES_ROLE for a in spec.attributes)
     all_trees = [t for _, t in element_trees] + [folded(e) for e in spec.math.get("line", ())]
@@ -288,7 +287,74 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         # each pass costs a walk over the line; an exp as plan.EXP_WORK elements of arithmetic
         work_per_element=(1 + pass_count) * (1 + plan.EXP_WORK * exps),
         combined=passes[0].reductions[0] if over_axes else None,
+        vector_elements=vector_math[: len(element_trees)],
+        vector_across=vector_math[len(element_trees) :],
     )
+
+
+def _writer(
+    spec: OpSpec,
+    table: DTypeTable,
+    kinds: tuple[str, str],
+    numbers: tuple[str, ...],
+    folded: Callable[[expr.Entry], ast.expr],
+) -> _Writer:
+    """The kernel's _Writer: a slot per line input and line value, in order, and the element
+    code's spelling of every name; `kinds`: the compute and the accumulation types."""
+    slots = {t.name: i for i, t in enumerate(t for t in spec.inputs if t.kind == "line")}
+    for line_entry in spec.math.get("line", ()):
+        slots[line_entry.name] = len(slots)
+    element_spelling = {t.name: f"{t.name}_value" for t in spec.inputs if t.kind != "line"}
+    element_spelling |= {n: f"{n}_line" for n in slots}
+    element_spelling |= {n: n for n in numbers}
+    element_spelling["count"] = "count"
+    style = {kind: table.compute_types[kind] for kind in kinds}
+    maxima = {e.name: folded(e) for e in spec.math.get("line", ()) if e.reduction == "line_max"}
+    return _Writer(style, slots, numbers, element_spelling, maxima)
+
+
+def _vector_sums(
+    reductions: list[tuple[Reduction, ast.expr]], operands: dict[str, Operand], writer: _Writer, compute: str
+) -> tuple[str, ...]:
+    """A pass's terms on double vectors (_vector_double) where its reductions are all sums in
+    double; else ()."""
+    if not all(r.kind == "line_sum" and r.lane_type == "double" for r, _ in reductions):
+        return ()
+    return _vector_double([(r.name, tree) for r, tree in reductions], operands, writer, compute)
+
+
+def _vector_double(
+    entries: list[tuple[str, ast.expr]], operands: dict[str, Operand], writer: _Writer, compute: str
+) -> tuple[str, ...]:
+    """`entries` (name, tree; each may read the ones before) on double vectors (`opgen_doubles`,
+    expr.to_vector_double: the lane loop's operations in double, in the same order, so the same
+    bits), for the whole blocks of a contiguous line: f32 tensor and along inputs widened
+    straight from memory as `<name>_value`, line values, numbers and `count` broadcast. GCC's
+    lane loop moved the halves of every block through shuffles and the stack (SoftMax backward
+    f32: 0.81-0.91 of the time in the vector form). () where the compute type is not double, an
+    input is not f32, or an entry has no such form."""
+    if compute != "double":
+        return ()
+    vectors: list[str] = []
+    defined: set[str] = set()
+    for name, tree in entries:
+        variables = {}
+        for read in expr.names(tree):
+            operand = operands.get(read)
+            if read in defined or (operand is not None and operand.kind != "line" and operand.c_type == "float"):
+                variables[read] = f"{read}_value"
+            elif read in writer.slots:
+                variables[read] = f"opgen_doubles_set1({read}_line)"
+            elif read in writer.numbers or read == "count":
+                variables[read] = f"opgen_doubles_set1((double){read})"
+            else:
+                return ()
+        vector = expr.to_vector_double(tree, variables)
+        if vector is None:
+            return ()
+        vectors.append(vector)
+        defined.add(name)
+    return tuple(vectors)
 
 
 def _reading_kept(
