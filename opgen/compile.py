@@ -43,6 +43,11 @@ C_FLAGS = ["-O3", "-std=c99", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "
 FALLBACK_FLAGS = ["-O1", *C_FLAGS[1:]]
 GROUP_BYTES = 256 << 10  # C compiled in one run at most, where sources are grouped (compile_units)
 WARNING_FLAGS = ["-Wall", "-Wextra", "-Wpedantic"]
+# Read once, at import, before any build thread starts: sysconfig fills its variables on first
+# use, and another thread asking meanwhile gets them half filled (CPython 3.11). A build's
+# module and its fastcall helper compute their cache keys in two threads, and now and then one
+# of them missed EXT_SUFFIX: a second cache folder for the same library.
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 
 
 class BuildError(RuntimeError):
@@ -77,7 +82,7 @@ def _identity_of(command: tuple[str, ...]) -> str:
 def _digest(*parts: str) -> str:
     """A short hash of what a build depends on: opgen, Python's ABI, the compiler, and `parts`."""
     digest = hashlib.sha256()
-    common = (__version__, sys.implementation.cache_tag, sysconfig.get_config_var("EXT_SUFFIX") or "")
+    common = (__version__, sys.implementation.cache_tag, EXT_SUFFIX)
     for part in (*common, " ".join(compiler()), _compiler_identity(), *parts):
         digest.update(part.encode())
         digest.update(b"\0")
@@ -272,7 +277,7 @@ def _build(library: Library, units: dict[str, Unit], work: Path, name: str) -> N
         jobs.append(pool.submit(_compile_wrapper, wrapper, work))
         jobs += [pool.submit(_compile_object, work / run, work, list(units[run].flags)) for run in runs[1:]]
         objects = [job.result() for job in jobs]
-    _link_module(work / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}", objects)
+    _link_module(work / f"{name}{EXT_SUFFIX}", objects)
 
 
 def _emit_wrapper(library: Library, name: str, work: Path) -> Path:
@@ -325,7 +330,7 @@ def build_fastcall() -> Path:
     key = "fastcall-" + _digest(numpy.__version__, *include, *limits, FASTCALL_SOURCE.read_text())
 
     def build(work: Path, name: str) -> None:
-        target = work / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+        target = work / f"{name}{EXT_SUFFIX}"
         command = [*compiler(), "-O2", "-shared", "-fPIC", *WARNING_FLAGS[:2], *limits, *(f"-I{d}" for d in include)]
         command += [str(FASTCALL_SOURCE), "-o", str(target)]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
