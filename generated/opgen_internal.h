@@ -631,11 +631,45 @@ static inline double opgen_exp(double x_in)
 }
 
 /* opgen_exp of an argument never above 0 (expr.nonpositive: -abs(y), softmax's y - max),
- * the same bits: the clamp from above cannot apply, and the one from below alone is one
- * compare and one blend where both together took 4 compares and 3 blends */
+ * the same bits for fewer operations. The clamp from above cannot apply, and the one from
+ * below alone is one compare and one blend where both together took 4 compares and 3 blends.
+ * With k <= 0, 2^k goes in as one factor 2^(k + 65), which keeps p * 2^(k + 65) a normal
+ * number, exact, and 2^-65: the product rounds once, as p times the two halves of 2^k does in
+ * opgen_exp, and the halves' 7 operations become one shift and one multiplication. */
 static inline double opgen_exp_nonpositive(double x_in)
 {
-    return opgen_exp_in_range(-746.0 > x_in ? -746.0 : x_in);
+    const double x = -746.0 > x_in ? -746.0 : x_in;
+    /* the shift plus an even integer: the sum rounds x / ln 2 to the same k (opgen_exp's ties
+     * go the same way), and its low bits hold k + bias + 65, 2^(k + 65)'s biased exponent */
+    const double shift = 0x1.8p52 + (1023.0 + 65.0);
+    const double shifted = opgen_exp_mul_add(x, 0x1.71547652b82fep0, shift);
+    const double k = shifted - shift;
+    double r = x;
+    r = opgen_exp_mul_add(-k, 0x1.62e42feep-1, r);
+    r = opgen_exp_mul_add(-k, 0x1.a39ef35793c76p-33, r);
+    /* Horner's rule, from the highest power */
+    double p = 1.6059043836821613e-10;
+    p = opgen_exp_mul_add(p, r, 2.08767569878681e-09);
+    p = opgen_exp_mul_add(p, r, 2.505210838544172e-08);
+    p = opgen_exp_mul_add(p, r, 2.755731922398589e-07);
+    p = opgen_exp_mul_add(p, r, 2.7557319223985893e-06);
+    p = opgen_exp_mul_add(p, r, 2.48015873015873e-05);
+    p = opgen_exp_mul_add(p, r, 0.0001984126984126984);
+    p = opgen_exp_mul_add(p, r, 0.001388888888888889);
+    p = opgen_exp_mul_add(p, r, 0.008333333333333333);
+    p = opgen_exp_mul_add(p, r, 0.041666666666666664);
+    p = opgen_exp_mul_add(p, r, 0.16666666666666666);
+    p = opgen_exp_mul_add(p, r, 0.5);
+    p = opgen_exp_mul_add(p, r, 1.0);
+    p = opgen_exp_mul_add(p, r, 1.0);
+    {
+        uint64_t bits;
+        double power; /* 2^(k + 65) */
+        memcpy(&bits, &shifted, sizeof bits);
+        bits <<= 52; /* the biased exponent, from the low bits; the shift's own bits are zero that low */
+        memcpy(&power, &bits, sizeof power);
+        return p * power * 0x1p-65;
+    }
 }
 
 /* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
@@ -727,11 +761,41 @@ static inline float opgen_expf(float x_in)
 }
 
 /* opgen_expf of an argument never above 0 (expr.nonpositive: -abs(y), softmax's y - max),
- * the same bits: the clamp from above cannot apply, and the one from below alone is one
- * compare and one blend where both together took 4 compares and 3 blends */
+ * the same bits for fewer operations. The clamp from above cannot apply, and the one from
+ * below alone is one compare and one blend where both together took 4 compares and 3 blends.
+ * With k <= 0, 2^k goes in as one factor 2^(k + 65), which keeps p * 2^(k + 65) a normal
+ * number, exact, and 2^-65: the product rounds once, as p times the two halves of 2^k does in
+ * opgen_expf, and the halves' 7 operations become one shift and one multiplication. */
 static inline float opgen_exp_nonpositivef(float x_in)
 {
-    return opgen_expf_in_range(-105.0f > x_in ? -105.0f : x_in);
+    const float x = -105.0f > x_in ? -105.0f : x_in;
+    /* the shift plus an even integer: the sum rounds x / ln 2 to the same k (opgen_expf's ties
+     * go the same way), and its low bits hold k + bias + 65, 2^(k + 65)'s biased exponent */
+    const float shift = 0x1.8p23f + (127.0f + 65.0f);
+    const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f, shift);
+    const float k = shifted - shift;
+    float r = x;
+    r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
+    r = opgen_expf_mul_add(-k, 0x1.0cp-15f, r);
+    r = opgen_expf_mul_add(-k, -0x1.05c61p-29f, r);
+    /* Horner's rule, from the highest power */
+    float p = 2.48015873015873e-05f;
+    p = opgen_expf_mul_add(p, r, 0.0001984126984126984f);
+    p = opgen_expf_mul_add(p, r, 0.001388888888888889f);
+    p = opgen_expf_mul_add(p, r, 0.008333333333333333f);
+    p = opgen_expf_mul_add(p, r, 0.041666666666666664f);
+    p = opgen_expf_mul_add(p, r, 0.16666666666666666f);
+    p = opgen_expf_mul_add(p, r, 0.5f);
+    p = opgen_expf_mul_add(p, r, 1.0f);
+    p = opgen_expf_mul_add(p, r, 1.0f);
+    {
+        uint32_t bits;
+        float power; /* 2^(k + 65) */
+        memcpy(&bits, &shifted, sizeof bits);
+        bits <<= 23; /* the biased exponent, from the low bits; the shift's own bits are zero that low */
+        memcpy(&power, &bits, sizeof power);
+        return p * power * 0x1p-65f;
+    }
 }
 
 /* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
