@@ -105,7 +105,7 @@ static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -116,7 +116,7 @@ static void log_soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
@@ -159,7 +159,7 @@ static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int6
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -410,7 +410,7 @@ static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t lin
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -421,7 +421,7 @@ static void log_soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t lin
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
@@ -464,7 +464,7 @@ static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -715,7 +715,7 @@ static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -726,7 +726,7 @@ static void log_soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
@@ -769,7 +769,7 @@ static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int6
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }

@@ -672,6 +672,12 @@ static inline double opgen_exp_nonpositive(double x_in)
     }
 }
 
+/* The along_axes kernels' exp of an argument never above 0, in double: the nonpositive one. */
+static inline double opgen_exp_line(double x_in)
+{
+    return opgen_exp_nonpositive(x_in);
+}
+
 /* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
  * intervals, within 2^-28 relative (float_range.Arithmetic.exp_error): no clamp, 2^k in one
  * factor, and e^r by a polynomial of degree 6 only (float_range.exp_polynomial), as short as
@@ -785,6 +791,42 @@ static inline float opgen_exp_nonpositivef(float x_in)
     p = opgen_expf_mul_add(p, r, 0.008333333333333333f);
     p = opgen_expf_mul_add(p, r, 0.041666666666666664f);
     p = opgen_expf_mul_add(p, r, 0.16666666666666666f);
+    p = opgen_expf_mul_add(p, r, 0.5f);
+    p = opgen_expf_mul_add(p, r, 1.0f);
+    p = opgen_expf_mul_add(p, r, 1.0f);
+    {
+        uint32_t bits;
+        float power; /* 2^(k + 65) */
+        memcpy(&bits, &shifted, sizeof bits);
+        bits <<= 23; /* the biased exponent, from the low bits; the shift's own bits are zero that low */
+        memcpy(&power, &bits, sizeof power);
+        return p * power * 0x1p-65f;
+    }
+}
+
+/* The along_axes kernels' exp of an argument never above 0: within 1 ulp (2^-23 relative) as
+ * opgen_exp_nonpositivef is, not its bits. e^r by a polynomial of degree
+ * 6 (float_range.LINE_EXP_DEGREE), three multiply-adds
+ * fewer than the series to degree 8; tests/c/exp_line.c checks the bound on every negative
+ * float. The elementwise kernels keep the series' bits (their golden corpus); the along_axes
+ * ops are held to accuracy bounds, which take exp within 1 ulp. */
+static inline float opgen_exp_linef(float x_in)
+{
+    const float x = -105.0f > x_in ? -105.0f : x_in;
+    /* the shift plus an even integer: the sum rounds x / ln 2 to the same k (opgen_expf's ties
+     * go the same way), and its low bits hold k + bias + 65, 2^(k + 65)'s biased exponent */
+    const float shift = 0x1.8p23f + (127.0f + 65.0f);
+    const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f, shift);
+    const float k = shifted - shift;
+    float r = x;
+    r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
+    r = opgen_expf_mul_add(-k, 0x1.0cp-15f, r);
+    r = opgen_expf_mul_add(-k, -0x1.05c61p-29f, r);
+    /* Horner's rule, from the highest power */
+    float p = 0.0013949769781902432f;
+    p = opgen_expf_mul_add(p, r, 0.00837596133351326f);
+    p = opgen_expf_mul_add(p, r, 0.04166619852185249f);
+    p = opgen_expf_mul_add(p, r, 0.16666404902935028f);
     p = opgen_expf_mul_add(p, r, 0.5f);
     p = opgen_expf_mul_add(p, r, 1.0f);
     p = opgen_expf_mul_add(p, r, 1.0f);

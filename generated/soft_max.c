@@ -107,7 +107,7 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
             dst_block[lane] = sum_exp_term;
         }
@@ -121,7 +121,7 @@ static void soft_max_f32_reduce_2(const opgen_lines_call *call, int64_t line, do
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
             dst_block[lane] = sum_exp_term;
         }
@@ -168,7 +168,7 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
             dst_block[lane] = sum_exp_term;
         }
@@ -419,7 +419,7 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -430,7 +430,7 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
@@ -473,7 +473,7 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -512,7 +512,7 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int6
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_exp_nonpositivef((src_value - max_src_line)) * inv_sum_line);
+            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
@@ -525,7 +525,7 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int6
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_exp_nonpositivef((src_value - max_src_line)) * inv_sum_line);
+            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
@@ -575,7 +575,7 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_columns_of(const opgen_lines_call *ca
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
             const float inv_sum_line = inv_sum_line_lanes[lane];
-            const float dst_value = (opgen_exp_nonpositivef((src_value - max_src_line)) * inv_sum_line);
+            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {
@@ -724,7 +724,7 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -735,7 +735,7 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
         }
     }
@@ -778,7 +778,7 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_nonpositivef((src_value - max_src_line));
+            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
         }
     }
@@ -817,7 +817,7 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_exp_nonpositivef((src_value - max_src_line)) * inv_sum_line);
+            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_block_f16(dst + at, dst_block, opgen_stream);
@@ -830,7 +830,7 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_exp_nonpositivef((src_value - max_src_line)) * inv_sum_line);
+            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
@@ -880,7 +880,7 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_columns_of(const opgen_lines_call *cal
             const float src_value = (float)src_block[lane];
             const float max_src_line = max_src_line_lanes[lane];
             const float inv_sum_line = inv_sum_line_lanes[lane];
-            const float dst_value = (opgen_exp_nonpositivef((src_value - max_src_line)) * inv_sum_line);
+            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
             dst_block[lane] = (float)dst_value;
         }
         if (lanes == OPGEN_BLOCK) {

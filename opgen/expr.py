@@ -226,13 +226,15 @@ def to_c(
     select: str,
     functions: Mapping[str, str] | None = None,
     maxima: Mapping[str, ast.expr] | None = None,
+    exp_nonpositive: str = "opgen_exp_nonpositive",
 ) -> str:
     """C text of a checked expression; `variables` maps each spec name to its C spelling,
     `functions` a function to another C name than FUNCTIONS' (before the suffix), `maxima`
     the names that hold the largest value of a term along the line (line_max), by that term.
 
-    An exp whose argument is never above 0 (nonpositive) calls opgen_exp_nonpositive, the
-    same bits as opgen_exp there without its clamp from above.
+    An exp whose argument is never above 0 (nonpositive) calls `exp_nonpositive` (before the
+    suffix): opgen_exp_nonpositive, the same bits as opgen_exp there in fewer operations, or
+    the along_axes kernels' opgen_exp_line (EXP_LINE), as accurate, not the same bits.
 
     Both arms of `a if c else b` become arguments of the function `select`, so both are
     always computed and the compiler can turn the choice into a vector blend; `and`/`or`
@@ -274,7 +276,7 @@ def to_c(
             if functions and name in functions:
                 c_name = functions[name] + math_suffix
             elif name == "exp" and nonpositive(node.args[0], maxima or {}):
-                c_name = EXP_NONPOSITIVE + math_suffix
+                c_name = exp_nonpositive + math_suffix
             else:
                 c_name = FUNCTIONS[name][1] + math_suffix
             return f"{c_name}(" + ", ".join(emit(arg) for arg in node.args) + ")"
@@ -283,7 +285,7 @@ def to_c(
     return emit(tree)
 
 
-EXP_NONPOSITIVE = "opgen_exp_nonpositive"  # opgen_internal.h: exp of an argument <= 0 (or NaN)
+EXP_LINE = "opgen_exp_line"  # opgen_internal.h: the along_axes kernels' exp of an argument <= 0 (or NaN)
 
 
 def nonpositive(node: ast.expr, maxima: Mapping[str, ast.expr]) -> bool:

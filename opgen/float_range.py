@@ -194,6 +194,20 @@ DOUBLE = Arithmetic("double", 53, -1022, 1023, "opgen_exp_short", 6, ("0x1.62e42
 # in the order plan.float_first tries them: the cheapest first
 ARITHMETICS = (FLOAT3, FLOAT, DOUBLE)
 
+# The along_axes kernels' exp of an argument never above 0 in float (opgen_exp_linef): e^r by
+# the polynomial of this degree (2^-28.4) where opgen_expf sums e^r's series to degree 8, three
+# multiply-adds fewer, with opgen_expf's reduction and one rounding of p 2^k. Its error stays
+# within 2^-23 of e^x, relatively (the 1 ulp, 2 u, that the along_axes accuracy bounds take for
+# exp), fused or not: no bound from the parts proves that, so tests/c/exp_line.c checks every
+# negative float (2^-23.4 fused, 2^-23.06 not, on the first machine checked).
+LINE_EXP_DEGREE = 6
+
+
+def line_exp_coefficients() -> list[str]:
+    """opgen_exp_linef's polynomial as float literals, the highest power first."""
+    rounded = [_round_to_bits(float(c), F32_BITS) for c in exp_polynomial(LINE_EXP_DEGREE)[0]]
+    return [f"{c!r}f" for c in reversed(rounded)]
+
 
 @dataclass(frozen=True)
 class _Node:

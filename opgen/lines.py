@@ -181,7 +181,13 @@ class _Writer:
         variables = {n: names[n] for n in expr.names(tree)}
         style = self.style[kind]
         return expr.to_c(
-            tree, variables, style.literal_suffix, style.math_suffix, f"opgen_select_{kind}", maxima=self.maxima
+            tree,
+            variables,
+            style.literal_suffix,
+            style.math_suffix,
+            f"opgen_select_{kind}",
+            maxima=self.maxima,
+            exp_nonpositive=expr.EXP_LINE,
         )
 
     def line_spelling(self, kind: str) -> dict[str, str]:

@@ -137,6 +137,7 @@ def render_library(
             "opgen_internal.h.j2",
             compute_types=sorted(table.compute_types),
             short_exp=float_range.ARITHMETICS,
+            line_exp_coefficients=float_range.line_exp_coefficients(),
             **settings,
         ),
         "opgen_dispatch.c": _render(env, "dispatch.c.j2", kernels=kernels + support_kernels, **settings),

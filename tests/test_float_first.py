@@ -694,6 +694,17 @@ def test_the_nonpositive_exps_give_the_full_exps_bits(tmp_path, fused):
     assert found["opgen_exp_nonpositive"][1] == 0 and found["opgen_exp_nonpositivef"][1] == 0
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
+def test_the_line_exp_is_within_1_ulp_on_every_negative_float(tmp_path, fused):
+    """opgen_exp_linef, the along_axes kernels' exp of an argument never above 0, is not
+    opgen_expf's bits but as accurate: within 2^-23 of e^x relatively (the along_axes bounds'
+    1 ulp) on every negative float, fused and not (tests/c/exp_line.c)."""
+    checked, outside, largest = build_and_run(tmp_path, "exp_line", fused).split()
+    assert int(checked) == 1 << 31
+    assert int(outside) == 0, f"{outside} arguments beyond 2^-23 (largest relative error 2^{largest})"
+    assert float(largest) < -23
+
+
 @pytest.mark.parametrize(
     ("text", "maxima", "nonpositive"),
     [
@@ -720,6 +731,8 @@ def test_nonpositive_knows_the_forms_that_never_exceed_0(text, maxima, nonpositi
     assert expr.nonpositive(expr.parse(text), trees) is nonpositive
     c = expr.to_c(expr.parse(f"exp({text})"), {n: n for n in ("x", "y", "m")}, "", "", "select", maxima=trees)
     assert c.startswith("opgen_exp_nonpositive(" if nonpositive else "opgen_exp(")
+    line = expr.to_c(expr.parse(f"exp({text})"), {n: n for n in "xym"}, "", "", "s", maxima=trees, exp_nonpositive="L")
+    assert line.startswith("L(" if nonpositive else "opgen_exp(")
 
 
 @pytest.mark.parametrize(
