@@ -807,7 +807,7 @@ static inline float opgen_exp_nonpositivef(float x_in)
 /* The along_axes kernels' exp of an argument never above 0: within 1 ulp (2^-23 relative) as
  * opgen_exp_nonpositivef is, not its bits. e^r by a polynomial of degree
  * 6 (float_range.LINE_EXP_DEGREE), three multiply-adds
- * fewer than the series to degree 8; tests/c/exp_line.c checks the bound on every negative
+ * fewer than the series to degree 8, and where fused, ln 2 in two parts; tests/c/exp_line.c checks the bound on every negative
  * float. The elementwise kernels keep the series' bits (their golden corpus); the along_axes
  * ops are held to accuracy bounds, which take exp within 1 ulp. */
 static inline float opgen_exp_linef(float x_in)
@@ -819,9 +819,16 @@ static inline float opgen_exp_linef(float x_in)
     const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f, shift);
     const float k = shifted - shift;
     float r = x;
+#if OPGEN_USE_FMA
+    /* fused, x - k ln2_hi is exact (both multiples of 2^-25 where |x| < 0.5, of 2^-24 beyond,
+     * and the difference below 0.35): ln 2 in two parts */
+    r = opgen_expf_mul_add(-k, 0x1.62e43p-1f, r);
+    r = opgen_expf_mul_add(-k, -0x1.05c61p-29f, r);
+#else
     r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
     r = opgen_expf_mul_add(-k, 0x1.0cp-15f, r);
     r = opgen_expf_mul_add(-k, -0x1.05c61p-29f, r);
+#endif
     /* Horner's rule, from the highest power */
     float p = 0.0013949769781902432f;
     p = opgen_expf_mul_add(p, r, 0.00837596133351326f);
