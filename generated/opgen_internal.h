@@ -586,11 +586,9 @@ static inline double opgen_scale_add(double scale, double x, double constant)
     return opgen_exp_mul_add(scale, x, constant);
 }
 
-/* e^x for x in [-746.0, 710.0], or NaN (the two below clamp to it) */
-static inline double opgen_exp_in_range(double x)
+/* e^r for r = x - k ln 2, |r| <= ln 2 / 2: the reduction, then the series */
+static inline double opgen_exp_polynomial(double x, double k)
 {
-    const double shift = 0x1.8p52; /* adding it rounds to an integer, kept in the low bits */
-    const double k = opgen_exp_mul_add(x, 0x1.71547652b82fep0, shift) - shift;
     double r = x;
     r = opgen_exp_mul_add(-k, 0x1.62e42feep-1, r);
     r = opgen_exp_mul_add(-k, 0x1.a39ef35793c76p-33, r);
@@ -609,6 +607,15 @@ static inline double opgen_exp_in_range(double x)
     p = opgen_exp_mul_add(p, r, 0.5);
     p = opgen_exp_mul_add(p, r, 1.0);
     p = opgen_exp_mul_add(p, r, 1.0);
+    return p;
+}
+
+/* e^x for x in [-746.0, 710.0], or NaN (the two below clamp to it) */
+static inline double opgen_exp_in_range(double x)
+{
+    const double shift = 0x1.8p52; /* adding it rounds to an integer, kept in the low bits */
+    const double k = opgen_exp_mul_add(x, 0x1.71547652b82fep0, shift) - shift;
+    const double p = opgen_exp_polynomial(x, k);
     {
         const double half = opgen_exp_mul_add(k, 0.5, shift) - shift; /* k = half + rest, both within the normal range */
         const double rest = k - half;
@@ -630,6 +637,20 @@ static inline double opgen_exp(double x_in)
     return opgen_exp_in_range(x_in > 710.0 ? 710.0 : x_in < -746.0 ? -746.0 : x_in);
 }
 
+/* p 2^k for an exp of an argument never above 0, from `shifted`: x / ln 2 plus the rounding
+ * shift plus bias + 65, an even integer, so that the sum rounds to the same k as in
+ * opgen_exp (its ties go the same way) and its low bits hold k + bias + 65. With k <= 0,
+ * p 2^(k + 65) is a normal number, exact, and times 2^-65 it rounds once. */
+static inline double opgen_exp_times_power_nonpositive(double p, double shifted)
+{
+    uint64_t bits;
+    double power; /* 2^(k + 65) */
+    memcpy(&bits, &shifted, sizeof bits);
+    bits <<= 52; /* the biased exponent, from the low bits; the shift's own bits are zero that low */
+    memcpy(&power, &bits, sizeof power);
+    return p * power * 0x1p-65;
+}
+
 /* opgen_exp of an argument never above 0 (expr.nonpositive: -abs(y), softmax's y - max),
  * the same bits for fewer operations. The clamp from above cannot apply, and the one from
  * below alone is one compare and one blend where both together took 4 compares and 3 blends.
@@ -639,37 +660,9 @@ static inline double opgen_exp(double x_in)
 static inline double opgen_exp_nonpositive(double x_in)
 {
     const double x = -746.0 > x_in ? -746.0 : x_in;
-    /* the shift plus an even integer: the sum rounds x / ln 2 to the same k (opgen_exp's ties
-     * go the same way), and its low bits hold k + bias + 65, 2^(k + 65)'s biased exponent */
     const double shift = 0x1.8p52 + (1023.0 + 65.0);
     const double shifted = opgen_exp_mul_add(x, 0x1.71547652b82fep0, shift);
-    const double k = shifted - shift;
-    double r = x;
-    r = opgen_exp_mul_add(-k, 0x1.62e42feep-1, r);
-    r = opgen_exp_mul_add(-k, 0x1.a39ef35793c76p-33, r);
-    /* Horner's rule, from the highest power */
-    double p = 1.6059043836821613e-10;
-    p = opgen_exp_mul_add(p, r, 2.08767569878681e-09);
-    p = opgen_exp_mul_add(p, r, 2.505210838544172e-08);
-    p = opgen_exp_mul_add(p, r, 2.755731922398589e-07);
-    p = opgen_exp_mul_add(p, r, 2.7557319223985893e-06);
-    p = opgen_exp_mul_add(p, r, 2.48015873015873e-05);
-    p = opgen_exp_mul_add(p, r, 0.0001984126984126984);
-    p = opgen_exp_mul_add(p, r, 0.001388888888888889);
-    p = opgen_exp_mul_add(p, r, 0.008333333333333333);
-    p = opgen_exp_mul_add(p, r, 0.041666666666666664);
-    p = opgen_exp_mul_add(p, r, 0.16666666666666666);
-    p = opgen_exp_mul_add(p, r, 0.5);
-    p = opgen_exp_mul_add(p, r, 1.0);
-    p = opgen_exp_mul_add(p, r, 1.0);
-    {
-        uint64_t bits;
-        double power; /* 2^(k + 65) */
-        memcpy(&bits, &shifted, sizeof bits);
-        bits <<= 52; /* the biased exponent, from the low bits; the shift's own bits are zero that low */
-        memcpy(&power, &bits, sizeof power);
-        return p * power * 0x1p-65;
-    }
+    return opgen_exp_times_power_nonpositive(opgen_exp_polynomial(x, shifted - shift), shifted);
 }
 
 /* The along_axes kernels' exp of an argument never above 0, in double: the nonpositive one. */
@@ -726,11 +719,9 @@ static inline float opgen_scale_addf(float scale, float x, float constant)
     return opgen_expf_mul_add(scale, x, constant);
 }
 
-/* e^x for x in [-105.0f, 90.0f], or NaN (the two below clamp to it) */
-static inline float opgen_expf_in_range(float x)
+/* e^r for r = x - k ln 2, |r| <= ln 2 / 2: the reduction, then the series */
+static inline float opgen_expf_polynomial(float x, float k)
 {
-    const float shift = 0x1.8p23f; /* adding it rounds to an integer, kept in the low bits */
-    const float k = opgen_expf_mul_add(x, 0x1.715476p0f, shift) - shift;
     float r = x;
     r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
     r = opgen_expf_mul_add(-k, 0x1.0cp-15f, r);
@@ -745,6 +736,15 @@ static inline float opgen_expf_in_range(float x)
     p = opgen_expf_mul_add(p, r, 0.5f);
     p = opgen_expf_mul_add(p, r, 1.0f);
     p = opgen_expf_mul_add(p, r, 1.0f);
+    return p;
+}
+
+/* e^x for x in [-105.0f, 90.0f], or NaN (the two below clamp to it) */
+static inline float opgen_expf_in_range(float x)
+{
+    const float shift = 0x1.8p23f; /* adding it rounds to an integer, kept in the low bits */
+    const float k = opgen_expf_mul_add(x, 0x1.715476p0f, shift) - shift;
+    const float p = opgen_expf_polynomial(x, k);
     {
         const float half = opgen_expf_mul_add(k, 0.5f, shift) - shift; /* k = half + rest, both within the normal range */
         const float rest = k - half;
@@ -766,6 +766,20 @@ static inline float opgen_expf(float x_in)
     return opgen_expf_in_range(x_in > 90.0f ? 90.0f : x_in < -105.0f ? -105.0f : x_in);
 }
 
+/* p 2^k for an exp of an argument never above 0, from `shifted`: x / ln 2 plus the rounding
+ * shift plus bias + 65, an even integer, so that the sum rounds to the same k as in
+ * opgen_expf (its ties go the same way) and its low bits hold k + bias + 65. With k <= 0,
+ * p 2^(k + 65) is a normal number, exact, and times 2^-65 it rounds once. */
+static inline float opgen_expf_times_power_nonpositive(float p, float shifted)
+{
+    uint32_t bits;
+    float power; /* 2^(k + 65) */
+    memcpy(&bits, &shifted, sizeof bits);
+    bits <<= 23; /* the biased exponent, from the low bits; the shift's own bits are zero that low */
+    memcpy(&power, &bits, sizeof power);
+    return p * power * 0x1p-65f;
+}
+
 /* opgen_expf of an argument never above 0 (expr.nonpositive: -abs(y), softmax's y - max),
  * the same bits for fewer operations. The clamp from above cannot apply, and the one from
  * below alone is one compare and one blend where both together took 4 compares and 3 blends.
@@ -775,49 +789,16 @@ static inline float opgen_expf(float x_in)
 static inline float opgen_exp_nonpositivef(float x_in)
 {
     const float x = -105.0f > x_in ? -105.0f : x_in;
-    /* the shift plus an even integer: the sum rounds x / ln 2 to the same k (opgen_expf's ties
-     * go the same way), and its low bits hold k + bias + 65, 2^(k + 65)'s biased exponent */
     const float shift = 0x1.8p23f + (127.0f + 65.0f);
     const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f, shift);
-    const float k = shifted - shift;
-    float r = x;
-    r = opgen_expf_mul_add(-k, 0x1.62ep-1f, r);
-    r = opgen_expf_mul_add(-k, 0x1.0cp-15f, r);
-    r = opgen_expf_mul_add(-k, -0x1.05c61p-29f, r);
-    /* Horner's rule, from the highest power */
-    float p = 2.48015873015873e-05f;
-    p = opgen_expf_mul_add(p, r, 0.0001984126984126984f);
-    p = opgen_expf_mul_add(p, r, 0.001388888888888889f);
-    p = opgen_expf_mul_add(p, r, 0.008333333333333333f);
-    p = opgen_expf_mul_add(p, r, 0.041666666666666664f);
-    p = opgen_expf_mul_add(p, r, 0.16666666666666666f);
-    p = opgen_expf_mul_add(p, r, 0.5f);
-    p = opgen_expf_mul_add(p, r, 1.0f);
-    p = opgen_expf_mul_add(p, r, 1.0f);
-    {
-        uint32_t bits;
-        float power; /* 2^(k + 65) */
-        memcpy(&bits, &shifted, sizeof bits);
-        bits <<= 23; /* the biased exponent, from the low bits; the shift's own bits are zero that low */
-        memcpy(&power, &bits, sizeof power);
-        return p * power * 0x1p-65f;
-    }
+    return opgen_expf_times_power_nonpositive(opgen_expf_polynomial(x, shifted - shift), shifted);
 }
 
-/* The along_axes kernels' exp of an argument never above 0: within 1 ulp (2^-23 relative) as
- * opgen_exp_nonpositivef is, not its bits. e^r by a polynomial of degree
- * 6 (float_range.LINE_EXP_DEGREE), three multiply-adds
- * fewer than the series to degree 8, and where fused, ln 2 in two parts; tests/c/exp_line.c checks the bound on every negative
- * float. The elementwise kernels keep the series' bits (their golden corpus); the along_axes
- * ops are held to accuracy bounds, which take exp within 1 ulp. */
-static inline float opgen_exp_linef(float x_in)
+/* e^r for r = x - k ln 2: the reduction, then float_range's polynomial of degree
+ * 6 (LINE_EXP_DEGREE), three multiply-adds fewer than the series to degree 8;
+ * where fused, ln 2 in two parts */
+static inline float opgen_exp_line_polynomialf(float x, float k)
 {
-    const float x = -105.0f > x_in ? -105.0f : x_in;
-    /* the shift plus an even integer: the sum rounds x / ln 2 to the same k (opgen_expf's ties
-     * go the same way), and its low bits hold k + bias + 65, 2^(k + 65)'s biased exponent */
-    const float shift = 0x1.8p23f + (127.0f + 65.0f);
-    const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f, shift);
-    const float k = shifted - shift;
     float r = x;
 #if OPGEN_USE_FMA
     /* fused, x - k ln2_hi is exact (both multiples of 2^-25 where |x| < 0.5, of 2^-24 beyond,
@@ -837,14 +818,19 @@ static inline float opgen_exp_linef(float x_in)
     p = opgen_expf_mul_add(p, r, 0.5f);
     p = opgen_expf_mul_add(p, r, 1.0f);
     p = opgen_expf_mul_add(p, r, 1.0f);
-    {
-        uint32_t bits;
-        float power; /* 2^(k + 65) */
-        memcpy(&bits, &shifted, sizeof bits);
-        bits <<= 23; /* the biased exponent, from the low bits; the shift's own bits are zero that low */
-        memcpy(&power, &bits, sizeof power);
-        return p * power * 0x1p-65f;
-    }
+    return p;
+}
+
+/* The along_axes kernels' exp of an argument never above 0: within 1 ulp (2^-23 relative) as
+ * opgen_exp_nonpositivef is, not its bits (tests/c/exp_line.c checks every negative float).
+ * The elementwise kernels keep the series' bits (their golden corpus); the along_axes ops are
+ * held to accuracy bounds, which take exp within 1 ulp. */
+static inline float opgen_exp_linef(float x_in)
+{
+    const float x = -105.0f > x_in ? -105.0f : x_in;
+    const float shift = 0x1.8p23f + (127.0f + 65.0f);
+    const float shifted = opgen_expf_mul_add(x, 0x1.715476p0f, shift);
+    return opgen_expf_times_power_nonpositive(opgen_exp_line_polynomialf(x, shifted - shift), shifted);
 }
 
 /* e^(scale * x) for arguments whose e^ is a normal number, as inside plan.float_first's
