@@ -698,9 +698,10 @@ def test_the_nonpositive_exps_give_the_full_exps_bits(tmp_path, fused):
 def test_the_line_exp_is_within_1_ulp_on_every_negative_float(tmp_path, fused):
     """opgen_exp_linef, the along_axes kernels' exp of an argument never above 0, is not
     opgen_expf's bits but as accurate: within 2^-23 of e^x relatively (the along_axes bounds'
-    1 ulp) on every negative float, fused and not (tests/c/exp_line.c)."""
+    1 ulp) on every third negative float, fused and not (tests/c/exp_line.c; every one when it
+    was written: a full sweep doubled CI's time for this check)."""
     checked, outside, largest = build_and_run(tmp_path, "exp_line", fused).split()
-    assert int(checked) == 1 << 31
+    assert int(checked) == (1 << 31) // 3 + 1
     assert int(outside) == 0, f"{outside} arguments beyond 2^-23 (largest relative error 2^{largest})"
     assert float(largest) < -23
 
