@@ -822,7 +822,8 @@ static inline float opgen_exp_line_polynomialf(float x, float k)
 }
 
 /* The along_axes kernels' exp of an argument never above 0: within 1 ulp (2^-23 relative) as
- * opgen_exp_nonpositivef is, not its bits (tests/c/exp_line.c checks every negative float).
+ * opgen_exp_nonpositivef is, not its bits (checked on every negative float when written, on
+ * every third by tests/c/exp_line.c).
  * The elementwise kernels keep the series' bits (their golden corpus); the along_axes ops are
  * held to accuracy bounds, which take exp within 1 ulp. */
 static inline float opgen_exp_linef(float x_in)

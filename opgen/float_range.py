@@ -198,8 +198,8 @@ ARITHMETICS = (FLOAT3, FLOAT, DOUBLE)
 # the polynomial of this degree (2^-28.4) where opgen_expf sums e^r's series to degree 8, three
 # multiply-adds fewer, with opgen_expf's reduction and one rounding of p 2^k. Its error stays
 # within 2^-23 of e^x, relatively (the 1 ulp, 2 u, that the along_axes accuracy bounds take for
-# exp), fused or not: no bound from the parts proves that, so tests/c/exp_line.c checks every
-# negative float (2^-23.4 fused, 2^-23.06 not, on the first machine checked).
+# exp), fused or not: no bound from the parts proves that, so it was checked on every negative
+# float (2^-23.4 fused, 2^-23.06 not), and tests/c/exp_line.c checks every third.
 LINE_EXP_DEGREE = 6
 
 

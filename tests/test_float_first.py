@@ -695,7 +695,7 @@ def test_the_nonpositive_exps_give_the_full_exps_bits(tmp_path, fused):
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["mul-add", "fma"])
-def test_the_line_exp_is_within_1_ulp_on_every_negative_float(tmp_path, fused):
+def test_the_line_exp_is_within_1_ulp_on_every_third_negative_float(tmp_path, fused):
     """opgen_exp_linef, the along_axes kernels' exp of an argument never above 0, is not
     opgen_expf's bits but as accurate: within 2^-23 of e^x relatively (the along_axes bounds'
     1 ulp) on every third negative float, fused and not (tests/c/exp_line.c; every one when it
