@@ -212,12 +212,13 @@ static void layer_norm_f32_after_2(const opgen_lines_call *call, int64_t line, d
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                           double *opgen_across, int opgen_stream)
+                                           double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -320,9 +321,9 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
 static void layer_norm_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        layer_norm_f32_apply_of(call, line, values, opgen_across, 1);
+        layer_norm_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        layer_norm_f32_apply_of(call, line, values, opgen_across, 0);
+        layer_norm_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -417,6 +418,7 @@ void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 3,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, (void *)gamma, (void *)beta, dst, mean, variance };
     const float numbers[] = { epsilon };
@@ -424,7 +426,7 @@ void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -615,12 +617,13 @@ static void layer_norm_bf16_f32_after_2(const opgen_lines_call *call, int64_t li
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                double *opgen_across, int opgen_stream)
+                                                double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -703,9 +706,9 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_of(const opgen_lines_call *call
 static void layer_norm_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        layer_norm_bf16_f32_apply_of(call, line, values, opgen_across, 1);
+        layer_norm_bf16_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        layer_norm_bf16_f32_apply_of(call, line, values, opgen_across, 0);
+        layer_norm_bf16_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -800,6 +803,7 @@ void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, con
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 3,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, (void *)gamma, (void *)beta, dst, mean, variance };
     const float numbers[] = { epsilon };
@@ -807,7 +811,7 @@ void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, con
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -998,12 +1002,13 @@ static void layer_norm_bf16_after_2(const opgen_lines_call *call, int64_t line, 
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                            double *opgen_across, int opgen_stream)
+                                            double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *gamma = (const opgen_bf16 *)call->tensors[1];
@@ -1086,9 +1091,9 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_of(const opgen_lines_call *call, in
 static void layer_norm_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        layer_norm_bf16_apply_of(call, line, values, opgen_across, 1);
+        layer_norm_bf16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        layer_norm_bf16_apply_of(call, line, values, opgen_across, 0);
+        layer_norm_bf16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -1183,6 +1188,7 @@ void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const o
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 3,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, (void *)gamma, (void *)beta, dst, mean, variance };
     const float numbers[] = { epsilon };
@@ -1190,7 +1196,7 @@ void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const o
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -1381,12 +1387,13 @@ static void layer_norm_f16_f32_after_2(const opgen_lines_call *call, int64_t lin
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                               double *opgen_across, int opgen_stream)
+                                               double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const float *gamma = (const float *)call->tensors[1];
@@ -1469,9 +1476,9 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_of(const opgen_lines_call *call,
 static void layer_norm_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        layer_norm_f16_f32_apply_of(call, line, values, opgen_across, 1);
+        layer_norm_f16_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        layer_norm_f16_f32_apply_of(call, line, values, opgen_across, 0);
+        layer_norm_f16_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -1566,6 +1573,7 @@ void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 3,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, (void *)gamma, (void *)beta, dst, mean, variance };
     const float numbers[] = { epsilon };
@@ -1573,6 +1581,6 @@ void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

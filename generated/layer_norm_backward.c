@@ -168,12 +168,13 @@ static void layer_norm_backward_f32_after_1(const opgen_lines_call *call, int64_
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                    double *opgen_across, int opgen_stream)
+                                                    double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     const float *diff_dst = (const float *)call->tensors[1] + line * length;
@@ -272,9 +273,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_of(const opgen_lines_call *
 static void layer_norm_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        layer_norm_backward_f32_apply_of(call, line, values, opgen_across, 1);
+        layer_norm_backward_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        layer_norm_backward_f32_apply_of(call, line, values, opgen_across, 0);
+        layer_norm_backward_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -402,6 +403,7 @@ void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, cons
         .across_count = 2,
         .store_across = layer_norm_backward_f32_store_across,
         .work_per_element = 2,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -409,7 +411,7 @@ void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, cons
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     workspace, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -574,12 +576,13 @@ static void layer_norm_backward_bf16_f32_after_1(const opgen_lines_call *call, i
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                         double *opgen_across, int opgen_stream)
+                                                         double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -678,9 +681,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_of(const opgen_lines_c
 static void layer_norm_backward_bf16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        layer_norm_backward_bf16_f32_apply_of(call, line, values, opgen_across, 1);
+        layer_norm_backward_bf16_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        layer_norm_backward_bf16_f32_apply_of(call, line, values, opgen_across, 0);
+        layer_norm_backward_bf16_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -808,6 +811,7 @@ void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT
         .across_count = 2,
         .store_across = layer_norm_backward_bf16_f32_store_across,
         .work_per_element = 2,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -815,7 +819,7 @@ void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     workspace, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -980,12 +984,13 @@ static void layer_norm_backward_f16_f32_after_1(const opgen_lines_call *call, in
 }
 
 /* the elements of a contiguous line, and its terms of the sums across lines;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                        double *opgen_across, int opgen_stream)
+                                                        double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -1084,9 +1089,9 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_of(const opgen_lines_ca
 static void layer_norm_backward_f16_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        layer_norm_backward_f16_f32_apply_of(call, line, values, opgen_across, 1);
+        layer_norm_backward_f16_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        layer_norm_backward_f16_f32_apply_of(call, line, values, opgen_across, 0);
+        layer_norm_backward_f16_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -1214,6 +1219,7 @@ void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT s
         .across_count = 2,
         .store_across = layer_norm_backward_f16_f32_store_across,
         .work_per_element = 2,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -1221,6 +1227,6 @@ void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT s
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     workspace, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

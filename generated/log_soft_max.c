@@ -177,12 +177,13 @@ static void log_soft_max_f32_after_2(const opgen_lines_call *call, int64_t line,
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                             double *opgen_across, int opgen_stream)
+                                             double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const float *src = (const float *)call->tensors[0] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
@@ -221,9 +222,9 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_of(const opgen_lines_call *call, i
 static void log_soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        log_soft_max_f32_apply_of(call, line, values, opgen_across, 1);
+        log_soft_max_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        log_soft_max_f32_apply_of(call, line, values, opgen_across, 0);
+        log_soft_max_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -301,6 +302,7 @@ void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGE
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 15,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -308,7 +310,7 @@ void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGE
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -482,12 +484,13 @@ static void log_soft_max_bf16_after_2(const opgen_lines_call *call, int64_t line
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                              double *opgen_across, int opgen_stream)
+                                              double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
@@ -526,9 +529,9 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_of(const opgen_lines_call *call, 
 static void log_soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        log_soft_max_bf16_apply_of(call, line, values, opgen_across, 1);
+        log_soft_max_bf16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        log_soft_max_bf16_apply_of(call, line, values, opgen_across, 0);
+        log_soft_max_bf16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -606,6 +609,7 @@ void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 15,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -613,7 +617,7 @@ void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -787,12 +791,13 @@ static void log_soft_max_f16_after_2(const opgen_lines_call *call, int64_t line,
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                             double *opgen_across, int opgen_stream)
+                                             double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
@@ -831,9 +836,9 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_of(const opgen_lines_call *call, i
 static void log_soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        log_soft_max_f16_apply_of(call, line, values, opgen_across, 1);
+        log_soft_max_f16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        log_soft_max_f16_apply_of(call, line, values, opgen_across, 0);
+        log_soft_max_f16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -911,6 +916,7 @@ void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 15,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -918,6 +924,6 @@ void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

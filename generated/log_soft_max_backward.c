@@ -96,12 +96,13 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                      double *opgen_across, int opgen_stream)
+                                                      double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
@@ -146,9 +147,9 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_of(const opgen_lines_call
 static void log_soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        log_soft_max_backward_f32_apply_of(call, line, values, opgen_across, 1);
+        log_soft_max_backward_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        log_soft_max_backward_f32_apply_of(call, line, values, opgen_across, 0);
+        log_soft_max_backward_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -228,6 +229,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_ds
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 10,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -235,7 +237,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_ds
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -319,12 +321,13 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                       double *opgen_across, int opgen_stream)
+                                                       double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -369,9 +372,9 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_of(const opgen_lines_cal
 static void log_soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        log_soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 1);
+        log_soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        log_soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 0);
+        log_soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -451,6 +454,7 @@ void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT d
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 10,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -458,7 +462,7 @@ void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT d
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -542,12 +546,13 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                      double *opgen_across, int opgen_stream)
+                                                      double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -592,9 +597,9 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_of(const opgen_lines_call
 static void log_soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        log_soft_max_backward_f16_apply_of(call, line, values, opgen_across, 1);
+        log_soft_max_backward_f16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        log_soft_max_backward_f16_apply_of(call, line, values, opgen_across, 0);
+        log_soft_max_backward_f16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -674,6 +679,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT dif
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 10,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -681,6 +687,6 @@ void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT dif
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -131,6 +131,7 @@ void OPGEN_KERNEL(reduce_l2_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_R
         .work_per_element = 2,
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -138,7 +139,7 @@ void OPGEN_KERNEL(reduce_l2_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_R
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -257,6 +258,7 @@ void OPGEN_KERNEL(reduce_l2_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf
         .work_per_element = 2,
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -264,7 +266,7 @@ void OPGEN_KERNEL(reduce_l2_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -383,6 +385,7 @@ void OPGEN_KERNEL(reduce_l2_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 
         .work_per_element = 2,
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -390,6 +393,6 @@ void OPGEN_KERNEL(reduce_l2_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

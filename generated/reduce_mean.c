@@ -122,6 +122,7 @@ void OPGEN_KERNEL(reduce_mean_f32)(const float *OPGEN_RESTRICT src, float *OPGEN
         .work_per_element = 2,
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -129,7 +130,7 @@ void OPGEN_KERNEL(reduce_mean_f32)(const float *OPGEN_RESTRICT src, float *OPGEN
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -248,6 +249,7 @@ void OPGEN_KERNEL(reduce_mean_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_
         .work_per_element = 2,
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -255,7 +257,7 @@ void OPGEN_KERNEL(reduce_mean_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -374,6 +376,7 @@ void OPGEN_KERNEL(reduce_mean_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f1
         .work_per_element = 2,
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -381,6 +384,6 @@ void OPGEN_KERNEL(reduce_mean_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f1
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

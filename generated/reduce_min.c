@@ -114,6 +114,7 @@ void OPGEN_KERNEL(reduce_min_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_
         .work_per_element = 2,
         .combine = OPGEN_LINES_MIN,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -121,7 +122,7 @@ void OPGEN_KERNEL(reduce_min_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -232,6 +233,7 @@ void OPGEN_KERNEL(reduce_min_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_b
         .work_per_element = 2,
         .combine = OPGEN_LINES_MIN,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -239,7 +241,7 @@ void OPGEN_KERNEL(reduce_min_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_b
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -350,6 +352,7 @@ void OPGEN_KERNEL(reduce_min_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16
         .work_per_element = 2,
         .combine = OPGEN_LINES_MIN,
         .combine_slot = 0,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -357,6 +360,6 @@ void OPGEN_KERNEL(reduce_min_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks };
+                                    blocks, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -192,12 +192,13 @@ static void soft_max_f32_after_2(const opgen_lines_call *call, int64_t line, dou
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                         double *opgen_across, int opgen_stream)
+                                         double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const float *dst_kept = (const float *)call->tensors[1] + line * length;
     float *dst = (float *)call->tensors[1] + line * length;
@@ -235,9 +236,9 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_of(const opgen_lines_call *call, int64
 static void soft_max_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        soft_max_f32_apply_of(call, line, values, opgen_across, 1);
+        soft_max_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        soft_max_f32_apply_of(call, line, values, opgen_across, 0);
+        soft_max_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -310,6 +311,7 @@ void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RE
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 15,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -317,7 +319,7 @@ void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RE
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -405,6 +407,7 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
 {
     const int64_t length = call->length;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
+    float *const opgen_kept_terms = call->kept; /* NULL: the element pass computes the terms again */
     const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
@@ -416,22 +419,32 @@ static void soft_max_bf16_reduce_2(const opgen_lines_call *call, int64_t line, d
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        float opgen_kept_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            opgen_kept_block[lane] = sum_exp_term;
+        }
+        if (opgen_kept_terms != NULL) { /* the whole block: the scratch has room past the line */
+            memcpy(opgen_kept_terms + at, opgen_kept_block, sizeof opgen_kept_block);
         }
     }
     if (at < length) {
         const int filled = (int)(length - at);
         float src_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_block, src + at, filled);
+        float opgen_kept_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
+            opgen_kept_block[lane] = sum_exp_term;
+        }
+        if (opgen_kept_terms != NULL) { /* the whole block: the scratch has room past the line */
+            memcpy(opgen_kept_terms + at, opgen_kept_block, sizeof opgen_kept_block);
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
@@ -491,13 +504,15 @@ static void soft_max_bf16_after_2(const opgen_lines_call *call, int64_t line, do
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                          double *opgen_across, int opgen_stream)
+                                          double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
+    const float *const opgen_kept_terms = call->kept;
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + line * length;
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + line * length;
     const float count = (float)call->count;
@@ -507,26 +522,48 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int6
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float dst_block[OPGEN_BLOCK];
-        float src_block[OPGEN_BLOCK];
-        opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
-            dst_block[lane] = (float)dst_value;
+        if (opgen_scratch) {
+            float dst_kept_block[OPGEN_BLOCK];
+            memcpy(dst_kept_block, opgen_kept_terms + at, sizeof dst_kept_block);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float dst_kept_value = dst_kept_block[lane];
+                const float dst_value = (dst_kept_value * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
+        } else {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_bf16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
         float dst_block[OPGEN_BLOCK];
-        float src_block[OPGEN_BLOCK];
-        opgen_load_part_bf16(src_block, src + at, filled);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
-            dst_block[lane] = (float)dst_value;
+        if (opgen_scratch) {
+            float dst_kept_block[OPGEN_BLOCK];
+            memcpy(dst_kept_block, opgen_kept_terms + at, sizeof dst_kept_block);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float dst_kept_value = dst_kept_block[lane];
+                const float dst_value = (dst_kept_value * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
+        } else {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + at, filled);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
     }
@@ -534,10 +571,18 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_of(const opgen_lines_call *call, int6
 
 static void soft_max_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
+    if (call->kept != NULL) {
+        if (call->stream) {
+            soft_max_bf16_apply_of(call, line, values, opgen_across, 1, 1);
+        } else {
+            soft_max_bf16_apply_of(call, line, values, opgen_across, 0, 1);
+        }
+        return;
+    }
     if (call->stream) {
-        soft_max_bf16_apply_of(call, line, values, opgen_across, 1);
+        soft_max_bf16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        soft_max_bf16_apply_of(call, line, values, opgen_across, 0);
+        soft_max_bf16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -615,6 +660,7 @@ void OPGEN_KERNEL(soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf1
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 27,
+        .keeps_terms = 1,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -622,7 +668,7 @@ void OPGEN_KERNEL(soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf1
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -710,6 +756,7 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
 {
     const int64_t length = call->length;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
+    float *const opgen_kept_terms = call->kept; /* NULL: the element pass computes the terms again */
     const float count = (float)call->count;
     (void)count;
     const float max_src_line = (float)values[0];
@@ -721,22 +768,32 @@ static void soft_max_f16_reduce_2(const opgen_lines_call *call, int64_t line, do
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float src_block[OPGEN_BLOCK];
         opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+        float opgen_kept_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            opgen_kept_block[lane] = sum_exp_term;
+        }
+        if (opgen_kept_terms != NULL) { /* the whole block: the scratch has room past the line */
+            memcpy(opgen_kept_terms + at, opgen_kept_block, sizeof opgen_kept_block);
         }
     }
     if (at < length) {
         const int filled = (int)(length - at);
         float src_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_block, src + at, filled);
+        float opgen_kept_block[OPGEN_BLOCK];
         OPGEN_SIMD_FLOAT
         for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
             const float src_value = (float)src_block[lane];
             const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
             sum_exp_lanes[lane] = lane < filled ? sum_exp_lanes[lane] + (double)sum_exp_term : sum_exp_lanes[lane];
+            opgen_kept_block[lane] = sum_exp_term;
+        }
+        if (opgen_kept_terms != NULL) { /* the whole block: the scratch has room past the line */
+            memcpy(opgen_kept_terms + at, opgen_kept_block, sizeof opgen_kept_block);
         }
     }
     /* the lanes folded pairwise, halves onto halves: a fixed order, 4 steps deep (written out,
@@ -796,13 +853,15 @@ static void soft_max_f16_after_2(const opgen_lines_call *call, int64_t line, dou
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                         double *opgen_across, int opgen_stream)
+                                         double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
+    const float *const opgen_kept_terms = call->kept;
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + line * length;
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + line * length;
     const float count = (float)call->count;
@@ -812,26 +871,48 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64
     int64_t at = 0;
     for (; at + OPGEN_BLOCK <= length; at += OPGEN_BLOCK) {
         float dst_block[OPGEN_BLOCK];
-        float src_block[OPGEN_BLOCK];
-        opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
-            dst_block[lane] = (float)dst_value;
+        if (opgen_scratch) {
+            float dst_kept_block[OPGEN_BLOCK];
+            memcpy(dst_kept_block, opgen_kept_terms + at, sizeof dst_kept_block);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float dst_kept_value = dst_kept_block[lane];
+                const float dst_value = (dst_kept_value * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
+        } else {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_block_f16(src_block, src + at, OPGEN_PREFETCH_BYTES);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < length) {
         const int filled = (int)(length - at);
         float dst_block[OPGEN_BLOCK];
-        float src_block[OPGEN_BLOCK];
-        opgen_load_part_f16(src_block, src + at, filled);
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
-            dst_block[lane] = (float)dst_value;
+        if (opgen_scratch) {
+            float dst_kept_block[OPGEN_BLOCK];
+            memcpy(dst_kept_block, opgen_kept_terms + at, sizeof dst_kept_block);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float dst_kept_value = dst_kept_block[lane];
+                const float dst_value = (dst_kept_value * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
+        } else {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + at, filled);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
         }
         opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
     }
@@ -839,10 +920,18 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_of(const opgen_lines_call *call, int64
 
 static void soft_max_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
+    if (call->kept != NULL) {
+        if (call->stream) {
+            soft_max_f16_apply_of(call, line, values, opgen_across, 1, 1);
+        } else {
+            soft_max_f16_apply_of(call, line, values, opgen_across, 0, 1);
+        }
+        return;
+    }
     if (call->stream) {
-        soft_max_f16_apply_of(call, line, values, opgen_across, 1);
+        soft_max_f16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        soft_max_f16_apply_of(call, line, values, opgen_across, 0);
+        soft_max_f16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -920,6 +1009,7 @@ void OPGEN_KERNEL(soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 27,
+        .keeps_terms = 1,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -927,6 +1017,6 @@ void OPGEN_KERNEL(soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -113,12 +113,13 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                  double *opgen_across, int opgen_stream)
+                                                  double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const float *diff_dst = (const float *)call->tensors[0] + line * length;
     const float *dst = (const float *)call->tensors[1] + line * length;
@@ -181,9 +182,9 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_of(const opgen_lines_call *ca
 static void soft_max_backward_f32_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        soft_max_backward_f32_apply_of(call, line, values, opgen_across, 1);
+        soft_max_backward_f32_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        soft_max_backward_f32_apply_of(call, line, values, opgen_across, 0);
+        soft_max_backward_f32_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -263,6 +264,7 @@ void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, c
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 2,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -270,7 +272,7 @@ void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, c
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -369,12 +371,13 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                   double *opgen_across, int opgen_stream)
+                                                   double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_bf16 *diff_dst = (const opgen_bf16 *)call->tensors[0] + line * length;
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + line * length;
@@ -419,9 +422,9 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_of(const opgen_lines_call *c
 static void soft_max_backward_bf16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 1);
+        soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 0);
+        soft_max_backward_bf16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -501,6 +504,7 @@ void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 2,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -508,7 +512,7 @@ void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -607,12 +611,13 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
 }
 
 /* the elements of a contiguous line;
- * `opgen_stream` a constant in each caller (_apply) */
+ * `opgen_stream` and `opgen_scratch` (call->kept is set) constants in each caller (_apply) */
 OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *call, int64_t line, double *values,
-                                                  double *opgen_across, int opgen_stream)
+                                                  double *opgen_across, int opgen_stream, int opgen_scratch)
 {
     (void)opgen_across;
     (void)opgen_stream;
+    (void)opgen_scratch;
     const int64_t length = call->length;
     const opgen_f16 *diff_dst = (const opgen_f16 *)call->tensors[0] + line * length;
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + line * length;
@@ -657,9 +662,9 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_of(const opgen_lines_call *ca
 static void soft_max_backward_f16_apply(const opgen_lines_call *call, int64_t line, double *values, double *opgen_across)
 {
     if (call->stream) {
-        soft_max_backward_f16_apply_of(call, line, values, opgen_across, 1);
+        soft_max_backward_f16_apply_of(call, line, values, opgen_across, 1, 0);
     } else {
-        soft_max_backward_f16_apply_of(call, line, values, opgen_across, 0);
+        soft_max_backward_f16_apply_of(call, line, values, opgen_across, 0, 0);
     }
 }
 
@@ -739,6 +744,7 @@ void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_ds
         .across_count = 0,
         .store_across = NULL,
         .work_per_element = 2,
+        .keeps_terms = 0,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -746,6 +752,6 @@ void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_ds
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL };
+                                    NULL, NULL /* kept: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -14,11 +14,13 @@ Invariants the template (along_axes.c.j2) and the driver (drivers/opgen_lines.c)
   earlier groups only; its reductions are in the accumulation type (sums) or in the compute
   type (max, min: exact in any type);
 - element math runs in the compute type and reads line values narrowed to it;
-- a tensor output stored in the compute type itself (f32 computed in float) whose element is
-  `T * v` or `T / v`, T the term of a reduction of the last pass and v per line, keeps T: that
-  pass stores each term into the output, and the element pass reads it back instead of
-  computing it again (SoftMax's exp once per element, not twice). The bits are the same: T is
-  the same float either way;
+- a tensor output computed in float whose element is `T * v` or `T / v`, T the term of a
+  reduction of the last pass and v per line, keeps T: that pass stores each term, and the
+  element pass reads it back instead of computing it again (SoftMax's exp once per element, not
+  twice). The bits are the same: T is the same float either way. An f32 output keeps T in
+  itself; one narrow output (bf16, f16) keeps it in the thread's float scratch that the driver
+  passes for contiguous lines up to plan.LINES_KEPT_TERMS long (`call->kept`), whole blocks,
+  and computes it again where there is none (longer lines, the columns path);
 - an op over a set of axes (an int list attribute, role axes) has line outputs and one
   reduction only (specs.py): where its axes are not neighbours, the driver runs that reduction
   over the last block of them and combines the partial values of the other blocks, in a fixed
@@ -94,6 +96,7 @@ class Pass:
     after: tuple[LineStep, ...]
     keeps: tuple[tuple[Operand, str], ...] = ()  # (output, reduction): the term stored there
     vector_terms: tuple[str, ...] = ()  # the reductions' terms on double vectors, else () (_vector_double)
+    scratch_keep: str = ""  # the reduction whose term goes to the thread's scratch, where given
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,11 @@ class LinesKernel:
     # the elements' and the across terms' math on double vectors, else () (_vector_double)
     vector_elements: tuple[str, ...] = ()
     vector_across: tuple[str, ...] = ()
+    # a narrow output that keeps a term in the thread's scratch (module docstring), else None;
+    # then the elements and their reads where the scratch is given (`elements`: where it is not)
+    scratch_output: Operand | None = None
+    scratch_elements: tuple[Element, ...] = ()
+    scratch_reads: tuple[Operand, ...] = ()
 
 
 def _load(dtype: DType, compute: str) -> str:
@@ -235,7 +243,7 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         return expr.fold(entry.tree, constants)
 
     writer = _writer(spec, table, (compute, accumulate), numbers, folded)
-    slots, element_spelling = writer.slots, writer.element_spelling
+    slots = writer.slots
 
     def operand_reads(trees: list[ast.expr]) -> tuple[tuple[Operand, ...], tuple[tuple[str, int], ...]]:
         read = set().union(*(expr.names(t) for t in trees)) if trees else set()
@@ -252,13 +260,12 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         passes.append(Pass(k, tuple(r for r, _ in reductions[k]), reads, line_reads, tuple(after[k]), (), vector_terms))
 
     output_operands = {t.name: operands[t.name] for t in spec.outputs}
-    element_trees = _live_elements(spec, folded)
-    kept = _kept_terms(spec, dtypes, compute, element_trees, reductions.get(pass_count, []), slots)
-    if kept:
-        passes[-1] = dataclasses.replace(passes[-1], keeps=tuple((operands[o], r) for o, r in kept.items()))
-        element_trees = _reading_kept(element_trees, kept, element_spelling)
+    element_trees, scratch_trees, kept, scratch = _keeping(
+        spec, dtypes, operands, compute, _live_elements(spec, folded), passes, reductions, writer
+    )
     across_trees = [(e.name, folded(e)) for e in spec.math.get("across", ())]
     element_reads, element_line_reads = operand_reads([t for _, t in element_trees + across_trees])
+    scratch_reads = operand_reads([t for _, t in scratch_trees + across_trees])[0] if scratch else ()
     across = tuple(
         Reduction(n, k, "across_sum", accumulate, f"({accumulate})0", writer.c_text(t, compute), compute)
         for k, (n, t) in enumerate(across_trees)
@@ -295,6 +302,9 @@ def kernel(spec: OpSpec, name: str, row: dict[str, str], constants: dict[str, bo
         combined=passes[0].reductions[0] if over_axes else None,
         vector_elements=vector_math[: len(element_trees)],
         vector_across=vector_math[len(element_trees) :],
+        scratch_output=output_operands[scratch] if scratch else None,
+        scratch_elements=tuple(_elements(scratch_trees, writer, compute, output_operands)),
+        scratch_reads=scratch_reads,
     )
 
 
@@ -469,6 +479,34 @@ def _parameters(
     return tuple(params)
 
 
+def _keeping(
+    spec: OpSpec,
+    dtypes: dict[str, DType],
+    operands: dict[str, Operand],
+    compute: str,
+    element_trees: list[tuple[str, ast.expr]],
+    passes: list[Pass],
+    reductions: dict[int, list[tuple[Reduction, ast.expr]]],
+    writer: _Writer,
+) -> tuple[list[tuple[str, ast.expr]], list[tuple[str, ast.expr]], dict[str, str], str]:
+    """`element_trees` as the element pass computes them (reading the terms f32 outputs keep),
+    the same where the thread's scratch holds a narrow output's term ([] if none), the f32
+    outputs that keep a term (output -> reduction) and that narrow output ("" if none); the last
+    of `passes` is marked to keep them (module docstring)."""
+    kept = _kept_terms(spec, dtypes, compute, element_trees, reductions.get(len(passes), []), writer.slots)
+    in_outputs = {o: r for o, r in kept.items() if dtypes[o].c_type == "float"}
+    scratch = next((o for o in kept if o not in in_outputs), "")
+    if not kept:
+        return element_trees, [], {}, ""
+    passes[-1] = dataclasses.replace(
+        passes[-1],
+        keeps=tuple((operands[o], r) for o, r in in_outputs.items()),
+        scratch_keep=kept[scratch] if scratch else "",
+    )
+    scratch_trees = _reading_kept(element_trees, {scratch: kept[scratch]}, writer.element_spelling) if scratch else []
+    return _reading_kept(element_trees, in_outputs, writer.element_spelling), scratch_trees, in_outputs, scratch
+
+
 def _kept_terms(
     spec: OpSpec,
     dtypes: dict[str, DType],
@@ -477,13 +515,13 @@ def _kept_terms(
     last_pass: list[tuple[Reduction, ast.expr]],
     slots: dict[str, int],
 ) -> dict[str, str]:
-    """The tensor outputs that keep a reduction's term (module docstring): output -> reduction."""
+    """The tensor outputs that may keep a reduction's term (module docstring): output ->
+    reduction, narrow outputs included."""
     per_line = set(slots) | {a.name for a in spec.attributes} | {"count"}
     outputs = {t.name for t in spec.outputs if t.kind == "tensor"}
     kept: dict[str, str] = {}
     for entry, tree in element_trees:
-        dtype = dtypes.get(entry)
-        if entry not in outputs or dtype is None or compute != "float" or dtype.c_type != "float":
+        if entry not in outputs or entry not in dtypes or compute != "float":
             continue
         if not (isinstance(tree, ast.BinOp) and isinstance(tree.op, (ast.Mult, ast.Div))):
             continue

@@ -49,6 +49,10 @@ LINES_MAX_CHUNKS = 64
 # partial sums and adds it to the first chunk's: a chunk per line of 64 x 1024 (LayerNorm
 # backward's gamma and beta gradients) spent 37 % of the call on that.
 LINES_CHUNK_ELEMENTS = 16384
+# ... and the floats of each thread's scratch where a bf16 or f16 line keeps a reduction's terms
+# for its element pass (lines.py), which would otherwise compute them again (SoftMax's exp):
+# lines up to this long (16 KB of the stack, with L1 room for the line's input and output).
+LINES_KEPT_TERMS = 4096
 # binary: elements of the longest run one microkernel call computes; long rows are cut into such
 # pieces so that threads share them out even when there are few rows (a multiple of BLOCK)
 BINARY_PIECE = 16384

@@ -176,6 +176,7 @@ def _settings(table: DTypeTable, specs: list[OpSpec], label: str) -> dict[str, A
         "row_group": plan.ROW_GROUP,
         "lines_max_chunks": plan.LINES_MAX_CHUNKS,
         "lines_chunk_elements": plan.LINES_CHUNK_ELEMENTS,
+        "lines_kept_terms": plan.LINES_KEPT_TERMS,
         "binary_piece": plan.BINARY_PIECE,
         "unrolled": plan.UNROLLED,
         "channel_split": plan.CHANNEL_SPLIT,

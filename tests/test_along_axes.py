@@ -134,6 +134,27 @@ def test_nan_and_infinity_poison_their_line_only():
     assert y[3, 4] == 0 and np.all(y[3, np.arange(9) != 4] == np.float32(1 / 8))
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_narrow_soft_max_keeps_its_terms_where_a_line_fits_and_computes_them_again_beyond(dtype):
+    """bf16 and f16 SoftMax keep each exp term for the element pass in a scratch of
+    plan.LINES_KEPT_TERMS floats per thread, and compute it again in longer lines: the same
+    float either way. A line one -inf longer has the same max, terms and sum (exp(-inf) adds +0
+    to a lane of nonzero terms), so its first elements, computed again, have the same bits as
+    the shorter line's, kept; and both are within the stated bound."""
+    from opgen import plan
+
+    n = plan.LINES_KEPT_TERMS
+    x = (rng("kept terms", dtype).standard_normal((3, n)) * 4).astype(dtype_of(dtype))
+    longer = np.concatenate([x, np.full((3, 1), -np.inf, x.dtype)], axis=1)
+    kept, again = opgen.soft_max(x, axis=1), opgen.soft_max(longer, axis=1)
+    assert np.array_equal(kept.view(np.uint16), again[:, :n].view(np.uint16))
+    assert np.all(again[:, n] == 0)
+    for src, dst in ((x, kept), (longer, again)):
+        (bound,) = oracle.soft_max_bounds(src, axis=1)
+        bad, _ = accuracy.outside(dst, oracle.soft_max(src, axis=1), TABLE.dtypes[dtype], bound)
+        assert not bad.any()
+
+
 @pytest.mark.parametrize("shape, axis", [((64, 4099), 1), ((97, 3001), 0), ((8, 300, 257), 1)])
 def test_the_same_bits_on_any_thread_count(shape, axis):
     """Each line is computed by one thread in a fixed order: sums do not depend on the threads."""

@@ -223,6 +223,17 @@ static void opgen_lines_run_blocks(const opgen_lines_kernel *kernel, const opgen
     }
 }
 
+/* `call` as one thread runs it: with `scratch` (OPGEN_LINES_KEPT_TERMS + OPGEN_BLOCK floats) for
+ * the kept terms where the kernel keeps some and its lines are contiguous and short enough. */
+static opgen_lines_call opgen_lines_with_scratch(const opgen_lines_kernel *kernel, const opgen_lines_call *call,
+                                                 float *scratch)
+{
+    opgen_lines_call local = *call;
+    const int fits = call->inner == 1 && call->length <= OPGEN_LINES_KEPT_TERMS;
+    local.kept = kernel->keeps_terms && fits ? scratch : NULL;
+    return local;
+}
+
 void opgen_lines_run(const opgen_lines_kernel *kernel, const opgen_lines_call *call)
 {
     if (call->blocks != NULL && call->blocks[0] > 0 && kernel->combine != OPGEN_LINES_NONE) {
@@ -248,9 +259,11 @@ void opgen_lines_run(const opgen_lines_kernel *kernel, const opgen_lines_call *c
     if (threads > 1) {
         OPGEN_PARALLEL(threads)
         {
+            float scratch[OPGEN_LINES_KEPT_TERMS + OPGEN_BLOCK];
+            const opgen_lines_call local = opgen_lines_with_scratch(kernel, call, scratch);
             OPGEN_FOR
             for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-                opgen_lines_range(kernel, call, chunk * units / chunks, (chunk + 1) * units / chunks,
+                opgen_lines_range(kernel, &local, chunk * units / chunks, (chunk + 1) * units / chunks,
                                   across ? call->workspace + chunk * row : NULL);
             }
             opgen_fence();
@@ -258,8 +271,10 @@ void opgen_lines_run(const opgen_lines_kernel *kernel, const opgen_lines_call *c
     } else
 #endif
     {
+        float scratch[OPGEN_LINES_KEPT_TERMS + OPGEN_BLOCK];
+        const opgen_lines_call local = opgen_lines_with_scratch(kernel, call, scratch);
         for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-            opgen_lines_range(kernel, call, chunk * units / chunks, (chunk + 1) * units / chunks,
+            opgen_lines_range(kernel, &local, chunk * units / chunks, (chunk + 1) * units / chunks,
                               across ? call->workspace + chunk * row : NULL);
         }
         opgen_fence();

@@ -54,6 +54,9 @@ typedef struct opgen_lines_call {
                             * neighbours; else blocks[0] = n dims before the line's axes, merged
                             * (product: outer), outermost first, dim b of size blocks[1 + 2 b],
                             * reduced too when blocks[2 + 2 b] is 1 */
+    float *kept;           /* a thread's scratch of OPGEN_LINES_KEPT_TERMS + OPGEN_BLOCK floats
+                            * for the terms a kernel keeps (keeps_terms), set by the driver for
+                            * contiguous lines up to OPGEN_LINES_KEPT_TERMS long; else NULL */
 } opgen_lines_call;
 
 /* One contiguous line (inner == 1): `values` holds the line's values. */
@@ -90,6 +93,9 @@ typedef struct opgen_lines_kernel {
     int combine;                              /* an op over a set of axes: how its one reduction's
                                                * partial values combine (opgen_lines_combine) */
     int combine_slot;                         /* that reduction's line value */
+    int keeps_terms;                          /* 1: where call->kept is set, the last reduction
+                                               * pass stores its kept terms there, whole blocks,
+                                               * and the element pass reads them back */
 } opgen_lines_kernel;
 
 /* How the partial values of a reduction over blocks of axes combine (each in double, in the
