@@ -25,7 +25,7 @@
 
 static const char *const opgen_target_names[] = { "baseline", "avx2", "avx512", "avx512_bf16" };
 
-/* -1: not chosen yet. Any thread that gets there first writes the same value. */
+/* -1: not chosen yet; -2: being chosen, by the one thread that claimed it. */
 static int opgen_target = -1;
 
 #if OPGEN_X86_DISPATCH
@@ -83,13 +83,21 @@ static int opgen_choose_target(void)
     return best;
 }
 
+/* The target, chosen once: the thread that claims the choice writes the targets' flags, then
+ * publishes the target (release); the others wait for it (acquire), for the microseconds
+ * CPUID and getenv take. So the flags are written once, before any kernel reads them. */
 static int opgen_target_index(void)
 {
-    int target = OPGEN_ATOMIC_LOAD(opgen_target);
-    if (target < 0) {
-        target = opgen_choose_target();
-        OPGEN_ATOMIC_STORE(opgen_bf16_instruction, target == 3);
-        OPGEN_ATOMIC_STORE(opgen_target, target);
+    int target = OPGEN_ATOMIC_LOAD_ACQUIRE(opgen_target);
+    while (target < 0) {
+        int unchosen = -1;
+        if (OPGEN_ATOMIC_CLAIM(opgen_target, unchosen, -2)) {
+            target = opgen_choose_target();
+            opgen_bf16_instruction = target == 3;
+            OPGEN_ATOMIC_STORE_RELEASE(opgen_target, target);
+        } else {
+            target = OPGEN_ATOMIC_LOAD_ACQUIRE(opgen_target);
+        }
     }
     return target;
 }
