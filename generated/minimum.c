@@ -11,8 +11,9 @@
 /* ---- minimum_f32: Elementwise smaller of two tensors broadcast against each other; NaN if either is NaN.
  * (src_0 f32, src_1 f32, dst f32; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
-/* both inputs contiguous along the run */
-static void minimum_f32_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+/* both inputs contiguous along the run; `opgen_stream` a constant in each caller (minimum_f32_both) */
+OPGEN_MICROKERNEL void minimum_f32_both_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                           int opgen_stream)
 {
     const float *src_0 = (const float *)opgen_first;
     const float *src_1 = (const float *)opgen_second;
@@ -34,7 +35,7 @@ static void minimum_f32_both(const void *opgen_first, const void *opgen_second, 
         opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_0_block, src_0 + at, filled);
@@ -52,8 +53,18 @@ static void minimum_f32_both(const void *opgen_first, const void *opgen_second, 
     }
 }
 
-/* src_0 one element, repeated along the run */
-static void minimum_f32_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void minimum_f32_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_f32_both_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_f32_both_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_0 one element, repeated along the run; `opgen_stream` a constant in each caller (minimum_f32_first_repeated) */
+OPGEN_MICROKERNEL void minimum_f32_first_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                     int opgen_stream)
 {
     const float *src_0 = (const float *)opgen_first;
     const float *src_1 = (const float *)opgen_second;
@@ -79,7 +90,7 @@ static void minimum_f32_first_repeated(const void *opgen_first, const void *opge
         opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_1_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_1_block, src_1 + at, filled);
@@ -95,8 +106,18 @@ static void minimum_f32_first_repeated(const void *opgen_first, const void *opge
     }
 }
 
-/* src_1 one element, repeated along the run */
-static void minimum_f32_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void minimum_f32_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_f32_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_f32_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_1 one element, repeated along the run; `opgen_stream` a constant in each caller (minimum_f32_second_repeated) */
+OPGEN_MICROKERNEL void minimum_f32_second_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                      int opgen_stream)
 {
     const float *src_0 = (const float *)opgen_first;
     const float *src_1 = (const float *)opgen_second;
@@ -122,7 +143,7 @@ static void minimum_f32_second_repeated(const void *opgen_first, const void *opg
         opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_0_block, src_0 + at, filled);
@@ -135,6 +156,15 @@ static void minimum_f32_second_repeated(const void *opgen_first, const void *opg
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
+    }
+}
+
+static void minimum_f32_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_f32_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_f32_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
     }
 }
 
@@ -153,8 +183,9 @@ void OPGEN_KERNEL(minimum_f32)(const float *OPGEN_RESTRICT src_0, const float *O
 /* ---- minimum_bf16: Elementwise smaller of two tensors broadcast against each other; NaN if either is NaN.
  * (src_0 bf16, src_1 bf16, dst bf16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
-/* both inputs contiguous along the run */
-static void minimum_bf16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+/* both inputs contiguous along the run; `opgen_stream` a constant in each caller (minimum_bf16_both) */
+OPGEN_MICROKERNEL void minimum_bf16_both_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                            int opgen_stream)
 {
     const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
     const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
@@ -176,7 +207,7 @@ static void minimum_bf16_both(const void *opgen_first, const void *opgen_second,
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_0_block, src_0 + at, filled);
@@ -194,8 +225,18 @@ static void minimum_bf16_both(const void *opgen_first, const void *opgen_second,
     }
 }
 
-/* src_0 one element, repeated along the run */
-static void minimum_bf16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void minimum_bf16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_bf16_both_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_bf16_both_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_0 one element, repeated along the run; `opgen_stream` a constant in each caller (minimum_bf16_first_repeated) */
+OPGEN_MICROKERNEL void minimum_bf16_first_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                      int opgen_stream)
 {
     const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
     const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
@@ -221,7 +262,7 @@ static void minimum_bf16_first_repeated(const void *opgen_first, const void *opg
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_1_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_1_block, src_1 + at, filled);
@@ -237,8 +278,18 @@ static void minimum_bf16_first_repeated(const void *opgen_first, const void *opg
     }
 }
 
-/* src_1 one element, repeated along the run */
-static void minimum_bf16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void minimum_bf16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_bf16_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_bf16_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_1 one element, repeated along the run; `opgen_stream` a constant in each caller (minimum_bf16_second_repeated) */
+OPGEN_MICROKERNEL void minimum_bf16_second_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                       int opgen_stream)
 {
     const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
     const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
@@ -264,7 +315,7 @@ static void minimum_bf16_second_repeated(const void *opgen_first, const void *op
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_0_block, src_0 + at, filled);
@@ -277,6 +328,15 @@ static void minimum_bf16_second_repeated(const void *opgen_first, const void *op
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
+    }
+}
+
+static void minimum_bf16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_bf16_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_bf16_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
     }
 }
 
@@ -295,8 +355,9 @@ void OPGEN_KERNEL(minimum_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_0, const op
 /* ---- minimum_f16: Elementwise smaller of two tensors broadcast against each other; NaN if either is NaN.
  * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
-/* both inputs contiguous along the run */
-static void minimum_f16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+/* both inputs contiguous along the run; `opgen_stream` a constant in each caller (minimum_f16_both) */
+OPGEN_MICROKERNEL void minimum_f16_both_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                           int opgen_stream)
 {
     const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
     const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
@@ -318,7 +379,7 @@ static void minimum_f16_both(const void *opgen_first, const void *opgen_second, 
         opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_0_block, src_0 + at, filled);
@@ -336,8 +397,18 @@ static void minimum_f16_both(const void *opgen_first, const void *opgen_second, 
     }
 }
 
-/* src_0 one element, repeated along the run */
-static void minimum_f16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void minimum_f16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_f16_both_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_f16_both_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_0 one element, repeated along the run; `opgen_stream` a constant in each caller (minimum_f16_first_repeated) */
+OPGEN_MICROKERNEL void minimum_f16_first_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                     int opgen_stream)
 {
     const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
     const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
@@ -363,7 +434,7 @@ static void minimum_f16_first_repeated(const void *opgen_first, const void *opge
         opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_1_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_1_block, src_1 + at, filled);
@@ -379,8 +450,18 @@ static void minimum_f16_first_repeated(const void *opgen_first, const void *opge
     }
 }
 
-/* src_1 one element, repeated along the run */
-static void minimum_f16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void minimum_f16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_f16_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_f16_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_1 one element, repeated along the run; `opgen_stream` a constant in each caller (minimum_f16_second_repeated) */
+OPGEN_MICROKERNEL void minimum_f16_second_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                      int opgen_stream)
 {
     const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
     const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
@@ -406,7 +487,7 @@ static void minimum_f16_second_repeated(const void *opgen_first, const void *opg
         opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_0_block, src_0 + at, filled);
@@ -419,6 +500,15 @@ static void minimum_f16_second_repeated(const void *opgen_first, const void *opg
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
+    }
+}
+
+static void minimum_f16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        minimum_f16_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        minimum_f16_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
     }
 }
 

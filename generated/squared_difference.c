@@ -11,8 +11,9 @@
 /* ---- squared_difference_f32: Elementwise squared difference of two tensors broadcast against each other: dst = (src_0 - src_1)^2.
  * (src_0 f32, src_1 f32, dst f32; computed in double; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
-/* both inputs contiguous along the run */
-static void squared_difference_f32_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+/* both inputs contiguous along the run; `opgen_stream` a constant in each caller (squared_difference_f32_both) */
+OPGEN_MICROKERNEL void squared_difference_f32_both_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                      int opgen_stream)
 {
     const float *src_0 = (const float *)opgen_first;
     const float *src_1 = (const float *)opgen_second;
@@ -35,7 +36,7 @@ static void squared_difference_f32_both(const void *opgen_first, const void *opg
         opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_0_block, src_0 + at, filled);
@@ -54,8 +55,18 @@ static void squared_difference_f32_both(const void *opgen_first, const void *opg
     }
 }
 
-/* src_0 one element, repeated along the run */
-static void squared_difference_f32_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void squared_difference_f32_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_f32_both_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_f32_both_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_0 one element, repeated along the run; `opgen_stream` a constant in each caller (squared_difference_f32_first_repeated) */
+OPGEN_MICROKERNEL void squared_difference_f32_first_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                                int opgen_stream)
 {
     const float *src_0 = (const float *)opgen_first;
     const float *src_1 = (const float *)opgen_second;
@@ -82,7 +93,7 @@ static void squared_difference_f32_first_repeated(const void *opgen_first, const
         opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_1_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_1_block, src_1 + at, filled);
@@ -99,8 +110,18 @@ static void squared_difference_f32_first_repeated(const void *opgen_first, const
     }
 }
 
-/* src_1 one element, repeated along the run */
-static void squared_difference_f32_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void squared_difference_f32_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_f32_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_f32_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_1 one element, repeated along the run; `opgen_stream` a constant in each caller (squared_difference_f32_second_repeated) */
+OPGEN_MICROKERNEL void squared_difference_f32_second_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                                 int opgen_stream)
 {
     const float *src_0 = (const float *)opgen_first;
     const float *src_1 = (const float *)opgen_second;
@@ -127,7 +148,7 @@ static void squared_difference_f32_second_repeated(const void *opgen_first, cons
         opgen_store_block_f32(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_f32(src_0_block, src_0 + at, filled);
@@ -141,6 +162,15 @@ static void squared_difference_f32_second_repeated(const void *opgen_first, cons
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_f32(dst + at, dst_block, filled, opgen_stream);
+    }
+}
+
+static void squared_difference_f32_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_f32_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_f32_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
     }
 }
 
@@ -159,8 +189,9 @@ void OPGEN_KERNEL(squared_difference_f32)(const float *OPGEN_RESTRICT src_0, con
 /* ---- squared_difference_bf16: Elementwise squared difference of two tensors broadcast against each other: dst = (src_0 - src_1)^2.
  * (src_0 bf16, src_1 bf16, dst bf16; computed in double; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
-/* both inputs contiguous along the run */
-static void squared_difference_bf16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+/* both inputs contiguous along the run; `opgen_stream` a constant in each caller (squared_difference_bf16_both) */
+OPGEN_MICROKERNEL void squared_difference_bf16_both_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                       int opgen_stream)
 {
     const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
     const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
@@ -183,7 +214,7 @@ static void squared_difference_bf16_both(const void *opgen_first, const void *op
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_0_block, src_0 + at, filled);
@@ -202,8 +233,18 @@ static void squared_difference_bf16_both(const void *opgen_first, const void *op
     }
 }
 
-/* src_0 one element, repeated along the run */
-static void squared_difference_bf16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void squared_difference_bf16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_bf16_both_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_bf16_both_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_0 one element, repeated along the run; `opgen_stream` a constant in each caller (squared_difference_bf16_first_repeated) */
+OPGEN_MICROKERNEL void squared_difference_bf16_first_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                                 int opgen_stream)
 {
     const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
     const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
@@ -230,7 +271,7 @@ static void squared_difference_bf16_first_repeated(const void *opgen_first, cons
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_1_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_1_block, src_1 + at, filled);
@@ -247,8 +288,18 @@ static void squared_difference_bf16_first_repeated(const void *opgen_first, cons
     }
 }
 
-/* src_1 one element, repeated along the run */
-static void squared_difference_bf16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void squared_difference_bf16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_bf16_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_bf16_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_1 one element, repeated along the run; `opgen_stream` a constant in each caller (squared_difference_bf16_second_repeated) */
+OPGEN_MICROKERNEL void squared_difference_bf16_second_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                                  int opgen_stream)
 {
     const opgen_bf16 *src_0 = (const opgen_bf16 *)opgen_first;
     const opgen_bf16 *src_1 = (const opgen_bf16 *)opgen_second;
@@ -275,7 +326,7 @@ static void squared_difference_bf16_second_repeated(const void *opgen_first, con
         opgen_store_block_bf16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_bf16(src_0_block, src_0 + at, filled);
@@ -289,6 +340,15 @@ static void squared_difference_bf16_second_repeated(const void *opgen_first, con
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_bf16(dst + at, dst_block, filled, opgen_stream);
+    }
+}
+
+static void squared_difference_bf16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_bf16_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_bf16_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
     }
 }
 
@@ -307,8 +367,9 @@ void OPGEN_KERNEL(squared_difference_bf16)(const opgen_bf16 *OPGEN_RESTRICT src_
 /* ---- squared_difference_f16: Elementwise squared difference of two tensors broadcast against each other: dst = (src_0 - src_1)^2.
  * (src_0 f16, src_1 f16, dst f16; computed in float; src_0 and src_1 broadcast against each other (NumPy's rules)) ---- */
 
-/* both inputs contiguous along the run */
-static void squared_difference_f16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+/* both inputs contiguous along the run; `opgen_stream` a constant in each caller (squared_difference_f16_both) */
+OPGEN_MICROKERNEL void squared_difference_f16_both_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                      int opgen_stream)
 {
     const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
     const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
@@ -331,7 +392,7 @@ static void squared_difference_f16_both(const void *opgen_first, const void *opg
         opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_0_block, src_0 + at, filled);
@@ -350,8 +411,18 @@ static void squared_difference_f16_both(const void *opgen_first, const void *opg
     }
 }
 
-/* src_0 one element, repeated along the run */
-static void squared_difference_f16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void squared_difference_f16_both(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_f16_both_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_f16_both_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_0 one element, repeated along the run; `opgen_stream` a constant in each caller (squared_difference_f16_first_repeated) */
+OPGEN_MICROKERNEL void squared_difference_f16_first_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                                int opgen_stream)
 {
     const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
     const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
@@ -378,7 +449,7 @@ static void squared_difference_f16_first_repeated(const void *opgen_first, const
         opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_1_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_1_block, src_1 + at, filled);
@@ -395,8 +466,18 @@ static void squared_difference_f16_first_repeated(const void *opgen_first, const
     }
 }
 
-/* src_1 one element, repeated along the run */
-static void squared_difference_f16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+static void squared_difference_f16_first_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_f16_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_f16_first_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
+    }
+}
+
+/* src_1 one element, repeated along the run; `opgen_stream` a constant in each caller (squared_difference_f16_second_repeated) */
+OPGEN_MICROKERNEL void squared_difference_f16_second_repeated_of(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count,
+                                                                 int opgen_stream)
 {
     const opgen_f16 *src_0 = (const opgen_f16 *)opgen_first;
     const opgen_f16 *src_1 = (const opgen_f16 *)opgen_second;
@@ -423,7 +504,7 @@ static void squared_difference_f16_second_repeated(const void *opgen_first, cons
         opgen_store_block_f16(dst + at, dst_block, opgen_stream);
     }
     if (at < count) {
-        /* the last `count - at` (< OPGEN_BLOCK) elements, as a block whose other lanes are 0 */
+        /* the last `count - at` (< OPGEN_BLOCK) elements */
         const int filled = (int)(count - at);
         float src_0_block[OPGEN_BLOCK];
         opgen_load_part_f16(src_0_block, src_0 + at, filled);
@@ -437,6 +518,15 @@ static void squared_difference_f16_second_repeated(const void *opgen_first, cons
             dst_block[lane] = (float)dst_value;
         }
         opgen_store_part_f16(dst + at, dst_block, filled, opgen_stream);
+    }
+}
+
+static void squared_difference_f16_second_repeated(const void *opgen_first, const void *opgen_second, void *opgen_out, int64_t count, int opgen_stream)
+{
+    if (opgen_stream) {
+        squared_difference_f16_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 1);
+    } else {
+        squared_difference_f16_second_repeated_of(opgen_first, opgen_second, opgen_out, count, 0);
     }
 }
 
