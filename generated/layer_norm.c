@@ -80,18 +80,27 @@ static void layer_norm_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double sum_src_term = src_value;
-            sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -182,19 +191,29 @@ static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double mean_line = mean_line_lanes[lane];
-            const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -352,27 +371,38 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-        }
-        const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-        const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double mean_line = mean_line_lanes[lane];
-            const double inv_std_line = inv_std_line_lanes[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+            const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double inv_std_line = inv_std_line_lanes[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_f32(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+            const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double inv_std_line = inv_std_line_lanes[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_f32(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
@@ -494,18 +524,27 @@ static void layer_norm_bf16_f32_reduce_1_columns(const opgen_lines_call *call, i
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double sum_src_term = src_value;
-            sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -587,19 +626,29 @@ static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, i
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double mean_line = mean_line_lanes[lane];
-            const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -737,27 +786,38 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-        }
-        const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-        const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double mean_line = mean_line_lanes[lane];
-            const double inv_std_line = inv_std_line_lanes[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+            const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double inv_std_line = inv_std_line_lanes[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+            const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double inv_std_line = inv_std_line_lanes[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
@@ -879,18 +939,27 @@ static void layer_norm_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double sum_src_term = src_value;
-            sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double sum_src_term = src_value;
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -972,19 +1041,29 @@ static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double mean_line = mean_line_lanes[lane];
-            const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1122,27 +1201,38 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-        }
-        const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
-        const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double src_value = (double)src_block[lane];
-            const double mean_line = mean_line_lanes[lane];
-            const double inv_std_line = inv_std_line_lanes[lane];
-            const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+            const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double inv_std_line = inv_std_line_lanes[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+            const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double src_value = (double)src_block[lane];
+                const double mean_line = mean_line_lanes[lane];
+                const double inv_std_line = inv_std_line_lanes[lane];
+                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
@@ -1264,18 +1354,27 @@ static void layer_norm_f16_f32_reduce_1_columns(const opgen_lines_call *call, in
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float sum_src_term = src_value;
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float sum_src_term = src_value;
-            sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float sum_src_term = src_value;
+                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1357,19 +1456,29 @@ static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, in
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float mean_line = mean_line_lanes[lane];
-            const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-            sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1507,27 +1616,38 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_cal
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 4] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-        }
-        const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-        const float beta_value = beta != NULL ? beta[r] : 0.0f;
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float mean_line = mean_line_lanes[lane];
-            const float inv_std_line = inv_std_line_lanes[lane];
-            const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            const float beta_value = beta != NULL ? beta[r] : 0.0f;
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float inv_std_line = inv_std_line_lanes[lane];
+                const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_f16(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            const float beta_value = beta != NULL ? beta[r] : 0.0f;
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float inv_std_line = inv_std_line_lanes[lane];
+                const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_f16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }

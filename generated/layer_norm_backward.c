@@ -127,29 +127,41 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-        }
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
         }
-        const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float mean_line = mean_line_lanes[lane];
-            const float sum_g_term = (diff_dst_value * gamma_value);
-            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-            const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -312,47 +324,70 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-        }
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float mean_line = mean_line_lanes[lane];
-            const float inv_std_line = inv_std_line_lanes[lane];
-            const float mean_g_line = mean_g_line_lanes[lane];
-            const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-            const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-            diff_src_block[lane] = (float)diff_src_value;
-            diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-            diff_beta_terms[lane] = (double)(diff_dst_value);
-        }
-        /* this step's terms of diff_gamma, one per line, added in lane order */
-        for (int lane = 0; lane < lanes; ++lane) {
-            opgen_across[0 * length + r] += diff_gamma_terms[lane];
-        }
-        /* this step's terms of diff_beta, one per line, added in lane order */
-        for (int lane = 0; lane < lanes; ++lane) {
-            opgen_across[1 * length + r] += diff_beta_terms[lane];
-        }
-        if (lanes == OPGEN_BLOCK) {
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float inv_std_line = inv_std_line_lanes[lane];
+                const float mean_g_line = mean_g_line_lanes[lane];
+                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* this step's terms of diff_gamma, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[0 * length + r] += diff_gamma_terms[lane];
+            }
+            /* this step's terms of diff_beta, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[1 * length + r] += diff_beta_terms[lane];
+            }
             opgen_store_block_f32(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float inv_std_line = inv_std_line_lanes[lane];
+                const float mean_g_line = mean_g_line_lanes[lane];
+                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* this step's terms of diff_gamma, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[0 * length + r] += diff_gamma_terms[lane];
+            }
+            /* this step's terms of diff_beta, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[1 * length + r] += diff_beta_terms[lane];
+            }
             opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
@@ -535,29 +570,41 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-        }
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
         }
-        const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float mean_line = mean_line_lanes[lane];
-            const float sum_g_term = (diff_dst_value * gamma_value);
-            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-            const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -720,47 +767,70 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-        }
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float mean_line = mean_line_lanes[lane];
-            const float inv_std_line = inv_std_line_lanes[lane];
-            const float mean_g_line = mean_g_line_lanes[lane];
-            const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-            const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-            diff_src_block[lane] = (float)diff_src_value;
-            diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-            diff_beta_terms[lane] = (double)(diff_dst_value);
-        }
-        /* this step's terms of diff_gamma, one per line, added in lane order */
-        for (int lane = 0; lane < lanes; ++lane) {
-            opgen_across[0 * length + r] += diff_gamma_terms[lane];
-        }
-        /* this step's terms of diff_beta, one per line, added in lane order */
-        for (int lane = 0; lane < lanes; ++lane) {
-            opgen_across[1 * length + r] += diff_beta_terms[lane];
-        }
-        if (lanes == OPGEN_BLOCK) {
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float inv_std_line = inv_std_line_lanes[lane];
+                const float mean_g_line = mean_g_line_lanes[lane];
+                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* this step's terms of diff_gamma, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[0 * length + r] += diff_gamma_terms[lane];
+            }
+            /* this step's terms of diff_beta, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[1 * length + r] += diff_beta_terms[lane];
+            }
             opgen_store_block_bf16(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float inv_std_line = inv_std_line_lanes[lane];
+                const float mean_g_line = mean_g_line_lanes[lane];
+                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* this step's terms of diff_gamma, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[0 * length + r] += diff_gamma_terms[lane];
+            }
+            /* this step's terms of diff_beta, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[1 * length + r] += diff_beta_terms[lane];
+            }
             opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
@@ -943,29 +1013,41 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-        }
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
         }
-        const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float mean_line = mean_line_lanes[lane];
-            const float sum_g_term = (diff_dst_value * gamma_value);
-            sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-            const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-            sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float sum_g_term = (diff_dst_value * gamma_value);
+                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
+                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1128,47 +1210,70 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-        }
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-        float diff_src_block[OPGEN_BLOCK];
-        double diff_gamma_terms[OPGEN_BLOCK];
-        double diff_beta_terms[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float mean_line = mean_line_lanes[lane];
-            const float inv_std_line = inv_std_line_lanes[lane];
-            const float mean_g_line = mean_g_line_lanes[lane];
-            const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-            const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-            diff_src_block[lane] = (float)diff_src_value;
-            diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-            diff_beta_terms[lane] = (double)(diff_dst_value);
-        }
-        /* this step's terms of diff_gamma, one per line, added in lane order */
-        for (int lane = 0; lane < lanes; ++lane) {
-            opgen_across[0 * length + r] += diff_gamma_terms[lane];
-        }
-        /* this step's terms of diff_beta, one per line, added in lane order */
-        for (int lane = 0; lane < lanes; ++lane) {
-            opgen_across[1 * length + r] += diff_beta_terms[lane];
-        }
-        if (lanes == OPGEN_BLOCK) {
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float inv_std_line = inv_std_line_lanes[lane];
+                const float mean_g_line = mean_g_line_lanes[lane];
+                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* this step's terms of diff_gamma, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[0 * length + r] += diff_gamma_terms[lane];
+            }
+            /* this step's terms of diff_beta, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[1 * length + r] += diff_beta_terms[lane];
+            }
             opgen_store_block_f16(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
+            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+            float diff_src_block[OPGEN_BLOCK];
+            double diff_gamma_terms[OPGEN_BLOCK];
+            double diff_beta_terms[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float mean_line = mean_line_lanes[lane];
+                const float inv_std_line = inv_std_line_lanes[lane];
+                const float mean_g_line = mean_g_line_lanes[lane];
+                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
+                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                diff_src_block[lane] = (float)diff_src_value;
+                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                diff_beta_terms[lane] = (double)(diff_dst_value);
+            }
+            /* this step's terms of diff_gamma, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[0 * length + r] += diff_gamma_terms[lane];
+            }
+            /* this step's terms of diff_beta, one per line, added in lane order */
+            for (int lane = 0; lane < lanes; ++lane) {
+                opgen_across[1 * length + r] += diff_beta_terms[lane];
+            }
             opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }

@@ -67,18 +67,27 @@ static void log_soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int6
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_term = src_value;
-            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -148,19 +157,29 @@ static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int6
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -249,25 +268,34 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_columns_of(const opgen_lines_call 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float log_sum_line = log_sum_line_lanes[lane];
-            const float dst_value = ((src_value - max_src_line) - log_sum_line);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float log_sum_line = log_sum_line_lanes[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_f32(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float log_sum_line = log_sum_line_lanes[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_f32(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
@@ -374,18 +402,27 @@ static void log_soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_term = src_value;
-            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -455,19 +492,29 @@ static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -556,25 +603,34 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_columns_of(const opgen_lines_call
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float log_sum_line = log_sum_line_lanes[lane];
-            const float dst_value = ((src_value - max_src_line) - log_sum_line);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float log_sum_line = log_sum_line_lanes[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float log_sum_line = log_sum_line_lanes[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
@@ -681,18 +737,27 @@ static void log_soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int6
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_term = src_value;
-            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -762,19 +827,29 @@ static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int6
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -863,25 +938,34 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_columns_of(const opgen_lines_call 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float log_sum_line = log_sum_line_lanes[lane];
-            const float dst_value = ((src_value - max_src_line) - log_sum_line);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float log_sum_line = log_sum_line_lanes[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_f16(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float log_sum_line = log_sum_line_lanes[lane];
+                const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_f16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }

@@ -76,18 +76,27 @@ static void log_soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *c
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double sum_diff_dst_term = diff_dst_value;
-            sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -171,31 +180,38 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f32_apply_columns_of(const opgen_li
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(dst_block, dst + r * inner, lanes);
-        }
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
-            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_block_f32(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(dst_block, dst + r * inner, lanes);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
@@ -301,18 +317,27 @@ static void log_soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double sum_diff_dst_term = diff_dst_value;
-            sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -396,31 +421,38 @@ OPGEN_MICROKERNEL void log_soft_max_backward_bf16_apply_columns_of(const opgen_l
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(dst_block, dst + r * inner, lanes);
-        }
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
-            const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_block_bf16(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(dst_block, dst + r * inner, lanes);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
+                const double diff_src_value = (diff_dst_value - (opgen_exp(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
@@ -526,18 +558,27 @@ static void log_soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *c
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float sum_diff_dst_term = diff_dst_value;
-            sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float sum_diff_dst_term = diff_dst_value;
+                sum_diff_dst_lanes[lane] = sum_diff_dst_lanes[lane] + (double)sum_diff_dst_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -621,31 +662,38 @@ OPGEN_MICROKERNEL void log_soft_max_backward_f16_apply_columns_of(const opgen_li
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_diff_dst_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(dst_block, dst + r * inner, lanes);
-        }
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float dst_value = (float)dst_block[lane];
-            const float sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
-            const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_block_f16(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(dst_block, dst + r * inner, lanes);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float sum_diff_dst_line = sum_diff_dst_line_lanes[lane];
+                const float diff_src_value = (diff_dst_value - (opgen_expf(dst_value) * sum_diff_dst_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }

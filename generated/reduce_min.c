@@ -67,18 +67,27 @@ static void reduce_min_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dst_lanes[lane] = (float)INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_term = src_value;
+                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float dst_term = src_value;
-            dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_term = src_value;
+                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -186,18 +195,27 @@ static void reduce_min_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dst_lanes[lane] = (float)INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_term = src_value;
+                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float dst_term = src_value;
-            dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_term = src_value;
+                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -305,18 +323,27 @@ static void reduce_min_f16_reduce_1_columns(const opgen_lines_call *call, int64_
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dst_lanes[lane] = (float)INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_term = src_value;
+                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float dst_term = src_value;
-            dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float dst_term = src_value;
+                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {

@@ -67,18 +67,27 @@ static void soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int64_t 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_term = src_value;
-            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -156,25 +165,34 @@ static void soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int64_t 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f32(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
-            dst_block[lane] = sum_exp_term;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+                dst_block[lane] = sum_exp_term;
+            }
             opgen_store_block_f32(dst + r * inner, dst_block, 0);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f32(src_block, src + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+                dst_block[lane] = sum_exp_term;
+            }
             opgen_store_part_f32(dst + r * inner, dst_block, lanes, 0);
         }
     }
@@ -259,24 +277,32 @@ OPGEN_MICROKERNEL void soft_max_f32_apply_columns_of(const opgen_lines_call *cal
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float dst_kept_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float dst_kept_block[OPGEN_BLOCK];
             opgen_load_block_f32(dst_kept_block, dst_kept + r * inner, 0);
-        } else {
-            opgen_load_part_f32(dst_kept_block, dst_kept + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float inv_sum_line = inv_sum_line_lanes[lane];
-            const float dst_kept_value = dst_kept_block[lane];
-            const float dst_value = (dst_kept_value * inv_sum_line);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float inv_sum_line = inv_sum_line_lanes[lane];
+                const float dst_kept_value = dst_kept_block[lane];
+                const float dst_value = (dst_kept_value * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_f32(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float dst_kept_block[OPGEN_BLOCK];
+            opgen_load_part_f32(dst_kept_block, dst_kept + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float inv_sum_line = inv_sum_line_lanes[lane];
+                const float dst_kept_value = dst_kept_block[lane];
+                const float dst_value = (dst_kept_value * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_f32(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
@@ -383,18 +409,27 @@ static void soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int64_t
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_term = src_value;
-            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -475,19 +510,29 @@ static void soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int64_t
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -607,25 +652,34 @@ OPGEN_MICROKERNEL void soft_max_bf16_apply_columns_of(const opgen_lines_call *ca
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_bf16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float inv_sum_line = inv_sum_line_lanes[lane];
-            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float inv_sum_line = inv_sum_line_lanes[lane];
+                const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(src_block, src + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float inv_sum_line = inv_sum_line_lanes[lane];
+                const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
@@ -732,18 +786,27 @@ static void soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int64_t 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_term = src_value;
-            max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_term = src_value;
+                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -824,19 +887,29 @@ static void soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int64_t 
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-            sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -956,25 +1029,34 @@ OPGEN_MICROKERNEL void soft_max_f16_apply_columns_of(const opgen_lines_call *cal
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         inv_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float src_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
             opgen_load_block_f16(src_block, src + r * inner, 0);
-        } else {
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float src_value = (float)src_block[lane];
-            const float max_src_line = max_src_line_lanes[lane];
-            const float inv_sum_line = inv_sum_line_lanes[lane];
-            const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
-            dst_block[lane] = (float)dst_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float inv_sum_line = inv_sum_line_lanes[lane];
+                const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_block_f16(dst + r * inner, dst_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float src_block[OPGEN_BLOCK];
+            opgen_load_part_f16(src_block, src + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float src_value = (float)src_block[lane];
+                const float max_src_line = max_src_line_lanes[lane];
+                const float inv_sum_line = inv_sum_line_lanes[lane];
+                const float dst_value = (opgen_exp_linef((src_value - max_src_line)) * inv_sum_line);
+                dst_block[lane] = (float)dst_value;
+            }
             opgen_store_part_f16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }

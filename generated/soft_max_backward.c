@@ -86,25 +86,33 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(dst_block, dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double dot_term = (diff_dst_value * dst_value);
+                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double dot_term = (diff_dst_value * dst_value);
-            dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(dst_block, dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double dot_term = (diff_dst_value * dst_value);
+                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -206,31 +214,38 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_f32(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_f32(dst_block, dst + r * inner, lanes);
-        }
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double dot_line = dot_line_lanes[lane];
-            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double dot_line = dot_line_lanes[lane];
+                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_block_f32(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_f32(dst_block, dst + r * inner, lanes);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double dot_line = dot_line_lanes[lane];
+                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
@@ -344,25 +359,33 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(dst_block, dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double dot_term = (diff_dst_value * dst_value);
+                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double dot_term = (diff_dst_value * dst_value);
-            dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(dst_block, dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double dot_term = (diff_dst_value * dst_value);
+                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -446,31 +469,38 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_bf16(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_bf16(dst_block, dst + r * inner, lanes);
-        }
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const double diff_dst_value = (double)diff_dst_block[lane];
-            const double dst_value = (double)dst_block[lane];
-            const double dot_line = dot_line_lanes[lane];
-            const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double dot_line = dot_line_lanes[lane];
+                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_block_bf16(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_bf16(dst_block, dst + r * inner, lanes);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const double diff_dst_value = (double)diff_dst_block[lane];
+                const double dst_value = (double)dst_block[lane];
+                const double dot_line = dot_line_lanes[lane];
+                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
@@ -584,25 +614,33 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_lanes[lane] = (double)-0.0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(dst_block, dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float dot_term = (diff_dst_value * dst_value);
+                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            }
         }
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float dst_value = (float)dst_block[lane];
-            const float dot_term = (diff_dst_value * dst_value);
-            dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(dst_block, dst + r * inner, lanes);
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float dot_term = (diff_dst_value * dst_value);
+                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            }
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -686,31 +724,38 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_columns_of(const opgen_lines_
     for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
     }
-    for (int64_t r = 0; r < length; ++r) {
-        float diff_dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_BLOCK) {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
-        }
-        float dst_block[OPGEN_BLOCK];
-        if (lanes == OPGEN_BLOCK) {
+            float dst_block[OPGEN_BLOCK];
             opgen_load_block_f16(dst_block, dst + r * inner, 0);
-        } else {
-            opgen_load_part_f16(dst_block, dst + r * inner, lanes);
-        }
-        float diff_src_block[OPGEN_BLOCK];
-        OPGEN_SIMD_FLOAT
-        for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-            const float diff_dst_value = (float)diff_dst_block[lane];
-            const float dst_value = (float)dst_block[lane];
-            const float dot_line = dot_line_lanes[lane];
-            const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
-            diff_src_block[lane] = (float)diff_src_value;
-        }
-        if (lanes == OPGEN_BLOCK) {
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float dot_line = dot_line_lanes[lane];
+                const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_block_f16(diff_src + r * inner, diff_src_block, opgen_stream);
-        } else {
+        }
+    } else {
+        for (int64_t r = 0; r < length; ++r) {
+            float diff_dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
+            float dst_block[OPGEN_BLOCK];
+            opgen_load_part_f16(dst_block, dst + r * inner, lanes);
+            float diff_src_block[OPGEN_BLOCK];
+            OPGEN_SIMD_FLOAT
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                const float diff_dst_value = (float)diff_dst_block[lane];
+                const float dst_value = (float)dst_block[lane];
+                const float dot_line = dot_line_lanes[lane];
+                const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                diff_src_block[lane] = (float)diff_src_value;
+            }
             opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
