@@ -636,16 +636,18 @@ def layer_norm_bounds(
       (n 2^-53 of it in each), over n (2^-53 in each): with sum (x - m')^2 = n (V + (m - m')^2),
       E_V = D^2 + (V + D^2) (3 u + (2 n + 2) 2^-53) + eta;
     - 1 / sqrt(variance + epsilon) in double: the variance's error moves it by at most
-      (1 - E_V / (V + epsilon))^(-1/2) - 1, relatively, the add, sqrt and division 3 2^-53;
+      ((V + epsilon) / max(V + epsilon - E_V, epsilon))^(1/2) - 1, relatively (the kernel's
+      variance, a sum of squares, is never below 0), the add, sqrt and division 3 2^-53;
       rounded to the compute type: u; rho in all;
-    - each element, ((x - m') * inv_std * gamma) + beta: the centered value is D off, and four
-      roundings (x - m', two products, the sum's of |x - m| r |gamma| and |beta|);
+    - each element, ((x - m') * inv_std * gamma) + beta: the centered value is D off (times
+      r (1 + rho)), and four roundings (x - m', two products, the sum's of |x - m| r |gamma|
+      and |beta|);
     - line outputs go through f32 to their dtype (line values are double): 2^-24 and 2^-150
       (counted also where f32 is the output's dtype); in double, dst goes through f32 before a
       bf16 output: 2^-24 |dst| and 2^-150.
     So, with slack 1 % for products of small errors:
     mean: E_m (1 + 1 %) + 2^-24 |m| + 2^-150; variance: E_V (1 + 1 %) + 2^-24 V + 2^-150;
-    dst: (|gamma| r D + |gamma| r |x - m| (rho + 4 u) + u |beta|) (1 + 1 %) + (|gamma| + 1) eta
+    dst: (|gamma| r D (1 + rho) + |gamma| r |x - m| (rho + 4 u) + u |beta|) (1 + 1 %) + (|gamma| + 1) eta
     (+ the f32 step)."""
     x = _f64(src)
     axes = _normalized_axes(x.ndim, begin_norm_axis)
@@ -666,12 +668,17 @@ def layer_norm_bounds(
         off = mean_error + unit * (np.abs(mean) + mean_error) + eta
         variance_error = off * off + (variance + off * off) * (3 * unit + (2 * count + 2) * u64) + eta
         variance_error = variance_error * 1.01
-        plus_epsilon = variance + float(np.float32(epsilon))
+        epsilon32 = float(np.float32(epsilon))
+        plus_epsilon = variance + epsilon32
         inv_std = 1 / np.sqrt(plus_epsilon)
-        moved = variance_error / plus_epsilon
-        rho = np.where(moved < 1, 1 / np.sqrt(1 - moved) - 1, np.inf) + 3 * u64 + unit
+        # the kernel's variance is a sum of squares, never below 0: its variance + epsilon is
+        # at least epsilon, however far the error bound reaches (further than V itself where
+        # terms of 1e38 cancel)
+        lowest = np.maximum(plus_epsilon - variance_error, epsilon32)
+        rho = np.sqrt(plus_epsilon / lowest) - 1 + 3 * u64 + unit
         exact = (x - mean) * inv_std * _f64(gamma if gamma is not None else np.ones(normalized))
-        dst = (g * inv_std * off + g * inv_std * centered * (rho + 4 * unit) + unit * b) * 1.01 + (g + 1) * eta
+        spread = np.where(centered > 0, g * inv_std * centered * (rho + 4 * unit), 0.0)  # 0, not 0 * inf
+        dst = (g * inv_std * off * (1 + rho) + spread + unit * b) * 1.01 + (g + 1) * eta
         dst = dst + store * np.abs(exact + (0 if beta is None else _f64(beta))) + (_accuracy.ETA if store else 0.0)
         mean_bound = mean_error * 1.01 + _accuracy.U32 * np.abs(mean) + _accuracy.ETA
         variance_bound = variance_error + _accuracy.U32 * variance + _accuracy.ETA

@@ -134,6 +134,23 @@ def test_nan_and_infinity_poison_their_line_only():
     assert y[3, 4] == 0 and np.all(y[3, np.arange(9) != 4] == np.float32(1 / 8))
 
 
+def test_the_layer_norm_bound_holds_where_the_variance_error_passes_the_variance():
+    """A line of one bf16 element of about -3.4e38: the variance's error bound (from the sum's
+    2^-52 of 3.4e38) is larger than the variance, 0. The kernel's variance, a sum of squares,
+    is still never below 0, so 1 / sqrt(variance + epsilon) is at most 1 / sqrt(epsilon): the
+    stated bound is finite (it was NaN, 0 times an unbounded factor, and the right result
+    failed it)."""
+    src = np.array([-3.38953e38], dtype=dtype_of("bf16"))
+    gamma, beta = np.array([-1.0], np.float32), np.array([3.0], np.float32)
+    bound = oracle.layer_norm_bounds(src, gamma, beta, begin_norm_axis=0)[0]
+    assert np.isfinite(bound).all()
+    got = opgen.layer_norm(src, gamma, beta, begin_norm_axis=0)[0]
+    want = oracle.layer_norm(src, gamma, beta, begin_norm_axis=0)[0]
+    assert not accuracy.outside(got, want, TABLE.dtypes["bf16"], bound)[0].any()
+    infinite = np.full_like(got, np.inf)
+    assert accuracy.outside(infinite, want, TABLE.dtypes["bf16"], bound)[0].all()  # the bound can fail
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_narrow_soft_max_keeps_its_terms_where_a_line_fits_and_computes_them_again_beyond(dtype):
     """bf16 and f16 SoftMax keep each exp term for the element pass in a scratch of
