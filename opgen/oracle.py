@@ -405,7 +405,9 @@ def layer_norm_backward_bounds(
     - inv_std = 1 / sqrt(variance + epsilon) in double (4 U), rounded to f32 where the float
       math reads it (u).
     - Per line, sum_g of dy g (one f32 rounding each) and sum_c of dy g (x - mean) (three), in
-      double: E1 = (u + n U) sum|dy g|, E2 = (3 u + n U) sum|dy g (x - mean)|.
+      double: E1 = (u + n U) sum|dy g| + n 2^-149, E2 = (3 u + n U) sum|dy g (x - mean)| +
+      2^-149 sum(|x - mean| + 2) (terms below f32's normal range err by 2^-149 absolute a
+      rounding, the first one scaled by x - mean).
     - mean_g = sum_g / n and c = inv_std^2 sum_c / n in double, each rounded to f32 (u).
     - diff_src = inv_std (dy g - mean_g - (x - mean) c): six f32 roundings and the three
       narrowed values, at most 10 u of inv_std (|dy g| + |mean_g| + |(x - mean) c|), plus the
@@ -429,8 +431,12 @@ def layer_norm_backward_bounds(
         inv_std = 1.0 / np.sqrt(_f64(variance).reshape(line) + float(np.float32(epsilon)))
         centered = x - _f64(mean).reshape(line)
         g = dy * (_f64(gamma) if with_diff_gamma_beta else 1.0)
-        error_g = (u + count * unit) * np.abs(g).sum(axis=axes, keepdims=True)
+        # each term below f32's normal range: 2^-149 absolute a rounding (dy g; and dy g times
+        # x - mean, whose first error it scales), which inv_std^2 and |x - mean| inv_std
+        # magnify in diff_src
+        error_g = (u + count * unit) * np.abs(g).sum(axis=axes, keepdims=True) + count * tiny
         error_c = (3 * u + count * unit) * np.abs(g * centered).sum(axis=axes, keepdims=True)
+        error_c = error_c + tiny * (np.abs(centered) + 2).sum(axis=axes, keepdims=True)
         mean_g = np.abs(g.sum(axis=axes, keepdims=True)) / count
         coefficient = inv_std**2 * np.abs((g * centered).sum(axis=axes, keepdims=True)) / count
         magnitude = np.abs(g) + mean_g + np.abs(centered) * coefficient

@@ -151,6 +151,24 @@ def test_the_layer_norm_bound_holds_where_the_variance_error_passes_the_variance
     assert accuracy.outside(infinite, want, TABLE.dtypes["bf16"], bound)[0].all()  # the bound can fail
 
 
+def test_the_layer_norm_backward_bound_counts_subnormal_terms_of_its_sums():
+    """gamma of 2^-149 makes the line sums' terms subnormal in f32: dy g (x - mean) = 3.13
+    2^-149 rounds to 3 2^-149, and inv_std^3 (x - mean) (3e7) carries that 2^-149 into
+    diff_src, 4 % of it. The stated bound counts it (it did not: opgen check --seed 5 failed
+    the kernel's right result); at 2^-149 a rounding, it allows 1.7 times the value itself,
+    and a result three times as large still fails."""
+    src, diff_dst = np.array([-3.0], dtype_of("bf16")), np.array([1.0], dtype_of("bf16"))
+    mean, variance = np.array(0.12975521, np.float32), np.array(0.0, np.float32)
+    gamma = np.array([-(2.0**-149)], np.float32)
+    arrays = {"src": src, "diff_dst": diff_dst, "mean": mean, "variance": variance, "gamma": gamma}
+    got = opgen.layer_norm_backward(**arrays, begin_norm_axis=-1)[0]
+    want = oracle.layer_norm_backward(**arrays, begin_norm_axis=-1)[0]
+    bound = oracle.layer_norm_backward_bounds(**arrays, begin_norm_axis=-1)[0]
+    assert not accuracy.outside(got, want, TABLE.dtypes["bf16"], bound)[0].any()
+    off = (got.astype(np.float64) * 3).astype(got.dtype)
+    assert accuracy.outside(off, want, TABLE.dtypes["bf16"], bound)[0].all()
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_narrow_soft_max_keeps_its_terms_where_a_line_fits_and_computes_them_again_beyond(dtype):
     """bf16 and f16 SoftMax keep each exp term for the element pass in a scratch of
