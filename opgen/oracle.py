@@ -641,9 +641,10 @@ def layer_norm_bounds(
       product of two rounded factors, eta absolute below the normal range), the sum in double
       (n 2^-53 of it in each), over n (2^-53 in each): with sum (x - m')^2 = n (V + (m - m')^2),
       E_V = D^2 + (V + D^2) (3 u + (2 n + 2) 2^-53) + eta;
-    - 1 / sqrt(variance + epsilon) in double: the variance's error moves it by at most
+    - 1 / sqrt(variance + epsilon) in double: the variance's error moves it up by at most
       ((V + epsilon) / max(V + epsilon - E_V, epsilon))^(1/2) - 1, relatively (the kernel's
-      variance, a sum of squares, is never below 0), the add, sqrt and division 3 2^-53;
+      variance, a sum of squares, is never below 0), and down by at most 1 - ((V + epsilon) /
+      (V + epsilon + E_V))^(1/2); the add, sqrt and division 3 2^-53;
       rounded to the compute type: u; rho in all;
     - each element, ((x - m') * inv_std * gamma) + beta: the centered value is D off (times
       r (1 + rho)), and four roundings (x - m', two products, the sum's of |x - m| r |gamma|
@@ -681,7 +682,8 @@ def layer_norm_bounds(
         # at least epsilon, however far the error bound reaches (further than V itself where
         # terms of 1e38 cancel)
         lowest = np.maximum(plus_epsilon - variance_error, epsilon32)
-        rho = np.sqrt(plus_epsilon / lowest) - 1 + 3 * u64 + unit
+        up, down = np.sqrt(plus_epsilon / lowest) - 1, 1 - np.sqrt(plus_epsilon / (plus_epsilon + variance_error))
+        rho = np.maximum(up, down) + 3 * u64 + unit
         exact = (x - mean) * inv_std * _f64(gamma if gamma is not None else np.ones(normalized))
         spread = np.where(centered > 0, g * inv_std * centered * (rho + 4 * unit), 0.0)  # 0, not 0 * inf
         dst = (g * inv_std * off * (1 + rho) + spread + unit * b) * 1.01 + (g + 1) * eta
