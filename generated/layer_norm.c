@@ -76,31 +76,55 @@ static void layer_norm_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double sum_src_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_src_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_src_term = src_value;
-                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_src_term = src_value;
+                    sum_src_lanes[opgen_at + lane] = sum_src_lanes[opgen_at + lane] + (double)sum_src_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_src_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_src_term = src_value;
-                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+                sum_src_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_src_term = src_value;
+                        sum_src_block_lanes[lane] = sum_src_block_lanes[lane] + (double)sum_src_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_src_term = src_value;
+                        sum_src_block_lanes[lane] = sum_src_block_lanes[lane] + (double)sum_src_term;
+                    }
+                }
+            }
+            memcpy(sum_src_lanes + opgen_at, sum_src_block_lanes, sizeof sum_src_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -183,37 +207,62 @@ static void layer_norm_f32_reduce_2_columns(const opgen_lines_call *call, int64_
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double sum_squares_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_squares_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_squares_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+                sum_squares_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            }
+            memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -363,47 +412,72 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_columns_of(const opgen_lines_call *c
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-            const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double inv_std_line = inv_std_line_lanes[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-                dst_block[lane] = (float)dst_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
-            opgen_store_block_f32(dst + r * inner, dst_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-            const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double inv_std_line = inv_std_line_lanes[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-                dst_block[lane] = (float)dst_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                    const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                    const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_part_f32(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_f32(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
 }
@@ -520,31 +594,55 @@ static void layer_norm_bf16_f32_reduce_1_columns(const opgen_lines_call *call, i
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double sum_src_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_src_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_src_term = src_value;
-                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_src_term = src_value;
+                    sum_src_lanes[opgen_at + lane] = sum_src_lanes[opgen_at + lane] + (double)sum_src_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_src_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_src_term = src_value;
-                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+                sum_src_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_src_term = src_value;
+                        sum_src_block_lanes[lane] = sum_src_block_lanes[lane] + (double)sum_src_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_src_term = src_value;
+                        sum_src_block_lanes[lane] = sum_src_block_lanes[lane] + (double)sum_src_term;
+                    }
+                }
+            }
+            memcpy(sum_src_lanes + opgen_at, sum_src_block_lanes, sizeof sum_src_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -618,37 +716,62 @@ static void layer_norm_bf16_f32_reduce_2_columns(const opgen_lines_call *call, i
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double sum_squares_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_squares_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_squares_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+                sum_squares_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            }
+            memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -778,47 +901,72 @@ OPGEN_MICROKERNEL void layer_norm_bf16_f32_apply_columns_of(const opgen_lines_ca
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-            const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double inv_std_line = inv_std_line_lanes[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-                dst_block[lane] = (float)dst_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
-            opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
-            const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double inv_std_line = inv_std_line_lanes[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-                dst_block[lane] = (float)dst_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                    const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    const double gamma_value = gamma != NULL ? (double)(gamma[r]) : 1.0;
+                    const double beta_value = beta != NULL ? (double)(beta[r]) : 0.0;
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_part_bf16(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
 }
@@ -935,31 +1083,55 @@ static void layer_norm_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double sum_src_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_src_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_src_term = src_value;
-                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_src_term = src_value;
+                    sum_src_lanes[opgen_at + lane] = sum_src_lanes[opgen_at + lane] + (double)sum_src_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_src_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_src_term = src_value;
-                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+                sum_src_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_src_term = src_value;
+                        sum_src_block_lanes[lane] = sum_src_block_lanes[lane] + (double)sum_src_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_src_term = src_value;
+                        sum_src_block_lanes[lane] = sum_src_block_lanes[lane] + (double)sum_src_term;
+                    }
+                }
+            }
+            memcpy(sum_src_lanes + opgen_at, sum_src_block_lanes, sizeof sum_src_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1033,37 +1205,62 @@ static void layer_norm_bf16_reduce_2_columns(const opgen_lines_call *call, int64
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double sum_squares_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_squares_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_squares_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+                sum_squares_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            }
+            memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1193,47 +1390,72 @@ OPGEN_MICROKERNEL void layer_norm_bf16_apply_columns_of(const opgen_lines_call *
     (void)epsilon;
     const double count = (double)call->count;
     (void)count;
-    double mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 1] : 0;
     }
-    double inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (double)values[lane * 5 + 4] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
-            const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double inv_std_line = inv_std_line_lanes[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-                dst_block[lane] = (float)dst_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+                const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double mean_line = mean_line_lanes[opgen_at + lane];
+                    const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
-            opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
-            const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double mean_line = mean_line_lanes[lane];
-                const double inv_std_line = inv_std_line_lanes[lane];
-                const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-                dst_block[lane] = (float)dst_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+                    const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    const double gamma_value = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[r])) : 1.0;
+                    const double beta_value = beta != NULL ? (double)(opgen_bf16_to_f32(beta[r])) : 0.0;
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double mean_line = mean_line_lanes[opgen_at + lane];
+                        const double inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const double dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_part_bf16(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
 }
@@ -1350,31 +1572,55 @@ static void layer_norm_f16_f32_reduce_1_columns(const opgen_lines_call *call, in
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    double sum_src_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_src_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_src_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float sum_src_term = src_value;
-                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float sum_src_term = src_value;
+                    sum_src_lanes[opgen_at + lane] = sum_src_lanes[opgen_at + lane] + (double)sum_src_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_src_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float sum_src_term = src_value;
-                sum_src_lanes[lane] = sum_src_lanes[lane] + (double)sum_src_term;
+                sum_src_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float sum_src_term = src_value;
+                        sum_src_block_lanes[lane] = sum_src_block_lanes[lane] + (double)sum_src_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float sum_src_term = src_value;
+                        sum_src_block_lanes[lane] = sum_src_block_lanes[lane] + (double)sum_src_term;
+                    }
+                }
+            }
+            memcpy(sum_src_lanes + opgen_at, sum_src_block_lanes, sizeof sum_src_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1448,37 +1694,62 @@ static void layer_norm_f16_f32_reduce_2_columns(const opgen_lines_call *call, in
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 1] : 0;
     }
-    double sum_squares_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_squares_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_squares_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+                sum_squares_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float sum_squares_term = ((src_value - mean_line) * (src_value - mean_line));
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            }
+            memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1608,47 +1879,72 @@ OPGEN_MICROKERNEL void layer_norm_f16_f32_apply_columns_of(const opgen_lines_cal
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 1] : 0;
     }
-    float inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 5 + 4] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            const float beta_value = beta != NULL ? beta[r] : 0.0f;
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float inv_std_line = inv_std_line_lanes[lane];
-                const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-                dst_block[lane] = (float)dst_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                const float beta_value = beta != NULL ? beta[r] : 0.0f;
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f16(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
-            opgen_store_block_f16(dst + r * inner, dst_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            const float beta_value = beta != NULL ? beta[r] : 0.0f;
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float inv_std_line = inv_std_line_lanes[lane];
-                const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
-                dst_block[lane] = (float)dst_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float beta_value = beta != NULL ? beta[r] : 0.0f;
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_block_f16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    const float beta_value = beta != NULL ? beta[r] : 0.0f;
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const float dst_value = ((((src_value - mean_line) * inv_std_line) * gamma_value) + beta_value);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_part_f16(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_f16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
 }

@@ -117,51 +117,87 @@ static void layer_norm_backward_f32_reduce_1_columns(const opgen_lines_call *cal
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    double sum_g_lanes[OPGEN_BLOCK];
-    double sum_g_centered_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_g_lanes[OPGEN_LINES_LANES];
+    double sum_g_centered_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float sum_g_term = (diff_dst_value * gamma_value);
-                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float sum_g_term = (diff_dst_value * gamma_value);
+                    sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
+                    const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                    sum_g_centered_lanes[opgen_at + lane] = sum_g_centered_lanes[opgen_at + lane] + (double)sum_g_centered_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_g_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float sum_g_term = (diff_dst_value * gamma_value);
-                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+                sum_g_block_lanes[lane] = (double)-0.0;
             }
+            double sum_g_centered_block_lanes[OPGEN_BLOCK];
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sum_g_centered_block_lanes[lane] = (double)-0.0;
+            }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float sum_g_term = (diff_dst_value * gamma_value);
+                        sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
+                        const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                        sum_g_centered_block_lanes[lane] = sum_g_centered_block_lanes[lane] + (double)sum_g_centered_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float sum_g_term = (diff_dst_value * gamma_value);
+                        sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
+                        const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                        sum_g_centered_block_lanes[lane] = sum_g_centered_block_lanes[lane] + (double)sum_g_centered_term;
+                    }
+                }
+            }
+            memcpy(sum_g_lanes + opgen_at, sum_g_block_lanes, sizeof sum_g_block_lanes);
+            memcpy(sum_g_centered_lanes + opgen_at, sum_g_centered_block_lanes, sizeof sum_g_centered_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -308,87 +344,128 @@ OPGEN_MICROKERNEL void layer_norm_backward_f32_apply_columns_of(const opgen_line
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            float diff_src_block[OPGEN_BLOCK];
-            double diff_gamma_terms[OPGEN_BLOCK];
-            double diff_beta_terms[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float inv_std_line = inv_std_line_lanes[lane];
-                const float mean_g_line = mean_g_line_lanes[lane];
-                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-                diff_beta_terms[lane] = (double)(diff_dst_value);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                float diff_src_block[OPGEN_BLOCK];
+                double diff_gamma_terms[OPGEN_BLOCK];
+                double diff_beta_terms[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                    const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                    const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                    diff_beta_terms[lane] = (double)(diff_dst_value);
+                }
+                /* this step's terms of diff_gamma, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                }
+                /* this step's terms of diff_beta, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[1 * length + r] += diff_beta_terms[lane];
+                }
+                opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
-            /* this step's terms of diff_gamma, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[0 * length + r] += diff_gamma_terms[lane];
-            }
-            /* this step's terms of diff_beta, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[1 * length + r] += diff_beta_terms[lane];
-            }
-            opgen_store_block_f32(diff_src + r * inner, diff_src_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            float diff_src_block[OPGEN_BLOCK];
-            double diff_gamma_terms[OPGEN_BLOCK];
-            double diff_beta_terms[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float inv_std_line = inv_std_line_lanes[lane];
-                const float mean_g_line = mean_g_line_lanes[lane];
-                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-                diff_beta_terms[lane] = (double)(diff_dst_value);
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    float diff_src_block[OPGEN_BLOCK];
+                    double diff_gamma_terms[OPGEN_BLOCK];
+                    double diff_beta_terms[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                        const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                        diff_beta_terms[lane] = (double)(diff_dst_value);
+                    }
+                    /* this step's terms of diff_gamma, one per line, added in lane order */
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                    }
+                    /* this step's terms of diff_beta, one per line, added in lane order */
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        opgen_across[1 * length + r] += diff_beta_terms[lane];
+                    }
+                    opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    float diff_src_block[OPGEN_BLOCK];
+                    double diff_gamma_terms[OPGEN_BLOCK];
+                    double diff_beta_terms[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                        const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                        diff_beta_terms[lane] = (double)(diff_dst_value);
+                    }
+                    /* this step's terms of diff_gamma, one per line, added in lane order */
+                    for (int lane = 0; lane < filled; ++lane) {
+                        opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                    }
+                    /* this step's terms of diff_beta, one per line, added in lane order */
+                    for (int lane = 0; lane < filled; ++lane) {
+                        opgen_across[1 * length + r] += diff_beta_terms[lane];
+                    }
+                    opgen_store_part_f32(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
+                }
             }
-            /* this step's terms of diff_gamma, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[0 * length + r] += diff_gamma_terms[lane];
-            }
-            /* this step's terms of diff_beta, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[1 * length + r] += diff_beta_terms[lane];
-            }
-            opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
 }
@@ -560,51 +637,87 @@ static void layer_norm_backward_bf16_f32_reduce_1_columns(const opgen_lines_call
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    double sum_g_lanes[OPGEN_BLOCK];
-    double sum_g_centered_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_g_lanes[OPGEN_LINES_LANES];
+    double sum_g_centered_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float sum_g_term = (diff_dst_value * gamma_value);
-                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float sum_g_term = (diff_dst_value * gamma_value);
+                    sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
+                    const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                    sum_g_centered_lanes[opgen_at + lane] = sum_g_centered_lanes[opgen_at + lane] + (double)sum_g_centered_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_g_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float sum_g_term = (diff_dst_value * gamma_value);
-                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+                sum_g_block_lanes[lane] = (double)-0.0;
             }
+            double sum_g_centered_block_lanes[OPGEN_BLOCK];
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sum_g_centered_block_lanes[lane] = (double)-0.0;
+            }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float sum_g_term = (diff_dst_value * gamma_value);
+                        sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
+                        const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                        sum_g_centered_block_lanes[lane] = sum_g_centered_block_lanes[lane] + (double)sum_g_centered_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float sum_g_term = (diff_dst_value * gamma_value);
+                        sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
+                        const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                        sum_g_centered_block_lanes[lane] = sum_g_centered_block_lanes[lane] + (double)sum_g_centered_term;
+                    }
+                }
+            }
+            memcpy(sum_g_lanes + opgen_at, sum_g_block_lanes, sizeof sum_g_block_lanes);
+            memcpy(sum_g_centered_lanes + opgen_at, sum_g_centered_block_lanes, sizeof sum_g_centered_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -751,87 +864,128 @@ OPGEN_MICROKERNEL void layer_norm_backward_bf16_f32_apply_columns_of(const opgen
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            float diff_src_block[OPGEN_BLOCK];
-            double diff_gamma_terms[OPGEN_BLOCK];
-            double diff_beta_terms[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float inv_std_line = inv_std_line_lanes[lane];
-                const float mean_g_line = mean_g_line_lanes[lane];
-                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-                diff_beta_terms[lane] = (double)(diff_dst_value);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                float diff_src_block[OPGEN_BLOCK];
+                double diff_gamma_terms[OPGEN_BLOCK];
+                double diff_beta_terms[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                    const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                    const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                    diff_beta_terms[lane] = (double)(diff_dst_value);
+                }
+                /* this step's terms of diff_gamma, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                }
+                /* this step's terms of diff_beta, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[1 * length + r] += diff_beta_terms[lane];
+                }
+                opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
-            /* this step's terms of diff_gamma, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[0 * length + r] += diff_gamma_terms[lane];
-            }
-            /* this step's terms of diff_beta, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[1 * length + r] += diff_beta_terms[lane];
-            }
-            opgen_store_block_bf16(diff_src + r * inner, diff_src_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            float diff_src_block[OPGEN_BLOCK];
-            double diff_gamma_terms[OPGEN_BLOCK];
-            double diff_beta_terms[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float inv_std_line = inv_std_line_lanes[lane];
-                const float mean_g_line = mean_g_line_lanes[lane];
-                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-                diff_beta_terms[lane] = (double)(diff_dst_value);
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    float diff_src_block[OPGEN_BLOCK];
+                    double diff_gamma_terms[OPGEN_BLOCK];
+                    double diff_beta_terms[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                        const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                        diff_beta_terms[lane] = (double)(diff_dst_value);
+                    }
+                    /* this step's terms of diff_gamma, one per line, added in lane order */
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                    }
+                    /* this step's terms of diff_beta, one per line, added in lane order */
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        opgen_across[1 * length + r] += diff_beta_terms[lane];
+                    }
+                    opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    float diff_src_block[OPGEN_BLOCK];
+                    double diff_gamma_terms[OPGEN_BLOCK];
+                    double diff_beta_terms[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                        const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                        diff_beta_terms[lane] = (double)(diff_dst_value);
+                    }
+                    /* this step's terms of diff_gamma, one per line, added in lane order */
+                    for (int lane = 0; lane < filled; ++lane) {
+                        opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                    }
+                    /* this step's terms of diff_beta, one per line, added in lane order */
+                    for (int lane = 0; lane < filled; ++lane) {
+                        opgen_across[1 * length + r] += diff_beta_terms[lane];
+                    }
+                    opgen_store_part_bf16(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
+                }
             }
-            /* this step's terms of diff_gamma, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[0 * length + r] += diff_gamma_terms[lane];
-            }
-            /* this step's terms of diff_beta, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[1 * length + r] += diff_beta_terms[lane];
-            }
-            opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
 }
@@ -1003,51 +1157,87 @@ static void layer_norm_backward_f16_f32_reduce_1_columns(const opgen_lines_call 
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    double sum_g_lanes[OPGEN_BLOCK];
-    double sum_g_centered_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_g_lanes[OPGEN_LINES_LANES];
+    double sum_g_centered_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_g_lanes[lane] = (double)-0.0;
         sum_g_centered_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float sum_g_term = (diff_dst_value * gamma_value);
-                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float sum_g_term = (diff_dst_value * gamma_value);
+                    sum_g_lanes[opgen_at + lane] = sum_g_lanes[opgen_at + lane] + (double)sum_g_term;
+                    const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                    sum_g_centered_lanes[opgen_at + lane] = sum_g_centered_lanes[opgen_at + lane] + (double)sum_g_centered_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_g_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float sum_g_term = (diff_dst_value * gamma_value);
-                sum_g_lanes[lane] = sum_g_lanes[lane] + (double)sum_g_term;
-                const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
-                sum_g_centered_lanes[lane] = sum_g_centered_lanes[lane] + (double)sum_g_centered_term;
+                sum_g_block_lanes[lane] = (double)-0.0;
             }
+            double sum_g_centered_block_lanes[OPGEN_BLOCK];
+            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                sum_g_centered_block_lanes[lane] = (double)-0.0;
+            }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float sum_g_term = (diff_dst_value * gamma_value);
+                        sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
+                        const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                        sum_g_centered_block_lanes[lane] = sum_g_centered_block_lanes[lane] + (double)sum_g_centered_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float sum_g_term = (diff_dst_value * gamma_value);
+                        sum_g_block_lanes[lane] = sum_g_block_lanes[lane] + (double)sum_g_term;
+                        const float sum_g_centered_term = ((diff_dst_value * gamma_value) * (src_value - mean_line));
+                        sum_g_centered_block_lanes[lane] = sum_g_centered_block_lanes[lane] + (double)sum_g_centered_term;
+                    }
+                }
+            }
+            memcpy(sum_g_lanes + opgen_at, sum_g_block_lanes, sizeof sum_g_block_lanes);
+            memcpy(sum_g_centered_lanes + opgen_at, sum_g_centered_block_lanes, sizeof sum_g_centered_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -1194,87 +1384,128 @@ OPGEN_MICROKERNEL void layer_norm_backward_f16_f32_apply_columns_of(const opgen_
     (void)epsilon;
     const float count = (float)call->count;
     (void)count;
-    float mean_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 0] : 0;
     }
-    float inv_std_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float inv_std_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         inv_std_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 2] : 0;
     }
-    float mean_g_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float mean_g_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         mean_g_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 5] : 0;
     }
-    float centered_coefficient_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float centered_coefficient_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         centered_coefficient_line_lanes[lane] = lane < lanes ? (float)values[lane * 7 + 6] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            float diff_src_block[OPGEN_BLOCK];
-            double diff_gamma_terms[OPGEN_BLOCK];
-            double diff_beta_terms[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float inv_std_line = inv_std_line_lanes[lane];
-                const float mean_g_line = mean_g_line_lanes[lane];
-                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-                diff_beta_terms[lane] = (double)(diff_dst_value);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                float diff_src_block[OPGEN_BLOCK];
+                double diff_gamma_terms[OPGEN_BLOCK];
+                double diff_beta_terms[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float mean_line = mean_line_lanes[opgen_at + lane];
+                    const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                    const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                    const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                    const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                    diff_src_block[lane] = (float)diff_src_value;
+                    diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                    diff_beta_terms[lane] = (double)(diff_dst_value);
+                }
+                /* this step's terms of diff_gamma, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                }
+                /* this step's terms of diff_beta, one per line, added in lane order */
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    opgen_across[1 * length + r] += diff_beta_terms[lane];
+                }
+                opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
-            /* this step's terms of diff_gamma, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[0 * length + r] += diff_gamma_terms[lane];
-            }
-            /* this step's terms of diff_beta, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[1 * length + r] += diff_beta_terms[lane];
-            }
-            opgen_store_block_f16(diff_src + r * inner, diff_src_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
-            const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
-            float diff_src_block[OPGEN_BLOCK];
-            double diff_gamma_terms[OPGEN_BLOCK];
-            double diff_beta_terms[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float mean_line = mean_line_lanes[lane];
-                const float inv_std_line = inv_std_line_lanes[lane];
-                const float mean_g_line = mean_g_line_lanes[lane];
-                const float centered_coefficient_line = centered_coefficient_line_lanes[lane];
-                const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
-                diff_src_block[lane] = (float)diff_src_value;
-                diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
-                diff_beta_terms[lane] = (double)(diff_dst_value);
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    float diff_src_block[OPGEN_BLOCK];
+                    double diff_gamma_terms[OPGEN_BLOCK];
+                    double diff_beta_terms[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                        const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                        diff_beta_terms[lane] = (double)(diff_dst_value);
+                    }
+                    /* this step's terms of diff_gamma, one per line, added in lane order */
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                    }
+                    /* this step's terms of diff_beta, one per line, added in lane order */
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        opgen_across[1 * length + r] += diff_beta_terms[lane];
+                    }
+                    opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    const float gamma_value = gamma != NULL ? gamma[r] : 1.0f;
+                    float diff_src_block[OPGEN_BLOCK];
+                    double diff_gamma_terms[OPGEN_BLOCK];
+                    double diff_beta_terms[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float mean_line = mean_line_lanes[opgen_at + lane];
+                        const float inv_std_line = inv_std_line_lanes[opgen_at + lane];
+                        const float mean_g_line = mean_g_line_lanes[opgen_at + lane];
+                        const float centered_coefficient_line = centered_coefficient_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (inv_std_line * (((diff_dst_value * gamma_value) - mean_g_line) - ((src_value - mean_line) * centered_coefficient_line)));
+                        diff_src_block[lane] = (float)diff_src_value;
+                        diff_gamma_terms[lane] = (double)(((diff_dst_value * (src_value - mean_line)) * inv_std_line));
+                        diff_beta_terms[lane] = (double)(diff_dst_value);
+                    }
+                    /* this step's terms of diff_gamma, one per line, added in lane order */
+                    for (int lane = 0; lane < filled; ++lane) {
+                        opgen_across[0 * length + r] += diff_gamma_terms[lane];
+                    }
+                    /* this step's terms of diff_beta, one per line, added in lane order */
+                    for (int lane = 0; lane < filled; ++lane) {
+                        opgen_across[1 * length + r] += diff_beta_terms[lane];
+                    }
+                    opgen_store_part_f16(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
+                }
             }
-            /* this step's terms of diff_gamma, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[0 * length + r] += diff_gamma_terms[lane];
-            }
-            /* this step's terms of diff_beta, one per line, added in lane order */
-            for (int lane = 0; lane < lanes; ++lane) {
-                opgen_across[1 * length + r] += diff_beta_terms[lane];
-            }
-            opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
 }

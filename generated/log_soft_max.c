@@ -63,31 +63,55 @@ static void log_soft_max_f32_reduce_1_columns(const opgen_lines_call *call, int6
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_term = src_value;
-                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            float max_src_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_term = src_value;
-                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+                max_src_block_lanes[lane] = (float)-INFINITY;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_term = src_value;
+                        max_src_block_lanes[lane] = opgen_lines_max_float(max_src_block_lanes[lane], (float)max_src_term);
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_term = src_value;
+                        max_src_block_lanes[lane] = opgen_lines_max_float(max_src_block_lanes[lane], (float)max_src_term);
+                    }
+                }
+            }
+            memcpy(max_src_lanes + opgen_at, max_src_block_lanes, sizeof max_src_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -149,37 +173,62 @@ static void log_soft_max_f32_reduce_2_columns(const opgen_lines_call *call, int6
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    double sum_exp_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_exp_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_exp_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+                sum_exp_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                        sum_exp_block_lanes[lane] = sum_exp_block_lanes[lane] + (double)sum_exp_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                        sum_exp_block_lanes[lane] = sum_exp_block_lanes[lane] + (double)sum_exp_term;
+                    }
+                }
+            }
+            memcpy(sum_exp_lanes + opgen_at, sum_exp_block_lanes, sizeof sum_exp_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -260,43 +309,66 @@ OPGEN_MICROKERNEL void log_soft_max_f32_apply_columns_of(const opgen_lines_call 
     float *dst = (float *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float log_sum_line = log_sum_line_lanes[lane];
-                const float dst_value = ((src_value - max_src_line) - log_sum_line);
-                dst_block[lane] = (float)dst_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                    const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
-            opgen_store_block_f32(dst + r * inner, dst_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float log_sum_line = log_sum_line_lanes[lane];
-                const float dst_value = ((src_value - max_src_line) - log_sum_line);
-                dst_block[lane] = (float)dst_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                        const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_block_f32(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                        const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_part_f32(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_f32(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
 }
@@ -398,31 +470,55 @@ static void log_soft_max_bf16_reduce_1_columns(const opgen_lines_call *call, int
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_term = src_value;
-                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            float max_src_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_term = src_value;
-                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+                max_src_block_lanes[lane] = (float)-INFINITY;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_term = src_value;
+                        max_src_block_lanes[lane] = opgen_lines_max_float(max_src_block_lanes[lane], (float)max_src_term);
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_term = src_value;
+                        max_src_block_lanes[lane] = opgen_lines_max_float(max_src_block_lanes[lane], (float)max_src_term);
+                    }
+                }
+            }
+            memcpy(max_src_lanes + opgen_at, max_src_block_lanes, sizeof max_src_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -484,37 +580,62 @@ static void log_soft_max_bf16_reduce_2_columns(const opgen_lines_call *call, int
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    double sum_exp_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_exp_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_exp_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+                sum_exp_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                        sum_exp_block_lanes[lane] = sum_exp_block_lanes[lane] + (double)sum_exp_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                        sum_exp_block_lanes[lane] = sum_exp_block_lanes[lane] + (double)sum_exp_term;
+                    }
+                }
+            }
+            memcpy(sum_exp_lanes + opgen_at, sum_exp_block_lanes, sizeof sum_exp_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -595,43 +716,66 @@ OPGEN_MICROKERNEL void log_soft_max_bf16_apply_columns_of(const opgen_lines_call
     opgen_bf16 *dst = (opgen_bf16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float log_sum_line = log_sum_line_lanes[lane];
-                const float dst_value = ((src_value - max_src_line) - log_sum_line);
-                dst_block[lane] = (float)dst_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                    const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
-            opgen_store_block_bf16(dst + r * inner, dst_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float log_sum_line = log_sum_line_lanes[lane];
-                const float dst_value = ((src_value - max_src_line) - log_sum_line);
-                dst_block[lane] = (float)dst_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                        const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_block_bf16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                        const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_part_bf16(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_bf16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
 }
@@ -733,31 +877,55 @@ static void log_soft_max_f16_reduce_1_columns(const opgen_lines_call *call, int6
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_lanes[lane] = (float)-INFINITY;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_term = src_value;
-                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_term = src_value;
+                    max_src_lanes[opgen_at + lane] = opgen_lines_max_float(max_src_lanes[opgen_at + lane], (float)max_src_term);
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            float max_src_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_term = src_value;
-                max_src_lanes[lane] = opgen_lines_max_float(max_src_lanes[lane], (float)max_src_term);
+                max_src_block_lanes[lane] = (float)-INFINITY;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_term = src_value;
+                        max_src_block_lanes[lane] = opgen_lines_max_float(max_src_block_lanes[lane], (float)max_src_term);
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_term = src_value;
+                        max_src_block_lanes[lane] = opgen_lines_max_float(max_src_block_lanes[lane], (float)max_src_term);
+                    }
+                }
+            }
+            memcpy(max_src_lanes + opgen_at, max_src_block_lanes, sizeof max_src_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -819,37 +987,62 @@ static void log_soft_max_f16_reduce_2_columns(const opgen_lines_call *call, int6
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    double sum_exp_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_exp_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_exp_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                    sum_exp_lanes[opgen_at + lane] = sum_exp_lanes[opgen_at + lane] + (double)sum_exp_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_exp_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
-                sum_exp_lanes[lane] = sum_exp_lanes[lane] + (double)sum_exp_term;
+                sum_exp_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                        sum_exp_block_lanes[lane] = sum_exp_block_lanes[lane] + (double)sum_exp_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float sum_exp_term = opgen_exp_linef((src_value - max_src_line));
+                        sum_exp_block_lanes[lane] = sum_exp_block_lanes[lane] + (double)sum_exp_term;
+                    }
+                }
+            }
+            memcpy(sum_exp_lanes + opgen_at, sum_exp_block_lanes, sizeof sum_exp_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -930,43 +1123,66 @@ OPGEN_MICROKERNEL void log_soft_max_f16_apply_columns_of(const opgen_lines_call 
     opgen_f16 *dst = (opgen_f16 *)call->tensors[1] + start;
     const float count = (float)call->count;
     (void)count;
-    float max_src_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float max_src_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         max_src_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 0] : 0;
     }
-    float log_sum_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float log_sum_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         log_sum_line_lanes[lane] = lane < lanes ? (float)values[lane * 3 + 2] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float log_sum_line = log_sum_line_lanes[lane];
-                const float dst_value = ((src_value - max_src_line) - log_sum_line);
-                dst_block[lane] = (float)dst_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                    const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                    const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                    dst_block[lane] = (float)dst_value;
+                }
+                opgen_store_block_f16(dst + r * inner + opgen_at, dst_block, opgen_stream);
             }
-            opgen_store_block_f16(dst + r * inner, dst_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float max_src_line = max_src_line_lanes[lane];
-                const float log_sum_line = log_sum_line_lanes[lane];
-                const float dst_value = ((src_value - max_src_line) - log_sum_line);
-                dst_block[lane] = (float)dst_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                        const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_block_f16(dst + r * inner + opgen_at, dst_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float max_src_line = max_src_line_lanes[opgen_at + lane];
+                        const float log_sum_line = log_sum_line_lanes[opgen_at + lane];
+                        const float dst_value = ((src_value - max_src_line) - log_sum_line);
+                        dst_block[lane] = (float)dst_value;
+                    }
+                    opgen_store_part_f16(dst + r * inner + opgen_at, dst_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_f16(dst + r * inner, dst_block, lanes, opgen_stream);
         }
     }
 }

@@ -130,6 +130,8 @@
 /* Floats of a thread's scratch for the terms a narrow line keeps (opgen_lines.h): lines up to
  * this long keep them. */
 #define OPGEN_LINES_KEPT_TERMS ((int64_t)4096)
+/* Blocks of neighbouring lines a columns microkernel takes at once (opgen_lines.h). */
+#define OPGEN_LINES_COLUMN_BLOCKS 4
 /* binary: elements of the longest run one microkernel call computes: long rows are split into
  * such pieces so that threads share them out even when there are few rows (a multiple of
  * OPGEN_BLOCK: only a row's last piece has a partial block). */

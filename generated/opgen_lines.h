@@ -35,8 +35,8 @@
 
 #include "opgen_internal.h"
 
-/* Lines a *_columns microkernel computes at once: one per lane of a block. */
-#define OPGEN_LINES_LANES OPGEN_BLOCK
+/* Lines a *_columns microkernel computes at once: one per lane of its blocks. */
+#define OPGEN_LINES_LANES (OPGEN_LINES_COLUMN_BLOCKS * OPGEN_BLOCK)
 /* OPGEN_LINES_MAX_VALUES (opgen_internal.h, from lines.MAX_LINE_VALUES): line values an op may
  * keep, checked when its spec is loaded. */
 

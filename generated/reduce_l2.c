@@ -72,31 +72,55 @@ static void reduce_l2_f32_reduce_1_columns(const opgen_lines_call *call, int64_t
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const double count = (double)call->count;
     (void)count;
-    double sum_squares_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_squares_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_squares_term = (src_value * src_value);
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_squares_term = (src_value * src_value);
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_squares_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_squares_term = (src_value * src_value);
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+                sum_squares_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_squares_term = (src_value * src_value);
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_squares_term = (src_value * src_value);
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            }
+            memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -208,31 +232,55 @@ static void reduce_l2_bf16_reduce_1_columns(const opgen_lines_call *call, int64_
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const double count = (double)call->count;
     (void)count;
-    double sum_squares_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_squares_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_squares_term = (src_value * src_value);
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double src_value = (double)src_block[lane];
+                    const double sum_squares_term = (src_value * src_value);
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_squares_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double src_value = (double)src_block[lane];
-                const double sum_squares_term = (src_value * src_value);
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+                sum_squares_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_squares_term = (src_value * src_value);
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double src_value = (double)src_block[lane];
+                        const double sum_squares_term = (src_value * src_value);
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            }
+            memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -344,31 +392,55 @@ static void reduce_l2_f16_reduce_1_columns(const opgen_lines_call *call, int64_t
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    double sum_squares_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double sum_squares_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         sum_squares_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float sum_squares_term = (src_value * src_value);
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float sum_squares_term = (src_value * src_value);
+                    sum_squares_lanes[opgen_at + lane] = sum_squares_lanes[opgen_at + lane] + (double)sum_squares_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double sum_squares_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float sum_squares_term = (src_value * src_value);
-                sum_squares_lanes[lane] = sum_squares_lanes[lane] + (double)sum_squares_term;
+                sum_squares_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float sum_squares_term = (src_value * src_value);
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float sum_squares_term = (src_value * src_value);
+                        sum_squares_block_lanes[lane] = sum_squares_block_lanes[lane] + (double)sum_squares_term;
+                    }
+                }
+            }
+            memcpy(sum_squares_lanes + opgen_at, sum_squares_block_lanes, sizeof sum_squares_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {

@@ -63,31 +63,55 @@ static void reduce_min_f32_reduce_1_columns(const opgen_lines_call *call, int64_
     const float *src = (const float *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float dst_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float dst_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dst_lanes[lane] = (float)INFINITY;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f32(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float dst_term = src_value;
-                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float dst_term = src_value;
+                    dst_lanes[opgen_at + lane] = opgen_lines_min_float(dst_lanes[opgen_at + lane], (float)dst_term);
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f32(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            float dst_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float dst_term = src_value;
-                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+                dst_block_lanes[lane] = (float)INFINITY;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float dst_term = src_value;
+                        dst_block_lanes[lane] = opgen_lines_min_float(dst_block_lanes[lane], (float)dst_term);
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float dst_term = src_value;
+                        dst_block_lanes[lane] = opgen_lines_min_float(dst_block_lanes[lane], (float)dst_term);
+                    }
+                }
+            }
+            memcpy(dst_lanes + opgen_at, dst_block_lanes, sizeof dst_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -191,31 +215,55 @@ static void reduce_min_bf16_reduce_1_columns(const opgen_lines_call *call, int64
     const opgen_bf16 *src = (const opgen_bf16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float dst_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float dst_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dst_lanes[lane] = (float)INFINITY;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float dst_term = src_value;
-                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float dst_term = src_value;
+                    dst_lanes[opgen_at + lane] = opgen_lines_min_float(dst_lanes[opgen_at + lane], (float)dst_term);
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            float dst_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float dst_term = src_value;
-                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+                dst_block_lanes[lane] = (float)INFINITY;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float dst_term = src_value;
+                        dst_block_lanes[lane] = opgen_lines_min_float(dst_block_lanes[lane], (float)dst_term);
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float dst_term = src_value;
+                        dst_block_lanes[lane] = opgen_lines_min_float(dst_block_lanes[lane], (float)dst_term);
+                    }
+                }
+            }
+            memcpy(dst_lanes + opgen_at, dst_block_lanes, sizeof dst_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -319,31 +367,55 @@ static void reduce_min_f16_reduce_1_columns(const opgen_lines_call *call, int64_
     const opgen_f16 *src = (const opgen_f16 *)call->tensors[0] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    float dst_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float dst_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dst_lanes[lane] = (float)INFINITY;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_block_f16(src_block, src + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float dst_term = src_value;
-                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float src_block[OPGEN_BLOCK];
+                opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float src_value = (float)src_block[lane];
+                    const float dst_term = src_value;
+                    dst_lanes[opgen_at + lane] = opgen_lines_min_float(dst_lanes[opgen_at + lane], (float)dst_term);
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float src_block[OPGEN_BLOCK];
-            opgen_load_part_f16(src_block, src + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            float dst_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float src_value = (float)src_block[lane];
-                const float dst_term = src_value;
-                dst_lanes[lane] = opgen_lines_min_float(dst_lanes[lane], (float)dst_term);
+                dst_block_lanes[lane] = (float)INFINITY;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(src_block, src + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float dst_term = src_value;
+                        dst_block_lanes[lane] = opgen_lines_min_float(dst_block_lanes[lane], (float)dst_term);
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float src_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(src_block, src + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float src_value = (float)src_block[lane];
+                        const float dst_term = src_value;
+                        dst_block_lanes[lane] = opgen_lines_min_float(dst_block_lanes[lane], (float)dst_term);
+                    }
+                }
+            }
+            memcpy(dst_lanes + opgen_at, dst_block_lanes, sizeof dst_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {

@@ -82,37 +82,64 @@ static void soft_max_backward_f32_reduce_1_columns(const opgen_lines_call *call,
     const float *dst = (const float *)call->tensors[1] + outer_index * length * inner + position;
     const double count = (double)call->count;
     (void)count;
-    double dot_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double dot_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(dst_block, dst + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double dot_term = (diff_dst_value * dst_value);
-                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double dot_term = (diff_dst_value * dst_value);
+                    dot_lanes[opgen_at + lane] = dot_lanes[opgen_at + lane] + (double)dot_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_part_f32(dst_block, dst + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double dot_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double dot_term = (diff_dst_value * dst_value);
-                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+                dot_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_term = (diff_dst_value * dst_value);
+                        dot_block_lanes[lane] = dot_block_lanes[lane] + (double)dot_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(dst_block, dst + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_term = (diff_dst_value * dst_value);
+                        dot_block_lanes[lane] = dot_block_lanes[lane] + (double)dot_term;
+                    }
+                }
+            }
+            memcpy(dot_lanes + opgen_at, dot_block_lanes, sizeof dot_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -210,43 +237,68 @@ OPGEN_MICROKERNEL void soft_max_backward_f32_apply_columns_of(const opgen_lines_
     float *diff_src = (float *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double dot_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double dot_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(diff_dst_block, diff_dst + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_block_f32(dst_block, dst + r * inner, 0);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double dot_line = dot_line_lanes[lane];
-                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
-                diff_src_block[lane] = (float)diff_src_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double dot_line = dot_line_lanes[opgen_at + lane];
+                    const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
-            opgen_store_block_f32(diff_src + r * inner, diff_src_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_f32(diff_dst_block, diff_dst + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_part_f32(dst_block, dst + r * inner, lanes);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double dot_line = dot_line_lanes[lane];
-                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
-                diff_src_block[lane] = (float)diff_src_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f32(dst_block, dst + r * inner + opgen_at, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_line = dot_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_f32(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f32(dst_block, dst + r * inner + opgen_at, filled);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_line = dot_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_part_f32(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_f32(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
 }
@@ -355,37 +407,64 @@ static void soft_max_backward_bf16_reduce_1_columns(const opgen_lines_call *call
     const opgen_bf16 *dst = (const opgen_bf16 *)call->tensors[1] + outer_index * length * inner + position;
     const double count = (double)call->count;
     (void)count;
-    double dot_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double dot_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(dst_block, dst + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double dot_term = (diff_dst_value * dst_value);
-                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double dot_term = (diff_dst_value * dst_value);
+                    dot_lanes[opgen_at + lane] = dot_lanes[opgen_at + lane] + (double)dot_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(dst_block, dst + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double dot_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double dot_term = (diff_dst_value * dst_value);
-                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+                dot_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_term = (diff_dst_value * dst_value);
+                        dot_block_lanes[lane] = dot_block_lanes[lane] + (double)dot_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(dst_block, dst + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_term = (diff_dst_value * dst_value);
+                        dot_block_lanes[lane] = dot_block_lanes[lane] + (double)dot_term;
+                    }
+                }
+            }
+            memcpy(dot_lanes + opgen_at, dot_block_lanes, sizeof dot_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -465,43 +544,68 @@ OPGEN_MICROKERNEL void soft_max_backward_bf16_apply_columns_of(const opgen_lines
     opgen_bf16 *diff_src = (opgen_bf16 *)call->tensors[2] + start;
     const double count = (double)call->count;
     (void)count;
-    double dot_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double dot_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (double)values[lane * 1 + 0] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_block_bf16(dst_block, dst + r * inner, 0);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double dot_line = dot_line_lanes[lane];
-                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
-                diff_src_block[lane] = (float)diff_src_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const double diff_dst_value = (double)diff_dst_block[lane];
+                    const double dst_value = (double)dst_block[lane];
+                    const double dot_line = dot_line_lanes[opgen_at + lane];
+                    const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
-            opgen_store_block_bf16(diff_src + r * inner, diff_src_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_part_bf16(dst_block, dst + r * inner, lanes);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const double diff_dst_value = (double)diff_dst_block[lane];
-                const double dst_value = (double)dst_block[lane];
-                const double dot_line = dot_line_lanes[lane];
-                const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
-                diff_src_block[lane] = (float)diff_src_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_block_bf16(dst_block, dst + r * inner + opgen_at, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_line = dot_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_bf16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_part_bf16(dst_block, dst + r * inner + opgen_at, filled);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const double diff_dst_value = (double)diff_dst_block[lane];
+                        const double dst_value = (double)dst_block[lane];
+                        const double dot_line = dot_line_lanes[opgen_at + lane];
+                        const double diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_part_bf16(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_bf16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
 }
@@ -610,37 +714,64 @@ static void soft_max_backward_f16_reduce_1_columns(const opgen_lines_call *call,
     const opgen_f16 *dst = (const opgen_f16 *)call->tensors[1] + outer_index * length * inner + position;
     const float count = (float)call->count;
     (void)count;
-    double dot_lanes[OPGEN_BLOCK];
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    double dot_lanes[OPGEN_LINES_LANES];
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_lanes[lane] = (double)-0.0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(dst_block, dst + r * inner, 0);
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float dst_value = (float)dst_block[lane];
-                const float dot_term = (diff_dst_value * dst_value);
-                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float dot_term = (diff_dst_value * dst_value);
+                    dot_lanes[opgen_at + lane] = dot_lanes[opgen_at + lane] + (double)dot_term;
+                }
             }
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_part_f16(dst_block, dst + r * inner, lanes);
-            OPGEN_SIMD_FLOAT
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            double dot_block_lanes[OPGEN_BLOCK];
             for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float dst_value = (float)dst_block[lane];
-                const float dot_term = (diff_dst_value * dst_value);
-                dot_lanes[lane] = dot_lanes[lane] + (double)dot_term;
+                dot_block_lanes[lane] = (double)-0.0;
             }
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float dot_term = (diff_dst_value * dst_value);
+                        dot_block_lanes[lane] = dot_block_lanes[lane] + (double)dot_term;
+                    }
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(dst_block, dst + r * inner + opgen_at, filled);
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float dot_term = (diff_dst_value * dst_value);
+                        dot_block_lanes[lane] = dot_block_lanes[lane] + (double)dot_term;
+                    }
+                }
+            }
+            memcpy(dot_lanes + opgen_at, dot_block_lanes, sizeof dot_block_lanes);
         }
     }
     for (int lane = 0; lane < lanes; ++lane) {
@@ -720,43 +851,68 @@ OPGEN_MICROKERNEL void soft_max_backward_f16_apply_columns_of(const opgen_lines_
     opgen_f16 *diff_src = (opgen_f16 *)call->tensors[2] + start;
     const float count = (float)call->count;
     (void)count;
-    float dot_line_lanes[OPGEN_BLOCK]; /* every lane set, not cleared first: see Reduction */
-    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+    float dot_line_lanes[OPGEN_LINES_LANES]; /* every lane set, not cleared first: see Reduction */
+    for (int lane = 0; lane < OPGEN_LINES_LANES; ++lane) {
         dot_line_lanes[lane] = lane < lanes ? (float)values[lane * 1 + 0] : 0;
     }
-    if (lanes == OPGEN_BLOCK) {
+    if (lanes == OPGEN_LINES_LANES) {
         for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(diff_dst_block, diff_dst + r * inner, 0);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_block_f16(dst_block, dst + r * inner, 0);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float dst_value = (float)dst_block[lane];
-                const float dot_line = dot_line_lanes[lane];
-                const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
-                diff_src_block[lane] = (float)diff_src_value;
+            OPGEN_UNROLLED
+            for (int opgen_at = 0; opgen_at < OPGEN_LINES_LANES; opgen_at += OPGEN_BLOCK) {
+                float diff_dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                float dst_block[OPGEN_BLOCK];
+                opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
+                float diff_src_block[OPGEN_BLOCK];
+                OPGEN_SIMD_FLOAT
+                for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                    const float diff_dst_value = (float)diff_dst_block[lane];
+                    const float dst_value = (float)dst_block[lane];
+                    const float dot_line = dot_line_lanes[opgen_at + lane];
+                    const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                    diff_src_block[lane] = (float)diff_src_value;
+                }
+                opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
             }
-            opgen_store_block_f16(diff_src + r * inner, diff_src_block, opgen_stream);
         }
     } else {
-        for (int64_t r = 0; r < length; ++r) {
-            float diff_dst_block[OPGEN_BLOCK];
-            opgen_load_part_f16(diff_dst_block, diff_dst + r * inner, lanes);
-            float dst_block[OPGEN_BLOCK];
-            opgen_load_part_f16(dst_block, dst + r * inner, lanes);
-            float diff_src_block[OPGEN_BLOCK];
-            OPGEN_SIMD_FLOAT
-            for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
-                const float diff_dst_value = (float)diff_dst_block[lane];
-                const float dst_value = (float)dst_block[lane];
-                const float dot_line = dot_line_lanes[lane];
-                const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
-                diff_src_block[lane] = (float)diff_src_value;
+        for (int opgen_at = 0; opgen_at < lanes; opgen_at += OPGEN_BLOCK) {
+            const int filled = lanes - opgen_at < OPGEN_BLOCK ? lanes - opgen_at : OPGEN_BLOCK;
+            if (filled == OPGEN_BLOCK) {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(diff_dst_block, diff_dst + r * inner + opgen_at, 0);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_block_f16(dst_block, dst + r * inner + opgen_at, 0);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float dot_line = dot_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_block_f16(diff_src + r * inner + opgen_at, diff_src_block, opgen_stream);
+                }
+            } else {
+                for (int64_t r = 0; r < length; ++r) {
+                    float diff_dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(diff_dst_block, diff_dst + r * inner + opgen_at, filled);
+                    float dst_block[OPGEN_BLOCK];
+                    opgen_load_part_f16(dst_block, dst + r * inner + opgen_at, filled);
+                    float diff_src_block[OPGEN_BLOCK];
+                    OPGEN_SIMD_FLOAT
+                    for (int lane = 0; lane < OPGEN_BLOCK; ++lane) {
+                        const float diff_dst_value = (float)diff_dst_block[lane];
+                        const float dst_value = (float)dst_block[lane];
+                        const float dot_line = dot_line_lanes[opgen_at + lane];
+                        const float diff_src_value = (dst_value * (diff_dst_value - dot_line));
+                        diff_src_block[lane] = (float)diff_src_value;
+                    }
+                    opgen_store_part_f16(diff_src + r * inner + opgen_at, diff_src_block, filled, opgen_stream);
+                }
             }
-            opgen_store_part_f16(diff_src + r * inner, diff_src_block, lanes, opgen_stream);
         }
     }
 }

@@ -53,6 +53,10 @@ LINES_CHUNK_ELEMENTS = 16384
 # for its element pass (lines.py), which would otherwise compute them again (SoftMax's exp):
 # lines up to this long (16 KB of the stack, with L1 room for the line's input and output).
 LINES_KEPT_TERMS = 4096
+# ... and the blocks of neighbouring lines a columns microkernel takes at once: each step reads
+# that many neighbouring cache lines, which the hardware prefetches (with one, rows 4 KB apart,
+# ReduceSum over axis 0 of 1024 x 1024 f32 took twice the time; docs/performance-changes.md).
+LINES_COLUMN_BLOCKS = 4
 # binary: elements of the longest run one microkernel call computes; long rows are cut into such
 # pieces so that threads share them out even when there are few rows (a multiple of BLOCK)
 BINARY_PIECE = 16384

@@ -465,7 +465,9 @@ def test_line_outputs_along_inputs_and_sums_across_lines(totals, dtype):
                 assert not bad.any(), (shape, axis)
 
 
-@pytest.mark.parametrize("shape, axis", [((512, 300), 1), ((64, 300, 40), 1), ((3000, 7), 0), ((64, 1024), 1)])
+@pytest.mark.parametrize(
+    "shape, axis", [((512, 300), 1), ((64, 300, 40), 1), ((3000, 7), 0), ((300, 200), 0), ((64, 1024), 1)]
+)
 def test_sums_across_lines_are_the_same_on_any_thread_count(totals, shape, axis):
     x = rng("across threads", shape).standard_normal(shape).astype(np.float32)
     weight = rng("weights", shape).standard_normal(shape[axis]).astype(np.float32)
