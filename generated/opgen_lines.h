@@ -18,8 +18,9 @@
  * chunks are fixed by the shape alone, each computed by one thread and added up in order at
  * the end (store_across writes them): the sums never depend on the thread count either.
  * Where inner is 1 a line is contiguous and the microkernels take one line, vectorized along
- * it. Else they take OPGEN_LINES_LANES neighbouring lines at once, one per lane, walking the
- * length (their elements are contiguous across the lines): the *_columns microkernels.
+ * it. Else they take up to OPGEN_LINES_LANES neighbouring lines at once (a tile), one per lane,
+ * walking the length (their elements are contiguous across the lines): the *_columns
+ * microkernels.
  * Any microkernel but apply may be NULL (nothing to do).
  *
  * An op over a set of axes (ReduceSum's axes list) has one reduction and line outputs. Where its
