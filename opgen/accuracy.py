@@ -307,6 +307,10 @@ def outside(got: np.ndarray, expected64: np.ndarray, row: DType, bound: np.ndarr
         bad |= np.isinf(got64) & (got64 != rounded) & far & ~reached
         bad |= np.isinf(rounded) & ~np.isinf(got64) & far & ~within
         bad |= finite & ~(np.abs(got64 - expected64) <= allowed)
+        # An infinite bound states no guarantee (a product whose partial values may leave the
+        # range, the sign of x - mean within the mean's error times an infinite gamma): any
+        # result, an infinity of either sign or NaN too. (A NaN bound, from NaN data, is strict.)
+        bad &= ~(allowed == np.inf)
     return bad, allowed
 
 

@@ -686,8 +686,10 @@ def layer_norm_bounds(
         rho = np.maximum(up, down) + 3 * u64 + unit
         exact = (x - mean) * inv_std * _f64(gamma if gamma is not None else np.ones(normalized))
         spread = np.where(centered > 0, g * inv_std * centered * (rho + 4 * unit), 0.0)  # 0, not 0 * inf
-        dst = (g * inv_std * off * (1 + rho) + spread + unit * b) * 1.01 + (g + 1) * eta
-        dst = dst + store * np.abs(exact + (0 if beta is None else _f64(beta))) + (_accuracy.ETA if store else 0.0)
+        # (eta, half double's smallest subnormal, is 0 as a float64: 0 * an infinite gamma is NaN)
+        dst = (g * inv_std * off * (1 + rho) + spread + unit * b) * 1.01 + ((g + 1) * eta if eta else 0.0)
+        if store:  # (0 * an infinite exact value would make the bound NaN)
+            dst = dst + store * np.abs(exact + (0 if beta is None else _f64(beta))) + _accuracy.ETA
         mean_bound = mean_error * 1.01 + _accuracy.U32 * np.abs(mean) + _accuracy.ETA
         variance_bound = variance_error + _accuracy.U32 * variance + _accuracy.ETA
     return dst, mean_bound.reshape(line), variance_bound.reshape(line)
@@ -737,9 +739,18 @@ def reduce_min(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = F
 
 
 def reduce_prod(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:
+    """The exact product's special values: NaN with a NaN factor or an infinity times a 0,
+    else an infinity (the factors' signs multiplied) with an infinite factor; float64's product
+    elsewhere. (In float64 alone, factors whose product is below its range give 0, and times
+    an infinity NaN.)"""
     x, axes, _, shaped = _reduced(src, axes, keep_dims)
     with np.errstate(all="ignore"):
-        return shaped(np.prod(x, axis=axes, keepdims=True))
+        product = np.prod(x, axis=axes, keepdims=True)
+        infinite = np.any(np.isinf(x), axis=axes, keepdims=True)
+        zero = np.any(x == 0, axis=axes, keepdims=True)
+        nan = np.any(np.isnan(x), axis=axes, keepdims=True)
+        signed = np.prod(np.where(np.signbit(x), -1.0, 1.0), axis=axes, keepdims=True) * np.inf
+        return shaped(np.where(infinite & ~zero & ~nan, signed, product))
 
 
 def reduce_l1(src: np.ndarray, *, axes: Sequence[int] = (), keep_dims: bool = False) -> np.ndarray:

@@ -19,6 +19,18 @@ def test_overflow_need_not_agree_where_the_bound_allows_either_side():
     assert not bad.any()
     bad, _ = accuracy.outside(got, exact, f32, np.zeros(2))
     assert bad.all()
-    # NaN still has to agree, whatever the bound
-    bad, _ = accuracy.outside(np.array([np.nan], np.float32), np.array([1.0]), f32, np.array([np.inf]))
+
+
+def test_nan_agrees_within_any_finite_bound_and_an_infinite_bound_states_no_guarantee():
+    """NaN has to agree within a finite bound, however large. An infinite bound states no
+    guarantee (a product whose partial values may leave double's range; the sign of x - mean
+    within the mean's error, times an infinite gamma): an infinity of either sign, NaN and any
+    finite value pass it. A NaN bound (NaN data) is strict."""
+    f32 = TABLE.dtypes["f32"]
+    bad, _ = accuracy.outside(np.array([np.nan], np.float32), np.array([1.0]), f32, np.array([1e300]))
+    assert bad.all()
+    got = np.array([np.nan, np.inf, -np.inf, 0.0, 5.0], np.float32)
+    bad, _ = accuracy.outside(got, np.full(5, np.inf), f32, np.full(5, np.inf))
+    assert not bad.any()
+    bad, _ = accuracy.outside(got[1:], np.array([np.nan, np.nan, -np.inf, 1.0]), f32, np.full(4, np.nan))
     assert bad.all()

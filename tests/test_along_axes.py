@@ -151,6 +151,22 @@ def test_the_layer_norm_bound_holds_where_the_variance_error_passes_the_variance
     assert accuracy.outside(infinite, want, TABLE.dtypes["bf16"], bound)[0].all()  # the bound can fail
 
 
+def test_the_layer_norm_bound_is_infinite_where_an_infinite_gamma_meets_an_uncertain_sign():
+    """A line holding FLT_MAX and -FLT_MAX, which cancel in the sum: the mean's error (2^-52 of
+    their magnitudes) dwarfs x - mean, whose sign is then unknown, and gamma is -inf. The stated
+    bound there is infinite (it was NaN: half double's smallest subnormal is 0 as a float64, and
+    0 * inf; opgen check --seed 7 failed the kernel's right -inf); elsewhere it stays finite."""
+    line = [0.278476834, -3.40282347e38, -1.91182065, 0.396536499, 3.40282347e38, 2.0]
+    src = np.array([line], np.float32)
+    gamma = np.array([-np.inf, *[1.0] * 5], np.float32)
+    beta = np.full(6, -0.5, np.float32)
+    bound = oracle.layer_norm_bounds(src, gamma, beta, begin_norm_axis=-1)[0]
+    assert bound[0, 0] == np.inf and np.isfinite(bound[0, 1:]).all()
+    got = opgen.layer_norm(src, gamma, beta, begin_norm_axis=-1)[0]
+    want = oracle.layer_norm(src, gamma, beta, begin_norm_axis=-1)[0]
+    assert not accuracy.outside(got, want, TABLE.dtypes["f32"], bound)[0].any()
+
+
 def test_the_layer_norm_backward_bound_counts_subnormal_terms_of_its_sums():
     """gamma of 2^-149 makes the line sums' terms subnormal in f32: dy g (x - mean) = 3.13
     2^-149 rounds to 3 2^-149, and inv_std^3 (x - mean) (3e7) carries that 2^-149 into
