@@ -310,10 +310,16 @@ OPGEN_MICROKERNEL void layer_norm_f32_apply_of(const opgen_lines_call *call, int
             for (int opgen_part = 0; opgen_part < 2; ++opgen_part) {
                 const int opgen_half = opgen_pair + OPGEN_DOUBLE_LANES * opgen_part;
                 const opgen_doubles src_value = opgen_doubles_of_f32(src + at + opgen_half);
+                /* NULL: each block widens what it reads */
+                const double *const gamma_wide = call->wide != NULL ? call->wide + 0 * call->length : NULL;
                 const opgen_doubles gamma_value =
-                    gamma == NULL ? opgen_doubles_set1(1.0) : opgen_doubles_of_f32(gamma + at + opgen_half);
+                    gamma_wide != NULL ? opgen_doubles_load(gamma_wide + at + opgen_half)
+                    : gamma == NULL ? opgen_doubles_set1(1.0) : opgen_doubles_of_f32(gamma + at + opgen_half);
+                /* NULL: each block widens what it reads */
+                const double *const beta_wide = call->wide != NULL ? call->wide + 1 * call->length : NULL;
                 const opgen_doubles beta_value =
-                    beta == NULL ? opgen_doubles_set1(0.0) : opgen_doubles_of_f32(beta + at + opgen_half);
+                    beta_wide != NULL ? opgen_doubles_load(beta_wide + at + opgen_half)
+                    : beta == NULL ? opgen_doubles_set1(0.0) : opgen_doubles_of_f32(beta + at + opgen_half);
                 const opgen_doubles dst_value = opgen_doubles_add(opgen_doubles_mul(opgen_doubles_mul(opgen_doubles_sub(src_value, opgen_doubles_set1(mean_line)), opgen_doubles_set1(inv_std_line)), gamma_value), beta_value);
                 dst_halves[opgen_part] = dst_value;
             }
@@ -503,6 +509,21 @@ static void layer_norm_f32_store(const opgen_lines_call *call, int64_t line, dou
     }
 }
 
+/* the along inputs widened to double, one after the other, for the math on double vectors
+ * (opgen_lines.h: wide) */
+static void layer_norm_f32_widen(const opgen_lines_call *call, double *opgen_wide)
+{
+    const int64_t length = call->length;
+    const float *gamma = (const float *)call->tensors[1];
+    for (int64_t at = 0; at < length; ++at) {
+        opgen_wide[0 * length + at] = gamma != NULL ? (double)(gamma[at]) : 1.0;
+    }
+    const float *beta = (const float *)call->tensors[2];
+    for (int64_t at = 0; at < length; ++at) {
+        opgen_wide[1 * length + at] = beta != NULL ? (double)(beta[at]) : 0.0;
+    }
+}
+
 /* layer_norm_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
  * (src f32, gamma f32, beta f32, dst f32, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, float *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
@@ -523,6 +544,8 @@ void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *
         .store_across = NULL,
         .work_per_element = 3,
         .keeps_terms = 0,
+        .wide_count = 2,
+        .widen = layer_norm_f32_widen,
     };
     void *const tensors[] = { (void *)src, (void *)gamma, (void *)beta, dst, mean, variance };
     const float numbers[] = { epsilon };
@@ -530,7 +553,7 @@ void OPGEN_KERNEL(layer_norm_f32)(const float *OPGEN_RESTRICT src, const float *
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -992,6 +1015,21 @@ static void layer_norm_bf16_f32_store(const opgen_lines_call *call, int64_t line
     }
 }
 
+/* the along inputs widened to double, one after the other, for the math on double vectors
+ * (opgen_lines.h: wide) */
+static void layer_norm_bf16_f32_widen(const opgen_lines_call *call, double *opgen_wide)
+{
+    const int64_t length = call->length;
+    const float *gamma = (const float *)call->tensors[1];
+    for (int64_t at = 0; at < length; ++at) {
+        opgen_wide[0 * length + at] = gamma != NULL ? (double)(gamma[at]) : 1.0;
+    }
+    const float *beta = (const float *)call->tensors[2];
+    for (int64_t at = 0; at < length; ++at) {
+        opgen_wide[1 * length + at] = beta != NULL ? (double)(beta[at]) : 0.0;
+    }
+}
+
 /* layer_norm_bf16_f32: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
  * (src bf16, gamma f32, beta f32, dst bf16, mean f32, variance f32; computed in double, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, const float *OPGEN_RESTRICT gamma, const float *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, float *OPGEN_RESTRICT mean, float *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
@@ -1012,6 +1050,8 @@ void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, con
         .store_across = NULL,
         .work_per_element = 3,
         .keeps_terms = 0,
+        .wide_count = 2,
+        .widen = layer_norm_bf16_f32_widen,
     };
     void *const tensors[] = { (void *)src, (void *)gamma, (void *)beta, dst, mean, variance };
     const float numbers[] = { epsilon };
@@ -1019,7 +1059,7 @@ void OPGEN_KERNEL(layer_norm_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT src, con
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -1481,6 +1521,21 @@ static void layer_norm_bf16_store(const opgen_lines_call *call, int64_t line, do
     }
 }
 
+/* the along inputs widened to double, one after the other, for the math on double vectors
+ * (opgen_lines.h: wide) */
+static void layer_norm_bf16_widen(const opgen_lines_call *call, double *opgen_wide)
+{
+    const int64_t length = call->length;
+    const opgen_bf16 *gamma = (const opgen_bf16 *)call->tensors[1];
+    for (int64_t at = 0; at < length; ++at) {
+        opgen_wide[0 * length + at] = gamma != NULL ? (double)(opgen_bf16_to_f32(gamma[at])) : 1.0;
+    }
+    const opgen_bf16 *beta = (const opgen_bf16 *)call->tensors[2];
+    for (int64_t at = 0; at < length; ++at) {
+        opgen_wide[1 * length + at] = beta != NULL ? (double)(opgen_bf16_to_f32(beta[at])) : 0.0;
+    }
+}
+
 /* layer_norm_bf16: Layer normalization over the axes from `begin_norm_axis` to the last, per line of C elements: mean = sum(src) / C, variance = sum((src - mean)^2) / C, dst = (src - mean) / sqrt(variance + epsilon) * gamma + beta.
  * (src bf16, gamma bf16, beta bf16, dst bf16, mean bf16, variance bf16; computed in double, sums in double; 2 reduction passes and an element pass per line) */
 void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const opgen_bf16 *OPGEN_RESTRICT gamma, const opgen_bf16 *OPGEN_RESTRICT beta, opgen_bf16 *OPGEN_RESTRICT dst, opgen_bf16 *OPGEN_RESTRICT mean, opgen_bf16 *OPGEN_RESTRICT variance, float epsilon, int64_t outer, int64_t length, int64_t inner)
@@ -1501,6 +1556,8 @@ void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const o
         .store_across = NULL,
         .work_per_element = 3,
         .keeps_terms = 0,
+        .wide_count = 2,
+        .widen = layer_norm_bf16_widen,
     };
     void *const tensors[] = { (void *)src, (void *)gamma, (void *)beta, dst, mean, variance };
     const float numbers[] = { epsilon };
@@ -1508,7 +1565,7 @@ void OPGEN_KERNEL(layer_norm_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, const o
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -1990,6 +2047,8 @@ void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const
         .store_across = NULL,
         .work_per_element = 3,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, (void *)gamma, (void *)beta, dst, mean, variance };
     const float numbers[] = { epsilon };
@@ -1997,6 +2056,6 @@ void OPGEN_KERNEL(layer_norm_f16_f32)(const opgen_f16 *OPGEN_RESTRICT src, const
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -516,6 +516,8 @@ void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, cons
         .store_across = layer_norm_backward_f32_store_across,
         .work_per_element = 2,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -523,7 +525,7 @@ void OPGEN_KERNEL(layer_norm_backward_f32)(const float *OPGEN_RESTRICT src, cons
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     workspace, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -1036,6 +1038,8 @@ void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT
         .store_across = layer_norm_backward_bf16_f32_store_across,
         .work_per_element = 2,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -1043,7 +1047,7 @@ void OPGEN_KERNEL(layer_norm_backward_bf16_f32)(const opgen_bf16 *OPGEN_RESTRICT
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     workspace, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -1556,6 +1560,8 @@ void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT s
         .store_across = layer_norm_backward_f16_f32_store_across,
         .work_per_element = 2,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, (void *)diff_dst, (void *)mean, (void *)variance, (void *)gamma, diff_src, diff_gamma, diff_beta };
     const float numbers[] = { epsilon };
@@ -1563,6 +1569,6 @@ void OPGEN_KERNEL(layer_norm_backward_f16_f32)(const opgen_f16 *OPGEN_RESTRICT s
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     workspace, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -403,6 +403,8 @@ void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGE
         .store_across = NULL,
         .work_per_element = 15,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -410,7 +412,7 @@ void OPGEN_KERNEL(log_soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGE
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -810,6 +812,8 @@ void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen
         .store_across = NULL,
         .work_per_element = 15,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -817,7 +821,7 @@ void OPGEN_KERNEL(log_soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -1217,6 +1221,8 @@ void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f
         .store_across = NULL,
         .work_per_element = 15,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -1224,6 +1230,6 @@ void OPGEN_KERNEL(log_soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -295,6 +295,8 @@ void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_ds
         .store_across = NULL,
         .work_per_element = 10,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -302,7 +304,7 @@ void OPGEN_KERNEL(log_soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_ds
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -585,6 +587,8 @@ void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT d
         .store_across = NULL,
         .work_per_element = 10,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -592,7 +596,7 @@ void OPGEN_KERNEL(log_soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT d
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -875,6 +879,8 @@ void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT dif
         .store_across = NULL,
         .work_per_element = 10,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -882,6 +888,6 @@ void OPGEN_KERNEL(log_soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT dif
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

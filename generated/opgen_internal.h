@@ -132,6 +132,8 @@
 #define OPGEN_LINES_KEPT_TERMS ((int64_t)4096)
 /* Blocks of neighbouring lines a columns microkernel takes at once (opgen_lines.h). */
 #define OPGEN_LINES_COLUMN_BLOCKS 4
+/* Doubles of a thread's copy of a kernel's along inputs, widened once a call (opgen_lines.h). */
+#define OPGEN_LINES_WIDE_VALUES ((int64_t)2048)
 /* binary: elements of the longest run one microkernel call computes: long rows are split into
  * such pieces so that threads share them out even when there are few rows (a multiple of
  * OPGEN_BLOCK: only a row's last piece has a partial block). */

@@ -58,6 +58,10 @@ typedef struct opgen_lines_call {
     float *kept;           /* a thread's scratch of OPGEN_LINES_KEPT_TERMS + OPGEN_BLOCK floats
                             * for the terms a kernel keeps (keeps_terms), set by the driver for
                             * contiguous lines up to OPGEN_LINES_KEPT_TERMS long; else NULL */
+    const double *wide;    /* a thread's copy of the kernel's along inputs (widen), `length`
+                            * doubles each, one after the other: set by the driver for
+                            * contiguous lines up to OPGEN_LINES_WIDE_VALUES values in all;
+                            * else NULL, and each block widens what it reads */
 } opgen_lines_call;
 
 /* One contiguous line (inner == 1): `values` holds the line's values. */
@@ -97,6 +101,8 @@ typedef struct opgen_lines_kernel {
     int keeps_terms;                          /* 1: where call->kept is set, the last reduction
                                                * pass stores its kept terms there, whole blocks,
                                                * and the element pass reads them back */
+    int wide_count;                           /* along inputs widen writes (0: widen is NULL) */
+    void (*widen)(const opgen_lines_call *call, double *wide); /* the along inputs as doubles */
 } opgen_lines_kernel;
 
 /* How the partial values of a reduction over blocks of axes combine (each in double, in the

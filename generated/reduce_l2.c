@@ -165,6 +165,8 @@ void OPGEN_KERNEL(reduce_l2_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_R
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -172,7 +174,7 @@ void OPGEN_KERNEL(reduce_l2_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_R
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -325,6 +327,8 @@ void OPGEN_KERNEL(reduce_l2_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -332,7 +336,7 @@ void OPGEN_KERNEL(reduce_l2_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -485,6 +489,8 @@ void OPGEN_KERNEL(reduce_l2_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -492,6 +498,6 @@ void OPGEN_KERNEL(reduce_l2_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -156,6 +156,8 @@ void OPGEN_KERNEL(reduce_mean_f32)(const float *OPGEN_RESTRICT src, float *OPGEN
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -163,7 +165,7 @@ void OPGEN_KERNEL(reduce_mean_f32)(const float *OPGEN_RESTRICT src, float *OPGEN
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -316,6 +318,8 @@ void OPGEN_KERNEL(reduce_mean_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -323,7 +327,7 @@ void OPGEN_KERNEL(reduce_mean_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -476,6 +480,8 @@ void OPGEN_KERNEL(reduce_mean_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f1
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -483,6 +489,6 @@ void OPGEN_KERNEL(reduce_mean_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f1
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -148,6 +148,8 @@ void OPGEN_KERNEL(reduce_sum_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -155,7 +157,7 @@ void OPGEN_KERNEL(reduce_sum_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -300,6 +302,8 @@ void OPGEN_KERNEL(reduce_sum_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_b
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -307,7 +311,7 @@ void OPGEN_KERNEL(reduce_sum_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_b
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -452,6 +456,8 @@ void OPGEN_KERNEL(reduce_sum_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16
         .combine = OPGEN_LINES_SUM,
         .combine_slot = 0,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -459,6 +465,6 @@ void OPGEN_KERNEL(reduce_sum_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, opgen_lines_count(length, blocks),
-                                    blocks, NULL /* kept: the driver's */ };
+                                    blocks, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -412,6 +412,8 @@ void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RE
         .store_across = NULL,
         .work_per_element = 15,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -419,7 +421,7 @@ void OPGEN_KERNEL(soft_max_f32)(const float *OPGEN_RESTRICT src, float *OPGEN_RE
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -861,6 +863,8 @@ void OPGEN_KERNEL(soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf1
         .store_across = NULL,
         .work_per_element = 27,
         .keeps_terms = 1,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -868,7 +872,7 @@ void OPGEN_KERNEL(soft_max_bf16)(const opgen_bf16 *OPGEN_RESTRICT src, opgen_bf1
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -1310,6 +1314,8 @@ void OPGEN_KERNEL(soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *
         .store_across = NULL,
         .work_per_element = 27,
         .keeps_terms = 1,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)src, dst };
     const float numbers[] = { 0.0f };
@@ -1317,6 +1323,6 @@ void OPGEN_KERNEL(soft_max_f16)(const opgen_f16 *OPGEN_RESTRICT src, opgen_f16 *
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

@@ -332,6 +332,8 @@ void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, c
         .store_across = NULL,
         .work_per_element = 2,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -339,7 +341,7 @@ void OPGEN_KERNEL(soft_max_backward_f32)(const float *OPGEN_RESTRICT diff_dst, c
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(float) + sizeof(float) + sizeof(float));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -639,6 +641,8 @@ void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_
         .store_across = NULL,
         .work_per_element = 2,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -646,7 +650,7 @@ void OPGEN_KERNEL(soft_max_backward_bf16)(const opgen_bf16 *OPGEN_RESTRICT diff_
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_bf16) + sizeof(opgen_bf16) + sizeof(opgen_bf16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }
 
@@ -946,6 +950,8 @@ void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_ds
         .store_across = NULL,
         .work_per_element = 2,
         .keeps_terms = 0,
+        .wide_count = 0,
+        .widen = NULL,
     };
     void *const tensors[] = { (void *)diff_dst, (void *)dst, diff_src };
     const float numbers[] = { 0.0f };
@@ -953,6 +959,6 @@ void OPGEN_KERNEL(soft_max_backward_f16)(const opgen_f16 *OPGEN_RESTRICT diff_ds
     const int64_t moved = outer * length * inner * (int64_t)(sizeof(opgen_f16) + sizeof(opgen_f16) + sizeof(opgen_f16));
     const opgen_lines_call call = { tensors, numbers, outer, length, inner, moved >= OPGEN_STREAM_BYTES,
                                     NULL, length,
-                                    NULL, NULL /* kept: the driver's */ };
+                                    NULL, NULL, NULL /* kept, wide: the driver's */ };
     opgen_lines_run(&kernel, &call);
 }

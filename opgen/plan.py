@@ -57,6 +57,12 @@ LINES_KEPT_TERMS = 4096
 # that many neighbouring cache lines, which the hardware prefetches (with one, rows 4 KB apart,
 # ReduceSum over axis 0 of 1024 x 1024 f32 took twice the time; docs/performance-changes.md).
 LINES_COLUMN_BLOCKS = 4
+# ... and the doubles of each thread's copy of a kernel's along inputs (LayerNorm's gamma and
+# beta), widened once a call for its math on double vectors where they fit (else each block
+# widens what it reads: LayerNorm f32 took 1.12-1.16x the time; docs/performance-changes.md).
+# 16 KB: in L1 with the line (a copy of 32 KB, lines of 2048, took 1.07x the time).
+# The kept terms share the space on each thread's stack.
+LINES_WIDE_VALUES = 2048
 # binary: elements of the longest run one microkernel call computes; long rows are cut into such
 # pieces so that threads share them out even when there are few rows (a multiple of BLOCK)
 BINARY_PIECE = 16384

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import accuracy, check, oracle, shapes
+from opgen import accuracy, check, oracle, plan, shapes
 from opgen.render import BUNDLED_SPECS
 from opgen.specs import SpecError, load_specs
 from tests.helpers import dtype_of, rng, threads_set_to
@@ -165,6 +165,31 @@ def test_the_layer_norm_bound_is_infinite_where_an_infinite_gamma_meets_an_uncer
     got = opgen.layer_norm(src, gamma, beta, begin_norm_axis=-1)[0]
     want = oracle.layer_norm(src, gamma, beta, begin_norm_axis=-1)[0]
     assert not accuracy.outside(got, want, TABLE.dtypes["f32"], bound)[0].any()
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_layer_norm_reads_gamma_and_beta_widened_once_or_block_by_block_alike(dtype):
+    """Lines whose gamma and beta fit the threads' copies widened to double (plan.LINES_WIDE_VALUES
+    in all) and lines one longer, whose blocks widen what they read: each within the stated
+    bound, with and without gamma and beta, forward and backward, on one and two threads."""
+    for length in (plan.LINES_WIDE_VALUES // 2, plan.LINES_WIDE_VALUES // 2 + 1):
+        generator = rng("widened", length, dtype)
+        src = generator.standard_normal((5, length)).astype(dtype_of(dtype))
+        diff_dst = generator.standard_normal((5, length)).astype(dtype_of(dtype))
+        gamma, beta = (generator.standard_normal(length).astype(np.float32) for _ in range(2))
+        for threads in (1, 2):
+            for g, b in ((gamma, beta), (None, None)):
+                with threads_set_to(threads):
+                    got = opgen.layer_norm(src, g, b, begin_norm_axis=-1)
+                    mean, variance = got[1], got[2]
+                    back = opgen.layer_norm_backward(src, diff_dst, mean, variance, g, begin_norm_axis=-1)
+                want = oracle.layer_norm(src, g, b, begin_norm_axis=-1)[0]
+                bound = oracle.layer_norm_bounds(src, g, b, begin_norm_axis=-1)[0]
+                assert not accuracy.outside(got[0], want, TABLE.dtypes[dtype], bound)[0].any(), (length, threads)
+                arrays = {"src": src, "diff_dst": diff_dst, "mean": mean, "variance": variance, "gamma": g}
+                want = oracle.layer_norm_backward(**arrays, begin_norm_axis=-1)[0]
+                bound = oracle.layer_norm_backward_bounds(**arrays, begin_norm_axis=-1)[0]
+                assert not accuracy.outside(back[0], want, TABLE.dtypes[dtype], bound)[0].any(), (length, threads)
 
 
 def test_the_layer_norm_backward_bound_counts_subnormal_terms_of_its_sums():
